@@ -1,0 +1,52 @@
+# cachescale developer tasks. `make help` lists them.
+# Everything runs from a local virtualenv that `make setup` creates, so a fresh clone
+# needs only python3 (>= 3.11) with venv, and make.
+
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CRD    := crds/cachescalingpolicies.cachescale.dev.yaml
+
+.DEFAULT_GOAL := help
+.PHONY: help setup lint types imports unit test e2e generate demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create .venv and install cachescale with its dev tools
+
+lint: setup ## ruff lint and format check
+	$(BIN)/ruff check operator tests e2e
+	$(BIN)/ruff format --check operator tests e2e
+
+types: setup ## mypy --strict on the package
+	$(BIN)/mypy
+
+imports: setup ## import-linter: the pure layers import no I/O
+	$(BIN)/lint-imports
+
+unit: setup ## the pytest suite
+	$(BIN)/pytest
+
+test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
+
+e2e: setup ## end-to-end tests against the cluster in KUBECONFIG (skip without one)
+	$(BIN)/pytest e2e
+
+generate: setup ## regenerate the CRD from the API models
+	$(BIN)/cachescale crd > $(CRD)
+
+demo: setup ## set up and run the main job
+	$(BIN)/cachescale crd | sed -n "1,40p"
+	$(BIN)/cachescale validate examples/policy-vllm.yaml
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

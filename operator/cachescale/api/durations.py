@@ -1,0 +1,36 @@
+"""Duration strings as users write them in a policy (``30s``, ``5m``, ``1h30m``).
+
+The API stores durations as strings on the wire, like Kubernetes and Prometheus do, and
+the models parse them with this module. The accepted grammar is the subset that Go's
+``time.ParseDuration`` (and so the API server's CEL ``duration()``), Prometheus range
+selectors and this parser all agree on: one or more ``<integer><unit>`` groups with units
+``h``, ``m``, ``s``, ``ms`` in that order, no sign, no spaces, no fractions. Keeping the
+three in agreement is what lets the CRD reject the same strings pydantic rejects.
+"""
+
+from __future__ import annotations
+
+import re
+
+DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
+"""OpenAPI ``pattern`` for a duration; the empty string is rejected separately."""
+
+_DURATION_RE = re.compile(DURATION_PATTERN)
+_UNIT_SECONDS = (3600.0, 60.0, 1.0, 0.001)
+
+
+def parse_duration_seconds(text: str) -> float:
+    """Return the number of seconds in ``text`` or raise ``ValueError`` saying why."""
+    match = _DURATION_RE.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(
+            f"{text!r} is not a duration; write it like 30s, 5m or 1h30m "
+            "(integer amounts, units h, m, s, ms, largest first)"
+        )
+    seconds = 0.0
+    for group, unit_seconds in zip(match.groups(), _UNIT_SECONDS, strict=True):
+        if group is not None:
+            seconds += int(group.rstrip("hms")) * unit_seconds
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is zero; a duration must be positive")
+    return seconds

@@ -1,0 +1,375 @@
+"""The desired state a user writes: ``CacheScalingPolicy.spec`` (cachescale.dev/v1alpha1).
+
+Every field carries its unit in its name and a docstring that becomes the CRD's field
+description, so ``kubectl explain csp.spec`` documents the API. Cross-field rules are
+written twice on purpose: as pydantic validators (used by ``cachescale validate`` and by
+the operator) and as CEL ``x-kubernetes-validations`` on the same model (used by the API
+server, so ``kubectl apply`` rejects a bad policy before the operator ever sees it). The
+tests evaluate both against the same cases.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
+
+from cachescale.api.base import ApiModel
+from cachescale.api.durations import DURATION_PATTERN, parse_duration_seconds
+
+# Kubernetes object names (DNS-1123 subdomain for Deployments/HPAs, label for containers).
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Prometheus label names; values are escaped by the gather layer, never interpolated raw.
+PROMETHEUS_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_PROMETHEUS_LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
+
+MIN_WINDOW_SECONDS = 60.0
+"""Rates over less than a minute are dominated by scrape jitter."""
+MIN_INTERVAL_SECONDS = 10.0
+"""Evaluating faster than Prometheus scrapes only re-reads the same samples."""
+
+
+def _check_duration(text: str) -> str:
+    parse_duration_seconds(text)
+    return text
+
+
+# The pattern is checked by the validator (with a message that shows the right form) and
+# published in the schema for the API server.
+Duration = Annotated[
+    str,
+    AfterValidator(_check_duration),
+    Field(json_schema_extra={"pattern": DURATION_PATTERN, "minLength": 2, "maxLength": 32}),
+]
+"""A duration string such as ``30s``, ``5m`` or ``1h30m``."""
+
+
+class Mode(StrEnum):
+    """Whether the operator changes anything."""
+
+    ENFORCE = "Enforce"
+    """Patch the HPA envelope and ``--max-num-seqs`` as decided."""
+    ADVISE = "Advise"
+    """Only record decisions in status, Events and metrics (dry run)."""
+
+
+class Engine(StrEnum):
+    """The inference engine serving the Deployment (selects metric names and flags)."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class CollapseAction(StrEnum):
+    """What happens to the HPA envelope during a prefix-cache collapse (always alerted)."""
+
+    HOLD = "Hold"
+    """Pin maxReplicas at the pre-collapse level; the SLO guard may still scale within budget."""
+    CAP_AT_BUDGET = "CapAtBudget"
+    """Cap maxReplicas at what the GPU-seconds budget allows."""
+    SCALE_AS_USUAL = "ScaleAsUsual"
+    """Leave the envelope alone; only alert."""
+
+
+class TargetSpec(ApiModel):
+    """The serving workload this policy manages, in the policy's namespace."""
+
+    deployment_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    """Name of the Deployment that runs the inference engine."""
+    container_name: str = Field(default="vllm", pattern=_DNS_LABEL, max_length=63)
+    """Container in that Deployment whose args carry the engine flags."""
+    hpa_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    """HorizontalPodAutoscaler (autoscaling/v2) that scales the Deployment."""
+    engine: Engine = Engine.VLLM
+    """Inference engine: vllm or sglang."""
+
+
+class SecretKeyRef(ApiModel):
+    """A key in a Secret in the policy's namespace."""
+
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    """Secret name."""
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+    """Key within the Secret."""
+
+
+class PrometheusAuth(ApiModel):
+    """How to authenticate to Prometheus and verify its certificate."""
+
+    bearer_token_secret_ref: SecretKeyRef | None = None
+    """Secret key holding a bearer token sent as ``Authorization: Bearer``; never logged."""
+    ca_secret_ref: SecretKeyRef | None = None
+    """Secret key holding a PEM CA bundle to verify Prometheus' TLS certificate."""
+    insecure_skip_verify: bool = False
+    """Skip TLS verification. Off by default; only for test clusters."""
+
+
+def _check_label_names(selector: dict[str, str]) -> dict[str, str]:
+    for name in selector:
+        if not _PROMETHEUS_LABEL_NAME_RE.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a Prometheus label name "
+                "(letters, digits and underscores, not starting with a digit)"
+            )
+    return selector
+
+
+class MetricsSpec(ApiModel):
+    """Where the engine's metrics live and over which window they are read."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.selector) || "
+                    "self.selector.all(k, k.matches('^[a-zA-Z_][a-zA-Z0-9_]*$'))",
+                    "message": "selector keys must be Prometheus label names",
+                },
+                {
+                    "rule": "duration(self.window) >= duration('1m')",
+                    "message": "window must be at least 1m; shorter rates are scrape noise",
+                },
+                {
+                    "rule": "duration(self.interval) >= duration('10s')",
+                    "message": "interval must be at least 10s",
+                },
+                {
+                    "rule": "duration(self.interval) <= duration(self.window)",
+                    "message": "interval must not be longer than window",
+                },
+            ]
+        }
+    )
+
+    prometheus_url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2048)
+    """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090."""
+    auth: PrometheusAuth | None = None
+    """Optional bearer token and CA bundle, both read from Secrets."""
+    selector: Annotated[dict[str, str], AfterValidator(_check_label_names)] = Field(
+        default_factory=dict, max_length=16
+    )
+    """Label matchers (name: exact value) selecting this Deployment's engine series,
+    e.g. {namespace: llm, model_name: llama-3-8b}. Values are escaped, never spliced."""
+    window: Duration = "5m"
+    """Window over which rates and quantiles are computed (at least 1m)."""
+    interval: Duration = "30s"
+    """How often the policy is evaluated (at least 10s, at most the window)."""
+
+    @field_validator("window")
+    @classmethod
+    def _window_long_enough(cls, window: str) -> str:
+        if parse_duration_seconds(window) < MIN_WINDOW_SECONDS:
+            raise ValueError(f"window {window} is shorter than 1m; rates would be noise")
+        return window
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_long_enough(cls, interval: str) -> str:
+        if parse_duration_seconds(interval) < MIN_INTERVAL_SECONDS:
+            raise ValueError(f"interval {interval} is shorter than 10s")
+        return interval
+
+    @model_validator(mode="after")
+    def _interval_within_window(self) -> Self:
+        if parse_duration_seconds(self.interval) > parse_duration_seconds(self.window):
+            raise ValueError(
+                f"interval ({self.interval}) must not be longer than window ({self.window})"
+            )
+        return self
+
+    @property
+    def window_seconds(self) -> float:
+        """The window in seconds."""
+        return parse_duration_seconds(self.window)
+
+    @property
+    def interval_seconds(self) -> float:
+        """The evaluation interval in seconds."""
+        return parse_duration_seconds(self.interval)
+
+
+class SLOSpec(ApiModel):
+    """The latency objective the serving Deployment must meet."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.ttftP99Seconds) || "
+                    "self.ttftP99Seconds >= self.ttftP95Seconds",
+                    "message": "ttftP99Seconds must be at least ttftP95Seconds",
+                }
+            ]
+        }
+    )
+
+    ttft_p95_seconds: float = Field(gt=0, le=600)
+    """Time-to-first-token 95th percentile objective, in seconds (queueing included)."""
+    ttft_p99_seconds: float | None = Field(default=None, gt=0, le=600)
+    """Optional TTFT 99th percentile objective, in seconds; at least ttftP95Seconds."""
+
+    @model_validator(mode="after")
+    def _p99_not_below_p95(self) -> Self:
+        if self.ttft_p99_seconds is not None and self.ttft_p99_seconds < self.ttft_p95_seconds:
+            raise ValueError(
+                f"ttftP99Seconds ({self.ttft_p99_seconds}) must be at least "
+                f"ttftP95Seconds ({self.ttft_p95_seconds})"
+            )
+        return self
+
+
+class BudgetSpec(ApiModel):
+    """The cost envelope: GPU-seconds per 1k requests and the replica range."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be less than or equal to maxReplicas",
+                }
+            ]
+        }
+    )
+
+    gpu_seconds_per_1k_requests: float = Field(gt=0)
+    """Most GPU-seconds the fleet may spend per 1,000 successful requests."""
+    min_replicas: int = Field(default=1, ge=1, le=10_000)
+    """Fewest replicas the HPA may run."""
+    max_replicas: int = Field(ge=1, le=10_000)
+    """Most replicas the HPA may run."""
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be less than or equal to "
+                f"maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+class CacheSpec(ApiModel):
+    """When a prefix-cache hit-rate drop counts as a collapse, and what to do about it."""
+
+    collapse_relative_drop: float = Field(default=0.5, gt=0, lt=1)
+    """A collapse needs the warm-pod token hit rate to fall by more than this fraction of
+    its baseline (0.5: a baseline of 0.85 must fall below 0.425)..."""
+    collapse_absolute_drop: float = Field(default=0.2, gt=0, lt=1)
+    """...and by at least this many points (0.2: 0.85 must fall below 0.65). Together with
+    the relative drop this keeps a low-hit workload (baseline under 0.2: nothing worth
+    protecting) from ever being called a collapse."""
+    collapse_windows: int = Field(default=3, ge=1, le=100)
+    """Consecutive evaluation windows the drop must persist before it is a collapse."""
+    pod_warmup_seconds: int = Field(default=600, ge=0, le=86_400)
+    """Pods younger than this are warming up: excluded from the collapse test."""
+    on_collapse: CollapseAction = CollapseAction.HOLD
+    """Hold, CapAtBudget or ScaleAsUsual; an alert is raised in every case."""
+
+
+class ModelShape(ApiModel):
+    """The served model's attention shape: sizes the KV cache (values from config.json)."""
+
+    layers: int = Field(ge=1, le=1024)
+    """Transformer layers (num_hidden_layers)."""
+    kv_heads: int = Field(ge=1, le=1024)
+    """Key/value heads (num_key_value_heads; equals attention heads without GQA)."""
+    head_dim: int = Field(ge=1, le=4096)
+    """Dimension of one attention head (hidden_size / num_attention_heads)."""
+    kv_dtype_bytes: int = Field(default=2, ge=1, le=4)
+    """Bytes per KV element: 2 for fp16/bf16, 1 for fp8."""
+    weights_gib: float = Field(gt=0)
+    """Model weights resident per replica, in GiB (summed over tensor-parallel GPUs)."""
+
+
+class GpuShape(ApiModel):
+    """The memory a replica gives the engine."""
+
+    memory_gib: float = Field(gt=0)
+    """GPU memory per replica, in GiB (summed over tensor-parallel GPUs)."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """The engine's --gpu-memory-utilization (vLLM default 0.9; 0.92 from vLLM 0.20)."""
+
+
+class BatchingSpec(ApiModel):
+    """Whether and how the engine's batch ceiling (--max-num-seqs) is managed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minNumSeqs <= self.maxNumSeqs",
+                    "message": "minNumSeqs must be less than or equal to maxNumSeqs",
+                },
+                {
+                    "rule": "!self.manageMaxNumSeqs || (has(self.model) && has(self.gpu))",
+                    "message": "manageMaxNumSeqs needs model and gpu to compute the ceiling",
+                },
+            ]
+        }
+    )
+
+    manage_max_num_seqs: bool = False
+    """Let the operator change --max-num-seqs (vLLM) / --max-running-requests (SGLang).
+    Each change restarts pods and empties their caches, so it is off by default."""
+    min_num_seqs: int = Field(default=8, ge=1, le=65_536)
+    """Lowest batch ceiling the operator may set."""
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536)
+    """Highest batch ceiling the operator may set."""
+    model: ModelShape | None = None
+    """Model shape for the cache-friendly ceiling; required when managing the ceiling."""
+    gpu: GpuShape | None = None
+    """GPU memory for the cache-friendly ceiling; required when managing the ceiling."""
+    cache_reserve_gib: float = Field(default=0.0, ge=0)
+    """KV memory, in GiB, kept for reusable cached prefixes rather than running sequences."""
+    block_size_tokens: int = Field(default=16, ge=1, le=1024)
+    """The engine's KV block size in tokens (vLLM --block-size, default 16)."""
+    cooldown: Duration = "30m"
+    """Least time between two changes of the ceiling (each one empties caches)."""
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> Self:
+        if self.min_num_seqs > self.max_num_seqs:
+            raise ValueError(
+                f"minNumSeqs ({self.min_num_seqs}) must be less than or equal to "
+                f"maxNumSeqs ({self.max_num_seqs})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _shape_known_when_managed(self) -> Self:
+        if self.manage_max_num_seqs and (self.model is None or self.gpu is None):
+            raise ValueError(
+                "manageMaxNumSeqs is true but model and gpu are not both set; "
+                "the cache-friendly ceiling needs them"
+            )
+        return self
+
+    @property
+    def cooldown_seconds(self) -> float:
+        """The cooldown in seconds."""
+        return parse_duration_seconds(self.cooldown)
+
+
+class CacheScalingPolicySpec(ApiModel):
+    """Desired state: the SLO and cost budget of one serving Deployment, and how to act."""
+
+    mode: Mode = Mode.ADVISE
+    """Enforce changes the HPA and engine flags; Advise (default) only recommends."""
+    target: TargetSpec
+    """The Deployment, its engine container and its HPA."""
+    metrics: MetricsSpec
+    """Prometheus location, series selector, window and evaluation interval."""
+    slo: SLOSpec
+    """Latency objective."""
+    budget: BudgetSpec
+    """Cost budget and replica range."""
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    """Prefix-cache collapse detection and response."""
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    """Management of --max-num-seqs."""
+    restore_on_delete: bool = True
+    """When the policy is deleted, restore the HPA envelope recorded before the first change."""

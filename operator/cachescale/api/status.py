@@ -1,0 +1,161 @@
+"""The observed state the operator writes: ``CacheScalingPolicy.status``.
+
+Status is what ``kubectl describe csp`` shows, so it is shaped to explain: conditions with
+stable CamelCase reasons, the signals as observed (absent when unknown, with the reason in
+``unknownSignals`` — a missing value is never written as 0), the learned baseline, the last
+decision and a short history. The schema is strict: kopf keeps its own bookkeeping in
+annotations, so nothing here is pruned by surprise.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from cachescale.api.base import ApiModel
+
+DECISION_HISTORY_LIMIT = 10
+"""Decisions kept in ``status.history``; older ones live in Events and metrics."""
+
+
+class ConditionType(StrEnum):
+    """The conditions a policy reports. True is the good state for all but ScalingHeld."""
+
+    READY = "Ready"
+    """The policy is valid, its targets exist and the last evaluation completed."""
+    CACHE_HEALTHY = "CacheHealthy"
+    """The warm-pod prefix-cache hit rate is not collapsed relative to the baseline."""
+    SLO_MET = "SLOMet"
+    """TTFT p95 (and p99 if set) is within the objective."""
+    WITHIN_BUDGET = "WithinBudget"
+    """GPU-seconds per 1k requests is within the budget."""
+    METRICS_AVAILABLE = "MetricsAvailable"
+    """Every signal the decision needs was read; False freezes scaling down."""
+    SCALING_HELD = "ScalingHeld"
+    """True while the operator holds or caps the HPA below what it would otherwise do."""
+
+
+class ConditionStatus(StrEnum):
+    """Kubernetes condition status values."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """One condition, in the shape of metav1.Condition."""
+
+    type: ConditionType
+    """Condition type."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    """CamelCase machine-readable reason for the last transition."""
+    message: str = Field(default="", max_length=32_768)
+    """Human-readable explanation, with the numbers behind it."""
+    last_transition_time: datetime
+    """When the status last changed (not when it was last checked)."""
+    observed_generation: int = Field(default=0, ge=0)
+    """The .metadata.generation the condition was computed from."""
+
+
+class UnknownSignal(ApiModel):
+    """A signal that could not be read, and why."""
+
+    signal: str = Field(max_length=128)
+    """The signal's status field name, e.g. tokenHitRate."""
+    reason: str = Field(max_length=1024)
+    """Why it is unknown (series absent, NaN, too few samples, Prometheus unreachable...)."""
+
+
+class ObservedSignals(ApiModel):
+    """Signals over the policy's window at the last evaluation; absent means unknown."""
+
+    token_hit_rate: float | None = Field(default=None, ge=0, le=1)
+    """Token-weighted prefix-cache hit rate on warm pods (hits / queried prompt tokens)."""
+    request_hit_share: float | None = Field(default=None, ge=0, le=1)
+    """Request-weighted: share of requests that skipped almost all prefill."""
+    prefill_tokens_per_request: float | None = Field(default=None, ge=0)
+    """Prompt tokens actually computed per request (not served from cache)."""
+    ttft_p95_seconds: float | None = Field(default=None, ge=0)
+    """Time to first token, 95th percentile, in seconds."""
+    ttft_p99_seconds: float | None = Field(default=None, ge=0)
+    """Time to first token, 99th percentile, in seconds."""
+    gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)
+    """GPU-seconds spent per 1,000 successful requests."""
+    requests_per_second: float | None = Field(default=None, ge=0)
+    """Successful requests per second."""
+    preemptions_per_second: float | None = Field(default=None, ge=0)
+    """Engine preemptions per second (KV pool ran dry)."""
+    kv_cache_usage_ratio: float | None = Field(default=None, ge=0, le=1)
+    """Average KV cache usage, 0 to 1 (cached but idle blocks count as free, as in vLLM)."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Replicas of the Deployment."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Ready replicas."""
+    warm_replicas: int | None = Field(default=None, ge=0)
+    """Ready replicas older than the warm-up time."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """The engine's current batch ceiling as found in the container args."""
+    observed_at: datetime | None = None
+    """When these signals were read."""
+    unknown_signals: list[UnknownSignal] = Field(default_factory=list, max_length=32)
+    """Signals that could not be read, each with the reason."""
+
+
+class Baseline(ApiModel):
+    """What healthy looked like: learned only while healthy, frozen otherwise."""
+
+    token_hit_rate: float | None = Field(default=None, ge=0, le=1)
+    """Baseline token-weighted hit rate."""
+    prefill_tokens_per_request: float | None = Field(default=None, ge=0)
+    """Baseline prompt tokens computed per request."""
+    gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)
+    """Baseline GPU-seconds per 1k requests."""
+    requests_per_second: float | None = Field(default=None, ge=0)
+    """Baseline successful requests per second."""
+    updated_at: datetime | None = None
+    """When the baseline last moved."""
+
+
+class DecisionRecord(ApiModel):
+    """One evaluation's outcome, as recorded for humans."""
+
+    time: datetime
+    """When the decision was made."""
+    diagnosis: str = Field(max_length=64)
+    """The leading diagnosis, e.g. Healthy, PrefixCollapse, EvictionPressure."""
+    reason: str = Field(max_length=128)
+    """CamelCase reason for the action taken."""
+    message: str = Field(max_length=4096)
+    """What was decided and why, with the numbers."""
+    min_replicas: int | None = Field(default=None, ge=0)
+    """HPA minReplicas decided."""
+    max_replicas: int | None = Field(default=None, ge=0)
+    """HPA maxReplicas decided."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Batch ceiling decided."""
+    applied: bool = False
+    """Whether it was applied (False in Advise mode or when nothing changed)."""
+
+
+class CacheScalingPolicyStatus(ApiModel):
+    """Observed state of a CacheScalingPolicy."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation last evaluated."""
+    state: str | None = Field(default=None, max_length=64)
+    """One-word summary shown by kubectl get: the leading diagnosis."""
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    """Ready, CacheHealthy, SLOMet, WithinBudget, MetricsAvailable, ScalingHeld."""
+    signals: ObservedSignals | None = None
+    """Signals at the last evaluation."""
+    baseline: Baseline | None = None
+    """Learned healthy baseline."""
+    last_decision: DecisionRecord | None = None
+    """The most recent decision."""
+    history: list[DecisionRecord] = Field(default_factory=list, max_length=DECISION_HISTORY_LIMIT)
+    """Recent decisions that changed something, newest first."""

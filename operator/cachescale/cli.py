@@ -1,0 +1,90 @@
+"""The ``cachescale`` command: one entry point, one subcommand per job.
+
+Exit codes are part of the interface (scripts and CI rely on them): 0 success, 1 invalid
+input (a bad policy, a bad scenario), 2 usage error (argparse's own convention). Each
+subcommand is a small function that parses nothing itself and returns its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def _cmd_crd(_args: argparse.Namespace) -> int:
+    from cachescale.api.crd import render_crd_yaml
+
+    sys.stdout.write(render_crd_yaml())
+    return EXIT_OK
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from cachescale.api.validation import validate_yaml
+
+    failed = False
+    for path in args.files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            print(f"{path}: cannot read: {error.strerror}", file=sys.stderr)
+            failed = True
+            continue
+        problems = validate_yaml(text)
+        for problem in problems:
+            print(problem.render(path), file=sys.stderr)
+        if problems:
+            failed = True
+        elif not text.strip():
+            print(f"{path}: no documents", file=sys.stderr)
+            failed = True
+        else:
+            print(f"{path}: valid")
+    return EXIT_INVALID if failed else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="cachescale",
+        description=(
+            "Prefix-cache-aware autoscaling for vLLM and SGLang on Kubernetes. "
+            "Exit codes: 0 ok, 1 invalid input, 2 usage error."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    crd = commands.add_parser(
+        "crd",
+        help="print the CacheScalingPolicy CRD generated from the API models",
+        description="Print the apiextensions.k8s.io/v1 CRD YAML (what crds/ holds).",
+    )
+    crd.set_defaults(handler=_cmd_crd)
+
+    validate = commands.add_parser(
+        "validate",
+        help="check CacheScalingPolicy YAML files and explain every problem",
+        description=(
+            "Validate policy files (multi-document YAML) against the API. Prints each "
+            "problem as FILE: document N (name): field.path: message. Exit 1 on any problem."
+        ),
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="policy YAML file")
+    validate.set_defaults(handler=_cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

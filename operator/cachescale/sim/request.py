@@ -1,0 +1,47 @@
+"""The one request type shared by the workload generator, the router and the engine.
+
+A request arrives carrying the chained block hashes of its whole token sequence (prompt
+followed by the output it will generate), computed once by the workload generator, so the
+engine never hashes and a multi-turn follow-up can hit the blocks this turn's output filled.
+Ground-truth outcomes (cached tokens at admission, TTFT, preemptions) are written back here
+by the engine so the reports can see what a token-weighted counter cannot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """One inference request as the engine sees it, plus its ground-truth outcome."""
+
+    request_id: int
+    arrival_s: float
+    tenant: str
+    prefix_group: int
+    prompt_tokens: int
+    output_tokens: int
+    # Chained hashes of every *full* block of prompt + output, in order (block 0 first).
+    # The first ``prompt_tokens // block_size`` of them cover the prompt.
+    block_hashes: list[bytes]
+    # Filled in by the engine.
+    cached_tokens: int | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    num_preemptions: int = 0
+    replica: int | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Seconds from arrival to the first output token, queueing included (as vLLM)."""
+        if self.first_token_s is None:
+            return None
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def prefill_computed_tokens(self) -> int | None:
+        """Prompt tokens the engine had to compute (``prompt - cached``), as vLLM reports."""
+        if self.cached_tokens is None:
+            return None
+        return self.prompt_tokens - self.cached_tokens

@@ -1,0 +1,95 @@
+"""The generated CRD: committed copy in sync, structural, valid for Kubernetes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from cachescale.api.crd import build_crd, render_crd_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED_CRD = REPO / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
+
+
+def walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.get("properties", {}).items():
+            yield from walk(value, f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                yield from walk(node[key], f"{path}[{key}]")
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_committed_crd_matches_generator() -> None:
+    assert COMMITTED_CRD.read_text(encoding="utf-8") == render_crd_yaml(), (
+        "crds/ is stale: run `make generate`"
+    )
+
+
+def test_crd_is_valid_kubernetes_object() -> None:
+    document = yaml.safe_load(COMMITTED_CRD.read_text(encoding="utf-8"))
+    kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_schema_is_structural(schema: dict[str, Any]) -> None:
+    text = yaml.safe_dump(schema)
+    for forbidden in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "title:"):
+        assert forbidden not in text
+    for path, node in walk(schema):
+        assert "type" in node, f"{path or '<root>'} has no type"
+        if node["type"] == "object" and path.startswith(".spec"):
+            assert node.get("additionalProperties") is not False, path
+
+
+def test_every_spec_and_status_field_is_described(schema: dict[str, Any]) -> None:
+    for path, node in walk(schema):
+        if path.startswith((".spec", ".status")) and "[" not in path.rsplit(".", 1)[-1]:
+            assert node.get("description"), f"{path} has no description"
+
+
+def test_identity_subresource_and_columns() -> None:
+    crd = build_crd()
+    names = crd["spec"]["names"]
+    assert crd["metadata"]["name"] == "cachescalingpolicies.cachescale.dev"
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        "CacheScalingPolicy",
+        "cachescalingpolicies",
+        ["csp"],
+    )
+    assert crd["spec"]["scope"] == "Namespaced"
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Mode", "Hit-Rate", "TTFT-P95", "GPU-s/1k", "Replicas", "State", "Age"]
+
+
+def test_printer_columns_point_at_real_fields(schema: dict[str, Any]) -> None:
+    paths = {path for path, _ in walk(schema)}
+    for column in build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]:
+        if column["jsonPath"].startswith((".spec", ".status")):
+            assert column["jsonPath"] in paths, column
+
+
+def test_units_in_field_names(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    assert "ttftP95Seconds" in spec["slo"]["properties"]
+    assert "gpuSecondsPer1kRequests" in spec["budget"]["properties"]
+    assert "memoryGiB" in spec["batching"]["properties"]["gpu"]["properties"]
+
+
+def test_exclusive_bounds_use_openapi_v3_form(schema: dict[str, Any]) -> None:
+    budget = schema["properties"]["spec"]["properties"]["budget"]["properties"]
+    assert budget["gpuSecondsPer1kRequests"]["minimum"] == 0
+    assert budget["gpuSecondsPer1kRequests"]["exclusiveMinimum"] is True

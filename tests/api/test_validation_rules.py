@@ -1,0 +1,189 @@
+"""Every validation rule, on both sides of its boundary, in pydantic and in the CRD.
+
+Each case edits one valid policy. The same verdict is expected from the pydantic models
+(what `cachescale validate` and the operator use) and from the generated CRD as the API
+server would apply it (schema + CEL rules, see crd_emulation.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from crd_emulation import crd_errors
+
+from cachescale.api.crd import build_crd
+from cachescale.api.validation import problems_in_document
+
+SHAPE = {"layers": 32, "kvHeads": 8, "headDim": 128, "weightsGiB": 16}
+GPU = {"memoryGiB": 80}
+
+
+def base_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": "cachescale.dev/v1alpha1",
+        "kind": "CacheScalingPolicy",
+        "metadata": {"name": "p", "namespace": "llm"},
+        "spec": {
+            "target": {"deploymentName": "llama", "hpaName": "llama"},
+            "metrics": {"prometheusUrl": "http://prometheus:9090"},
+            "slo": {"ttftP95Seconds": 1.0},
+            "budget": {"gpuSecondsPer1kRequests": 900, "minReplicas": 2, "maxReplicas": 4},
+        },
+    }
+
+
+def edited(edits: dict[str, Any]) -> dict[str, Any]:
+    policy = base_policy()
+    for dotted, value in edits.items():
+        node = policy["spec"]
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return policy
+
+
+# (id, edits, valid, field named in the error)
+CASES: list[tuple[str, dict[str, Any], bool, str]] = [
+    ("replicas-min-equals-max", {"budget.minReplicas": 4}, True, ""),
+    ("replicas-min-above-max", {"budget.minReplicas": 5}, False, "minReplicas"),
+    ("replicas-min-one", {"budget.minReplicas": 1}, True, ""),
+    ("replicas-min-zero", {"budget.minReplicas": 0}, False, "minReplicas"),
+    ("budget-tiny-positive", {"budget.gpuSecondsPer1kRequests": 0.001}, True, ""),
+    ("budget-zero", {"budget.gpuSecondsPer1kRequests": 0}, False, "gpuSecondsPer1kRequests"),
+    ("budget-negative", {"budget.gpuSecondsPer1kRequests": -5}, False, "gpuSecondsPer1kRequests"),
+    ("seqs-min-equals-max", {"batching.minNumSeqs": 32, "batching.maxNumSeqs": 32}, True, ""),
+    (
+        "seqs-min-above-max",
+        {"batching.minNumSeqs": 33, "batching.maxNumSeqs": 32},
+        False,
+        "minNumSeqs",
+    ),
+    (
+        "managed-with-shape",
+        {"batching.manageMaxNumSeqs": True, "batching.model": SHAPE, "batching.gpu": GPU},
+        True,
+        "",
+    ),
+    (
+        "managed-without-gpu",
+        {"batching.manageMaxNumSeqs": True, "batching.model": SHAPE},
+        False,
+        "manageMaxNumSeqs",
+    ),
+    ("gpu-util-one", {"batching.gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 1}}, True, ""),
+    (
+        "gpu-util-above-one",
+        {"batching.gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 1.01}},
+        False,
+        "gpuMemoryUtilization",
+    ),
+    (
+        "gpu-util-zero",
+        {"batching.gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 0}},
+        False,
+        "gpuMemoryUtilization",
+    ),
+    ("window-one-minute", {"metrics.window": "1m"}, True, ""),
+    ("window-compound", {"metrics.window": "1h30m"}, True, ""),
+    ("window-59s", {"metrics.window": "59s"}, False, "window"),
+    ("window-zero", {"metrics.window": "0s"}, False, "window"),
+    ("window-words", {"metrics.window": "5 minutes"}, False, "window"),
+    ("window-empty", {"metrics.window": ""}, False, "window"),
+    ("interval-10s", {"metrics.interval": "10s"}, True, ""),
+    ("interval-9s", {"metrics.interval": "9s"}, False, "interval"),
+    ("interval-equals-window", {"metrics.interval": "5m", "metrics.window": "5m"}, True, ""),
+    (
+        "interval-above-window",
+        {"metrics.interval": "6m", "metrics.window": "5m"},
+        False,
+        "interval",
+    ),
+    ("url-without-scheme", {"metrics.prometheusUrl": "prometheus:9090"}, False, "prometheusUrl"),
+    ("url-https", {"metrics.prometheusUrl": "https://prom.example:9090/"}, True, ""),
+    ("selector-label", {"metrics.selector": {"model_name": "x", "namespace": "llm"}}, True, ""),
+    ("selector-dash", {"metrics.selector": {"model-name": "x"}}, False, "selector"),
+    ("selector-digit", {"metrics.selector": {"9pod": "x"}}, False, "selector"),
+    ("ttft-p95-tiny", {"slo.ttftP95Seconds": 0.001}, True, ""),
+    ("ttft-p95-zero", {"slo.ttftP95Seconds": 0}, False, "ttftP95Seconds"),
+    ("ttft-p99-equals-p95", {"slo.ttftP99Seconds": 1.0}, True, ""),
+    ("ttft-p99-below-p95", {"slo.ttftP99Seconds": 0.9}, False, "ttftP99Seconds"),
+    ("mode-enforce", {"mode": "Enforce"}, True, ""),
+    ("mode-lowercase", {"mode": "enforce"}, False, "mode"),
+    ("engine-sglang", {"target.engine": "sglang"}, True, ""),
+    ("engine-unknown", {"target.engine": "tgi"}, False, "engine"),
+    ("deployment-uppercase", {"target.deploymentName": "Llama"}, False, "deploymentName"),
+    ("drop-just-below-one", {"cache.collapseRelativeDrop": 0.99}, True, ""),
+    ("drop-one", {"cache.collapseRelativeDrop": 1}, False, "collapseRelativeDrop"),
+    ("drop-zero", {"cache.collapseRelativeDrop": 0}, False, "collapseRelativeDrop"),
+    ("absolute-drop-zero", {"cache.collapseAbsoluteDrop": 0}, False, "collapseAbsoluteDrop"),
+    ("windows-one", {"cache.collapseWindows": 1}, True, ""),
+    ("windows-zero", {"cache.collapseWindows": 0}, False, "collapseWindows"),
+    ("warmup-zero", {"cache.podWarmupSeconds": 0}, True, ""),
+    ("warmup-negative", {"cache.podWarmupSeconds": -1}, False, "podWarmupSeconds"),
+    ("on-collapse-cap", {"cache.onCollapse": "CapAtBudget"}, True, ""),
+    ("on-collapse-unknown", {"cache.onCollapse": "Panic"}, False, "onCollapse"),
+    ("cooldown-words", {"batching.cooldown": "half an hour"}, False, "cooldown"),
+]
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return build_crd()
+
+
+@pytest.mark.parametrize(
+    ("edits", "valid", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_pydantic_verdict(edits: dict[str, Any], valid: bool, field: str) -> None:
+    problems = problems_in_document(edited(edits), 1)
+    assert (not problems) == valid, problems
+    if not valid:
+        assert any(field in p.path or field in p.message for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("edits", "valid", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_crd_verdict_matches(
+    crd: dict[str, Any], edits: dict[str, Any], valid: bool, field: str
+) -> None:
+    errors = crd_errors(crd, edited(edits))
+    assert (not errors) == valid, errors
+    if not valid:
+        assert any(field in error for error in errors), errors
+
+
+def test_unknown_field_rejected_by_pydantic() -> None:
+    policy = edited({"slo.ttftP95": 1})
+    problems = problems_in_document(policy, 1)
+    assert any(p.path == "spec.slo.ttftP95" and "unknown field" in p.message for p in problems)
+
+
+def test_defaults_a_user_can_live_with() -> None:
+    policy = base_policy()
+    del policy["spec"]["budget"]["minReplicas"]
+    assert problems_in_document(policy, 1) == []
+    from cachescale.api.policy import CacheScalingPolicy
+
+    spec = CacheScalingPolicy.model_validate(policy).spec
+    assert spec.mode == "Advise"
+    assert spec.budget.min_replicas == 1
+    assert spec.metrics.window_seconds == 300
+    assert spec.metrics.interval_seconds == 30
+    assert spec.batching.manage_max_num_seqs is False
+    assert spec.batching.cooldown_seconds == 1800
+    assert spec.cache.on_collapse == "Hold"
+
+
+def test_crd_applies_the_same_defaults(crd: dict[str, Any]) -> None:
+    from crd_emulation import _apply_defaults
+
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    defaulted = _apply_defaults(copy.deepcopy(base_policy()), schema)
+    assert defaulted["spec"]["mode"] == "Advise"
+    assert defaulted["spec"]["cache"]["collapseWindows"] == 3
+    assert defaulted["spec"]["batching"]["cooldown"] == "30m"
+    assert defaulted["spec"]["metrics"]["window"] == "5m"
