@@ -17,5 +17,5 @@ def test_parses(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "5", "5 m", "1.5h", "-5m", "5M", "30s5m", "0s", "0h0m"])
 def test_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match="duration|zero"):
+    with pytest.raises(ValueError, match=r"duration|zero"):
         parse_duration_seconds(text)
