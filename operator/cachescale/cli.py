@@ -48,6 +48,47 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_INVALID if failed else EXIT_OK
 
 
+def _progress_bar() -> Callable[[float], None] | None:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(fraction: float) -> None:
+        filled = int(40 * fraction)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (40 - filled)}] {fraction:4.0%}")
+        if fraction >= 1:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from cachescale.sim.simulate import SimulationRequest, simulate
+
+    try:
+        request = SimulationRequest.from_cli(
+            scenario=args.scenario,
+            scenario_file=args.scenario_file,
+            autoscaler=args.autoscaler,
+            seed=args.seed,
+            duration=args.duration,
+        )
+    except (ValueError, ValidationError, OSError) as error:
+        print(f"cachescale simulate: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    outcome = simulate(request, progress=_progress_bar())
+    if args.out is not None:
+        outcome.write_artifacts(Path(args.out))
+    if args.json:
+        sys.stdout.write(outcome.to_json() + "\n")
+    else:
+        sys.stdout.write(outcome.to_text() + "\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(
@@ -76,6 +117,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("files", nargs="+", metavar="FILE", help="policy YAML file")
     validate.set_defaults(handler=_cmd_validate)
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the prefix-cache fleet simulator (default: the rag-rechunk incident)",
+        description=(
+            "Simulate a vLLM fleet with per-pod prefix caches under an autoscaler and print "
+            "an on-call report. Without flags it runs the rag-rechunk incident scenario."
+        ),
+    )
+    source = simulate.add_mutually_exclusive_group()
+    source.add_argument("--scenario", metavar="NAME", help="built-in scenario name")
+    source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
+    simulate.add_argument(
+        "--autoscaler",
+        choices=["hpa"],
+        default="hpa",
+        help="autoscaler in the loop (the policy engine joins as 'cachescale' with the "
+        "decision layer)",
+    )
+    simulate.add_argument("--seed", type=int, help="override the scenario's seed")
+    simulate.add_argument("--duration", metavar="D", help="override the duration, e.g. 30m, 2h")
+    simulate.add_argument("--out", metavar="DIR", help="write CSV time series and PNG plots")
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.set_defaults(handler=_cmd_simulate)
     return parser
 
 

@@ -1,0 +1,202 @@
+"""What ``cachescale simulate`` prints: the on-call table, the verdict and the JSON object.
+
+The table is what an on-call engineer would want on the incident's night: per window,
+the token hit rate beside the request hit share (the two disagree exactly when it
+matters), TTFT p95, replicas, traffic, cost and preemptions. The verdict says in words
+what changed and what the autoscaler did about it, with the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cachescale.sim.report import Signals, Windows, rounded, signals_dict
+from cachescale.sim.run import RunResult
+
+SIGNAL_COLUMNS = (
+    ("window", 13),
+    ("tok-hit", 7),
+    ("req-hit", 7),
+    ("TTFT-p95", 8),
+    ("replicas", 8),
+    ("req/s", 6),
+    ("GPU-s/1k", 8),
+    ("preempt/s", 9),
+)
+
+
+def before_after(result: RunResult) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The steady window before the first change and the last third of the run."""
+    scenario = result.scenario
+    duration = scenario.duration_s
+    change = scenario.change_at_s if scenario.change_at_s is not None else duration / 2
+    before = (max(0.0, change - scenario.report.steady_window_s), change)
+    after = (duration - duration / 3, duration)
+    return before, after
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "?" if value is None else format(value, spec)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}m"
+
+
+def signal_cells(signals: Signals) -> list[str]:
+    """Table cells for one window's signals (``?`` for unknown)."""
+    return [
+        _fmt(signals.token_hit_rate, ".2f"),
+        _fmt(signals.request_hit_share, ".2f"),
+        _fmt(signals.ttft_p95_s, ".2f") + ("s" if signals.ttft_p95_s is not None else ""),
+        _fmt(signals.replicas, ".1f"),
+        f"{signals.req_per_s:.1f}",
+        _fmt(signals.gpu_s_per_1k, ".0f"),
+        _fmt(signals.preemptions_per_s, ".2f"),
+    ]
+
+
+def on_call_table(result: RunResult) -> str:
+    """Windowed table of the run, one row per ``report.window_s``."""
+    windows = Windows(result)
+    step = result.scenario.report.window_s
+    header = "  ".join(name.rjust(width) for name, width in SIGNAL_COLUMNS)
+    lines = [header, "-" * len(header)]
+    start = 0.0
+    change = result.scenario.change_at_s
+    while start < result.scenario.duration_s:
+        end = min(start + step, result.scenario.duration_s)
+        label = f"{_minutes(start)}-{_minutes(end)}"
+        if change is not None and start <= change < end:
+            label = "*" + label
+        cells = [label, *signal_cells(windows.signals(start, end))]
+        lines.append(
+            "  ".join(
+                cell.rjust(width) for cell, (_, width) in zip(cells, SIGNAL_COLUMNS, strict=True)
+            )
+        )
+        start = end
+    if change is not None:
+        lines.append(f"* the window in which the change happens (t = {_minutes(change)})")
+    return "\n".join(lines)
+
+
+def _pct_change(before: float | None, after: float | None) -> str:
+    if before is None or after is None or before == 0:
+        return "an unknown amount"
+    return f"{(after - before) / before:+.0%}"
+
+
+def verdict(result: RunResult) -> str:
+    """A paragraph in plain words: what changed, what the autoscaler did, what it cost."""
+    windows = Windows(result)
+    (b0, b1), (a0, a1) = before_after(result)
+    before, after = windows.signals(b0, b1), windows.signals(a0, a1)
+    slo = result.scenario.report.slo_ttft_p95_s
+    parts = [
+        f"Before the change the token-weighted hit rate was {_fmt(before.token_hit_rate, '.2f')}"
+        f" (request hit share {_fmt(before.request_hit_share, '.2f')}); in the last third of "
+        f"the run it was {_fmt(after.token_hit_rate, '.2f')} "
+        f"(request hit share {_fmt(after.request_hit_share, '.2f')}).",
+        f"Traffic went from {before.req_per_s:.1f} to {after.req_per_s:.1f} req/s "
+        f"({_pct_change(before.req_per_s, after.req_per_s)}), while prefill tokens computed per "
+        f"request went from {_fmt(before.prefill_tokens_per_request, ',.0f')} to "
+        f"{_fmt(after.prefill_tokens_per_request, ',.0f')}.",
+        f"The {result.autoscaler} autoscaler ran {_fmt(before.replicas, '.1f')} replicas before "
+        f"and {_fmt(after.replicas, '.1f')} after "
+        f"({_pct_change(before.replicas, after.replicas)}; peak {windows.replicas_max()}); "
+        f"GPU-seconds per 1k requests went from {_fmt(before.gpu_s_per_1k, ',.0f')} to "
+        f"{_fmt(after.gpu_s_per_1k, ',.0f')} "
+        f"({_pct_change(before.gpu_s_per_1k, after.gpu_s_per_1k)}).",
+    ]
+    if after.ttft_p95_s is not None:
+        state = "within" if after.ttft_p95_s <= slo else "above"
+        parts.append(
+            f"TTFT p95 ended at {after.ttft_p95_s:.2f} s, {state} the {slo:g} s SLO"
+            + (", so a latency alert alone would have stayed silent." if state == "within" else ".")
+        )
+    if result.autoscaler == "hpa":
+        parts.append(
+            "The HPA raised no alert: it cannot tell more traffic from more expensive requests."
+        )
+    if result.dropped:
+        parts.append(f"{result.dropped} requests found no ready pod and were dropped.")
+    return " ".join(parts)
+
+
+def run_json(result: RunResult) -> dict[str, Any]:
+    """One autoscaler's entry of the ``--json`` object."""
+    windows = Windows(result)
+    (b0, b1), (a0, a1) = before_after(result)
+    step = result.scenario.report.timeline_s
+    timeline: list[dict[str, Any]] = []
+    start = 0.0
+    while start < result.scenario.duration_s:
+        end = min(start + step, result.scenario.duration_s)
+        detail = windows.detail(start, end)
+        timeline.append(
+            rounded(
+                {
+                    "t_s": start,
+                    **signals_dict(windows.signals(start, end)),
+                    "ttft_p95_hit_s": detail.ttft_p95_hit_s,
+                    "ttft_p95_miss_s": detail.ttft_p95_miss_s,
+                    "ttft_p99_s": detail.ttft_p99_s,
+                }
+            )
+        )
+        start = end
+    return {
+        "change_at_s": result.scenario.change_at_s,
+        "before": signals_dict(windows.signals(b0, b1)),
+        "after": signals_dict(windows.signals(a0, a1)),
+        "replicas_max": windows.replicas_max(),
+        "alerts": [],
+        "max_num_seqs": [{"at_s": 0.0, "value": result.scenario.fleet.max_num_seqs}],
+        "dropped_requests": result.dropped,
+        "timeline": timeline,
+    }
+
+
+def sweep_json(points: list[tuple[dict[str, object], RunResult]]) -> list[dict[str, Any]]:
+    """The ``sweep`` list: per point, its settings, whole-run signals and TTFT detail."""
+    rows: list[dict[str, Any]] = []
+    for setting, result in points:
+        windows = Windows(result)
+        duration = result.scenario.duration_s
+        detail = windows.detail(0.0, duration)
+        rows.append(
+            {
+                **{key: str(value) for key, value in setting.items() if key == "router"},
+                **{key: value for key, value in setting.items() if key != "router"},
+                **signals_dict(windows.signals(0.0, duration)),
+                **rounded(
+                    {
+                        "throughput_tok_s": detail.throughput_tok_s,
+                        "ttft_p50_s": detail.ttft_p50_s,
+                        "ttft_p99_s": detail.ttft_p99_s,
+                    }
+                ),
+            }
+        )
+    return rows
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    """The sweep as a table: one line per setting combination."""
+    keys = [k for k in ("replicas", "router", "max_num_seqs") if rows and k in rows[0]]
+    columns = [
+        *keys,
+        "token_hit_rate",
+        "request_hit_share",
+        "throughput_tok_s",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "preemptions_per_s",
+    ]
+    widths = [max(len(c), 12) for c in columns]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    for row in rows:
+        cells = ["?" if row.get(c) is None else str(row[c]) for c in columns]
+        lines.append("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    return "\n".join(lines)

@@ -1,0 +1,194 @@
+"""The simulation loop: requests arrive, the router places them, the autoscaler ticks.
+
+Time is simulated, never read from a clock. Requests come from the workload in arrival
+order; before each one, every autoscaler sync period that has elapsed is processed (pods
+advanced to that instant, the fleet reconciled, the HPA fed the per-pod
+``vllm:num_requests_waiting`` of ready pods, its recommendation applied). The autoscaler
+sits behind a small protocol so the policy engine can be plugged in beside the HPA and both
+runs can share one seed — same requests, same arrivals, different decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cachescale.sim.fleet import Fleet, Pod
+from cachescale.sim.hpa import HPAModel
+from cachescale.sim.profiles import get_profile
+from cachescale.sim.request import SimRequest
+from cachescale.sim.scenario import HPAMetric, RollingRestart, Scenario
+from cachescale.sim.workload import Workload
+
+HPA_SYNC_PERIOD_S = 15.0
+"""Default when the scenario has no autoscaler (the timeline is still sampled)."""
+
+
+@dataclass(frozen=True)
+class FleetObservation:
+    """What an autoscaler may look at on one tick (what a metrics pipeline would show)."""
+
+    now_s: float
+    replicas: int
+    """The Deployment's spec.replicas (what an HPA reads from the scale subresource)."""
+    ready_replicas: int
+    starting_replicas: int
+    """Pods created but not ready yet: they export no engine metrics."""
+    waiting_per_ready_pod: tuple[float, ...]
+    running_per_ready_pod: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    """An autoscaler's answer on one tick."""
+
+    desired_replicas: int
+    reason: str
+
+
+class Autoscaler(Protocol):
+    """Anything that turns an observation into a replica count (HPA, policy engine)."""
+
+    name: str
+    sync_period_s: float
+
+    def step(self, observation: FleetObservation) -> ScaleDecision:
+        """Decide the replica count for this tick."""
+        ...
+
+
+class HPAAutoscaler:
+    """The Kubernetes HPA on a per-pod vLLM gauge (queue length or batch size)."""
+
+    name = "hpa"
+
+    def __init__(self, model: HPAModel, metric: HPAMetric) -> None:
+        self._model = model
+        self._metric = metric
+        self.sync_period_s = model.spec.sync_period_s
+
+    def step(self, observation: FleetObservation) -> ScaleDecision:
+        """One HPA sync."""
+        decision = self._model.step(
+            observation.now_s,
+            observation.replicas,
+            (
+                observation.waiting_per_ready_pod
+                if self._metric == "num_requests_waiting"
+                else observation.running_per_ready_pod
+            ),
+            missing_pods=observation.starting_replicas,
+        )
+        return ScaleDecision(decision.desired_replicas, decision.reason)
+
+
+@dataclass(frozen=True)
+class TimelineSample:
+    """Fleet state at one autoscaler tick."""
+
+    t_s: float
+    replicas: int
+    ready_replicas: int
+    desired_replicas: int
+    waiting: int
+    running: int
+    kv_usage: float | None
+    preemptions_total: int
+    reason: str
+
+
+@dataclass
+class RunResult:
+    """Everything a report needs from one run."""
+
+    scenario: Scenario
+    autoscaler: str
+    finished: list[SimRequest]
+    pods: list[Pod]
+    samples: list[TimelineSample]
+    dropped: int
+
+
+def run(
+    scenario: Scenario,
+    autoscaler: Autoscaler | None,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Simulate ``scenario`` for its duration under ``autoscaler`` (None: fixed fleet)."""
+    fleet = Fleet(
+        get_profile(scenario.fleet.profile),
+        scenario.fleet.max_num_seqs,
+        scenario.fleet.router,
+        scenario.fleet.pod_start_delay_s,
+        scenario.fleet.replicas,
+    )
+    workload = Workload(
+        scenario.workload,
+        seed=scenario.seed,
+        perturbations=[p for p in scenario.perturbations if not isinstance(p, RollingRestart)],
+        until_s=scenario.duration_s,
+    )
+    rollouts = sorted(p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart))
+    sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
+    samples: list[TimelineSample] = []
+    dropped = 0
+    next_tick = sync_s
+
+    def tick(now_s: float) -> None:
+        fleet.advance_to(now_s)
+        while rollouts and rollouts[0] <= now_s:
+            rollouts.pop(0)
+            fleet.start_rolling_restart(now_s)
+        fleet.reconcile(now_s)
+        samples.append(_sample(fleet, now_s, autoscaler))
+        if progress is not None:
+            progress(now_s / scenario.duration_s)
+
+    for request in workload:
+        while next_tick <= request.arrival_s:
+            tick(next_tick)
+            next_tick += sync_s
+        if not fleet.route(request):
+            dropped += 1
+    while next_tick <= scenario.duration_s:
+        tick(next_tick)
+        next_tick += sync_s
+    fleet.advance_to(scenario.duration_s)
+    return RunResult(
+        scenario=scenario,
+        autoscaler=autoscaler.name if autoscaler else "none",
+        finished=fleet.finished,
+        pods=fleet.pods,
+        samples=samples,
+        dropped=dropped,
+    )
+
+
+def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> TimelineSample:
+    ready = fleet.ready_pods(now_s)
+    live = fleet.live_pods
+    reason = "FixedFleet"
+    if autoscaler is not None:
+        observation = FleetObservation(
+            now_s=now_s,
+            replicas=fleet.desired_replicas,
+            ready_replicas=len(ready),
+            starting_replicas=sum(1 for pod in live if pod.ready_s > now_s),
+            waiting_per_ready_pod=tuple(float(pod.engine.num_waiting) for pod in ready),
+            running_per_ready_pod=tuple(float(pod.engine.num_running) for pod in ready),
+        )
+        decision = autoscaler.step(observation)
+        fleet.scale_to(decision.desired_replicas, now_s)
+        reason = decision.reason
+    return TimelineSample(
+        t_s=now_s,
+        replicas=len(live),
+        ready_replicas=len(ready),
+        desired_replicas=fleet.desired_replicas,
+        waiting=sum(pod.engine.num_waiting for pod in live),
+        running=sum(pod.engine.num_running for pod in live),
+        kv_usage=sum(pod.engine.kv_usage for pod in ready) / len(ready) if ready else None,
+        preemptions_total=sum(pod.engine.num_preemptions_total for pod in fleet.pods),
+        reason=reason,
+    )

@@ -1,0 +1,186 @@
+"""Scenario files: one YAML document describes a whole simulated experiment.
+
+A scenario fixes everything a run depends on — workload, fleet, engine profile, router,
+autoscaler, perturbations, duration and seed — so the same file and seed give the same
+bytes of output. Built-in scenarios ship inside the package (``sim/scenarios/*.yaml``) and
+are copied under ``examples/scenarios/`` for users to start from; a test keeps the two in
+sync. The schema is pydantic, documented field by field, and rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cachescale.sim.fleet import RouterKind
+from cachescale.sim.hpa import HPASpec
+from cachescale.sim.profiles import PROFILES
+from cachescale.sim.workload import (
+    ChunkSizeChange,
+    LayoutChange,
+    RateChange,
+    RetrievalAheadOfHistory,
+    ShuffleTools,
+    SlidingWindow,
+    VariableFieldToTop,
+    WorkloadSpec,
+)
+
+BUILTIN_PACKAGE = "cachescale.sim.scenarios"
+DEFAULT_SCENARIO = "rag-rechunk"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+HPAMetric = Literal["num_requests_waiting", "num_requests_running"]
+"""The per-pod gauge an HPA averages: queue length (waiting) or batch size (running)."""
+
+
+class RollingRestart(_Model):
+    """Every pod is replaced by a new, cold one (a rollout), starting at ``at_s``."""
+
+    kind: Literal["rolling_restart"] = Field(default="rolling_restart", description="Tag.")
+    at_s: float = Field(ge=0, description="Simulated time the rollout starts, seconds.")
+
+
+ScenarioPerturbation = Annotated[
+    ChunkSizeChange
+    | RetrievalAheadOfHistory
+    | VariableFieldToTop
+    | ShuffleTools
+    | SlidingWindow
+    | RateChange
+    | LayoutChange
+    | RollingRestart,
+    Field(discriminator="kind"),
+]
+"""A change at a point in simulated time: a workload change or a fleet rollout."""
+
+
+class FleetSpec(_Model):
+    """The Deployment: engine profile, batch ceiling, pods and the router in front."""
+
+    profile: str = Field(description=f"Engine profile, one of: {', '.join(sorted(PROFILES))}.")
+    max_num_seqs: int = Field(default=64, ge=1, description="vLLM --max-num-seqs per pod.")
+    replicas: int = Field(default=10, ge=1, description="Pods at t=0 (ready, caches empty).")
+    pod_start_delay_s: float = Field(
+        default=120.0, ge=0, description="Seconds from pod creation to ready (weights, graphs)."
+    )
+    router: RouterKind = Field(
+        default=RouterKind.ROUND_ROBIN, description="round_robin, least_loaded or prefix_aware."
+    )
+
+    @model_validator(mode="after")
+    def _known_profile(self) -> FleetSpec:
+        if self.profile not in PROFILES:
+            raise ValueError(
+                f"unknown profile {self.profile!r}; choose one of {', '.join(sorted(PROFILES))}"
+            )
+        return self
+
+
+class ReportSpec(_Model):
+    """How results are summarised and judged."""
+
+    window_s: float = Field(default=600.0, gt=0, description="Rows of the on-call table, s.")
+    timeline_s: float = Field(default=60.0, gt=0, description="Timeline resolution, seconds.")
+    steady_window_s: float = Field(
+        default=1200.0, gt=0, description="'before' = this long, ending at the first change."
+    )
+    slo_ttft_p95_s: float = Field(default=1.0, gt=0, description="TTFT p95 objective, s.")
+    budget_gpu_s_per_1k: float | None = Field(
+        default=None, gt=0, description="GPU-seconds per 1k requests budget (report only)."
+    )
+    full_hit_max_computed_tokens: int = Field(
+        default=200,
+        ge=0,
+        description="A request counts as a full hit when it computed at most this many "
+        "prompt tokens (a bucket bound of vLLM's computed-tokens histogram).",
+    )
+
+
+class SweepSpec(_Model):
+    """Run the scenario once per combination of settings (fixed fleet, no autoscaler)."""
+
+    replicas: tuple[int, ...] = Field(default=(), description="Pod counts to try.")
+    router: tuple[RouterKind, ...] = Field(default=(), description="Routers to try.")
+    max_num_seqs: tuple[int, ...] = Field(default=(), description="Batch ceilings to try.")
+
+    def points(self) -> Iterator[dict[str, object]]:
+        """Each combination as ``{setting: value}``, in a fixed order."""
+        axes: dict[str, tuple[object, ...]] = {
+            name: values
+            for name, values in (
+                ("replicas", self.replicas),
+                ("router", self.router),
+                ("max_num_seqs", self.max_num_seqs),
+            )
+            if values
+        }
+        for combo in itertools.product(*axes.values()):
+            yield dict(zip(axes, combo, strict=True))
+
+
+class Scenario(_Model):
+    """One simulated experiment, end to end."""
+
+    name: str = Field(pattern=r"^[a-z0-9][-a-z0-9]*$", description="Scenario name.")
+    description: str = Field(description="What it shows, in a sentence or two.")
+    seed: int = Field(default=7, ge=0, description="Seed for every random draw.")
+    duration_s: float = Field(gt=0, description="Simulated seconds.")
+    fleet: FleetSpec = Field(description="Pods, profile and router.")
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="Request stream.")
+    autoscaler: HPASpec | None = Field(
+        default=None, description="The HPA on vllm:num_requests_waiting; null: fixed fleet."
+    )
+    autoscaler_metric: HPAMetric = Field(
+        default="num_requests_waiting",
+        description="vllm:num_requests_waiting (queue length) or vllm:num_requests_running "
+        "(batch size), averaged per ready pod: the two metrics HPA guides for vLLM use.",
+    )
+    perturbations: tuple[ScenarioPerturbation, ...] = Field(
+        default=(), description="Changes at given times (workload or rollout)."
+    )
+    report: ReportSpec = Field(default_factory=ReportSpec, description="Summary settings.")
+    sweep: SweepSpec | None = Field(default=None, description="Settings to sweep, if any.")
+
+    @property
+    def change_at_s(self) -> float | None:
+        """When the first perturbation happens (None without perturbations)."""
+        return min((p.at_s for p in self.perturbations), default=None)
+
+
+def builtin_names() -> list[str]:
+    """Names of the scenarios shipped with the package."""
+    folder = resources.files(BUILTIN_PACKAGE)
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def load_builtin(name: str) -> Scenario:
+    """A built-in scenario by name; ``ValueError`` listing the names when unknown."""
+    if name not in builtin_names():
+        raise ValueError(f"no built-in scenario {name!r}; choose one of {builtin_names()}")
+    text = resources.files(BUILTIN_PACKAGE).joinpath(f"{name}.yaml").read_text("utf-8")
+    return parse_scenario(text)
+
+
+def load_file(path: Path) -> Scenario:
+    """A scenario from a YAML file."""
+    return parse_scenario(path.read_text(encoding="utf-8"))
+
+
+def parse_scenario(text: str) -> Scenario:
+    """Validate scenario YAML text (raises pydantic's ValidationError with field paths)."""
+    return Scenario.model_validate(yaml.safe_load(text))

@@ -1,0 +1,1 @@
+"""Built-in scenario files (YAML), loaded by name with ``cachescale simulate --scenario``."""

@@ -1,0 +1,139 @@
+"""``cachescale simulate`` as a library call: resolve a scenario, run it, present it.
+
+The CLI stays a thin shell around this module: it builds a :class:`SimulationRequest`
+from flags and prints what the :class:`SimulationOutcome` renders. Tests call the same
+functions, so what they check is what users see. Output is deterministic: the same
+scenario and seed give byte-identical JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachescale.api.durations import parse_duration_seconds
+from cachescale.sim.hpa import HPAModel
+from cachescale.sim.present import (
+    on_call_table,
+    run_json,
+    sweep_json,
+    sweep_table,
+    verdict,
+)
+from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run
+from cachescale.sim.scenario import DEFAULT_SCENARIO, Scenario, load_builtin, load_file
+from cachescale.sim.sweep import run_sweep
+
+
+@dataclass(frozen=True)
+class SimulationRequest:
+    """A resolved scenario (overrides applied) and the autoscalers to run it under."""
+
+    scenario: Scenario
+    autoscalers: tuple[str, ...]
+
+    @classmethod
+    def from_cli(
+        cls,
+        scenario: str | None,
+        scenario_file: str | None,
+        autoscaler: str,
+        seed: int | None,
+        duration: str | None,
+    ) -> SimulationRequest:
+        """Resolve CLI flags; raises ValueError/ValidationError/OSError on bad input."""
+        if scenario_file is not None:
+            resolved = load_file(Path(scenario_file))
+        else:
+            resolved = load_builtin(scenario or DEFAULT_SCENARIO)
+        updates: dict[str, Any] = {}
+        if seed is not None:
+            updates["seed"] = seed
+        if duration is not None:
+            updates["duration_s"] = parse_duration_seconds(duration)
+        return cls(resolved.model_copy(update=updates), (autoscaler,))
+
+
+def _autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
+    if scenario.autoscaler is None:
+        return None
+    if name == "hpa":
+        return HPAAutoscaler(HPAModel(scenario.autoscaler), scenario.autoscaler_metric)
+    raise ValueError(f"unknown autoscaler {name!r}")
+
+
+@dataclass
+class SimulationOutcome:
+    """The results of one ``simulate`` call, renderable as text, JSON and files."""
+
+    scenario: Scenario
+    runs: dict[str, RunResult] = field(default_factory=dict)
+    sweep: list[tuple[dict[str, object], RunResult]] = field(default_factory=list)
+
+    def to_json_object(self) -> dict[str, Any]:
+        """The ``--json`` object (see the issue's schema; sweeps add ``sweep``)."""
+        out: dict[str, Any] = {
+            "scenario": self.scenario.name,
+            "seed": self.scenario.seed,
+            "runs": {name: run_json(result) for name, result in self.runs.items()},
+        }
+        if self.sweep:
+            out["sweep"] = sweep_json(self.sweep)
+        return out
+
+    def to_json(self) -> str:
+        """Deterministic JSON text."""
+        return json.dumps(self.to_json_object(), sort_keys=True, allow_nan=False)
+
+    def to_text(self) -> str:
+        """The on-call report: a table per run and a verdict paragraph."""
+        lines = [
+            f"scenario {self.scenario.name} (seed {self.scenario.seed})",
+            self.scenario.description.strip(),
+            "",
+        ]
+        for name, result in self.runs.items():
+            lines += [f"autoscaler: {name}", on_call_table(result), "", verdict(result), ""]
+        if self.sweep:
+            lines += [sweep_table(sweep_json(self.sweep)), ""]
+        return "\n".join(lines).rstrip()
+
+    def write_artifacts(self, folder: Path) -> None:
+        """CSV time series per run and a PNG of the runs (``--out DIR``)."""
+        from cachescale.sim.artifacts import write_plots, write_timeline_csv
+
+        folder.mkdir(parents=True, exist_ok=True)
+        timelines = {name: run_json(result)["timeline"] for name, result in self.runs.items()}
+        for name, timeline in timelines.items():
+            write_timeline_csv(folder / f"{self.scenario.name}-{name}.csv", timeline)
+        if self.sweep:
+            rows = sweep_json(self.sweep)
+            (folder / f"{self.scenario.name}-sweep.json").write_text(
+                json.dumps(rows, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
+        if timelines:
+            write_plots(
+                folder / f"{self.scenario.name}.png",
+                f"{self.scenario.name} (seed {self.scenario.seed})",
+                timelines,
+                self.scenario.change_at_s,
+                self.scenario.report.slo_ttft_p95_s,
+                self.scenario.report.budget_gpu_s_per_1k,
+            )
+
+
+def simulate(
+    request: SimulationRequest, progress: Callable[[float], None] | None = None
+) -> SimulationOutcome:
+    """Run the scenario (or its sweep) under each requested autoscaler."""
+    scenario = request.scenario
+    outcome = SimulationOutcome(scenario)
+    if scenario.sweep is not None:
+        outcome.sweep = run_sweep(scenario)
+        return outcome
+    for name in request.autoscalers:
+        outcome.runs[name] = run(scenario, _autoscaler(name, scenario), progress)
+    return outcome

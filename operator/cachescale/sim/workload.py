@@ -1,0 +1,857 @@
+"""The request stream the simulated fleet serves: prompts built from segments, hashed as vLLM.
+
+A prompt is an ordered list of segments (``layout``): tool definitions, a per-tenant system
+prompt, retrieved document chunks, the conversation history, the user turn and a variable
+field (timestamp / request id). Every segment has real token ids, generated
+deterministically from the seed, and every request carries the chained block hashes of its
+prompt *and* the output it will generate (:mod:`cachescale.sim.hashing`). The prefix cache
+is therefore exercised by the mechanism itself, not by a hit-rate knob: a hit rate emerges
+from which segments repeat, in which order, behind which salt.
+
+That is what lets the simulator reproduce the incident in the brief. Re-chunking the
+corpus (512 → 500 tokens) changes the docs' token content once and the cache heals;
+re-running retrieval every turn *ahead of* the history, moving a variable field to the
+top, shuffling tool definitions or sliding a history window change the prefix on almost
+every request and keep the hit rate near zero. These changes are :data:`Perturbation`
+models applied at their time.
+
+Generation is lazy (an iterator in arrival order) and hashing is the hot cost, so hash
+chains are memoised by segment prefix (bounded LRU) and a session remembers the chain of
+its last turn: a request hashes only the blocks after its first novel segment. After a
+collapse every block is hashed, one ``sha256`` call per block.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Literal, Self
+
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from cachescale.sim.hashing import TOKEN_BYTES, extend_chain, hash_blocks
+from cachescale.sim.request import SimRequest
+
+VOCAB_SIZE = 32_000
+"""Token ids are drawn from ``[0, VOCAB_SIZE)``."""
+
+SegmentKind = Literal["variable", "tools", "system", "docs", "history", "user"]
+"""One part of a prompt; a layout orders them."""
+
+RetrievalMode = Literal["per_topic", "per_session", "per_request"]
+"""When retrieval runs, hence which requests share the same chunks in the same order."""
+
+
+def _check_layout(layout: tuple[SegmentKind, ...]) -> tuple[SegmentKind, ...]:
+    if len(set(layout)) != len(layout):
+        raise ValueError(f"layout lists a segment twice: {list(layout)}")
+    if "user" not in layout:
+        raise ValueError("layout must contain the 'user' segment")
+    return layout
+
+
+Layout = Annotated[tuple[SegmentKind, ...], AfterValidator(_check_layout)]
+"""Segment kinds in prompt order, each at most once, ``user`` required."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LengthDist(_Model):
+    """A token count drawn from a lognormal distribution, rounded and clipped."""
+
+    mean_tokens: float = Field(gt=0, description="Mean of the lognormal before clipping.")
+    sigma: float = Field(
+        default=0.5, ge=0, description="Shape (std of the log); 0 makes the count constant."
+    )
+    min_tokens: int = Field(default=1, ge=1, description="Lower clip.")
+    max_tokens: int = Field(default=4096, ge=1, description="Upper clip.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError("min_tokens must not exceed max_tokens")
+        return self
+
+
+class RateStep(_Model):
+    """From ``at_s`` on, requests arrive at ``rate_per_s`` (Poisson)."""
+
+    at_s: float = Field(ge=0, description="Simulated time the step takes effect, seconds.")
+    rate_per_s: float = Field(ge=0, description="Mean arrivals per second from then on.")
+
+
+class ToolsSpec(_Model):
+    """Tool (function) definitions rendered into every prompt."""
+
+    count: int = Field(default=6, ge=0, description="Number of tool definitions.")
+    tokens_each: int = Field(default=200, ge=1, description="Tokens per tool definition.")
+    shuffle: bool = Field(
+        default=False,
+        description="Render the tools in a fresh random order per request (nondeterministic "
+        "serialisation); defeats sharing of everything after the first tool.",
+    )
+
+
+class TenantSpec(_Model):
+    """A tenant: its own system prompt, optionally its own cache namespace."""
+
+    name: str = Field(min_length=1, description="Tenant name, copied to SimRequest.tenant.")
+    weight: float = Field(default=1.0, gt=0, description="Relative share of new sessions.")
+    cache_salt: str | None = Field(
+        default=None,
+        min_length=1,
+        description="vLLM cache_salt mixed into block 0's hash: tenants with different "
+        "salts never share a block, even with identical tokens.",
+    )
+
+
+class RetrievalSpec(_Model):
+    """The RAG corpus and how chunks are retrieved into the ``docs`` segment."""
+
+    topics: int = Field(default=500, ge=1, description="Number of topics (prefix groups).")
+    zipf_exponent: float = Field(
+        default=0.8, ge=0, description="Topic popularity ∝ 1/rank^exponent; 0 is uniform."
+    )
+    docs_per_topic: int = Field(default=16, ge=1, description="Documents per topic.")
+    tokens_per_doc: int = Field(
+        default=2048, ge=1, description="Mean tokens per document (each is 0.5–1.5× this)."
+    )
+    chunk_size: int = Field(
+        default=512,
+        ge=1,
+        description="Tokens per chunk: chunk i of a doc is doc[i*chunk_size:(i+1)*chunk_size].",
+    )
+    top_k: int = Field(default=4, ge=0, description="Chunks retrieved per request.")
+    mode: RetrievalMode = Field(
+        default="per_session",
+        description="per_topic: a topic always retrieves the same chunks in the same order "
+        "(shareable across sessions). per_session: retrieval runs on a session's first turn "
+        "and its chunks are kept for the following turns. per_request: retrieval is re-run "
+        "every turn. per_session and per_request draw top_k of the topic's chunks in a "
+        "random order.",
+    )
+
+
+class SessionSpec(_Model):
+    """Multi-turn conversations: follow-ups carry the previous turns as history."""
+
+    mean_turns: float = Field(
+        default=3.5,
+        ge=1,
+        description="Mean turns per session. A request continues a session with "
+        "probability 1 − 1/mean_turns (0.71 for 3.5); session lengths are then geometric.",
+    )
+    concurrent: int = Field(
+        default=256,
+        ge=1,
+        description="Conversations in flight. A follow-up continues one of them at random; "
+        "a new session replaces one at random (that conversation ends). Sets the time "
+        "between a session's turns: ≈ concurrent / (rate × (1 − 1/mean_turns)).",
+    )
+    history_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Sliding window: drop the oldest whole turns while the history exceeds "
+        "this many tokens. None keeps the whole history.",
+    )
+
+
+class WorkloadSpec(_Model):
+    """Everything that shapes the request stream (the ``workload`` part of a scenario)."""
+
+    rate_per_s: float = Field(default=32.0, ge=0, description="Arrival rate at t=0, req/s.")
+    rate_steps: tuple[RateStep, ...] = Field(
+        default=(), description="Later rate changes (Poisson arrivals at each rate)."
+    )
+    layout: Layout = Field(
+        default=("tools", "system", "docs", "history", "user", "variable"),
+        description="Segment order. Segments before 'history' are re-rendered every turn; "
+        "those after it form the turn, which joins the history with its output. Without "
+        "'history' nothing carries over between a session's turns.",
+    )
+    tools: ToolsSpec = Field(default_factory=ToolsSpec, description="Tool definitions.")
+    system_tokens: int = Field(
+        default=800, ge=1, description="Tokens of each tenant's system prompt."
+    )
+    tenants: tuple[TenantSpec, ...] = Field(
+        default=(TenantSpec(name="default"),),
+        min_length=1,
+        description="Tenants; each has its own system prompt.",
+    )
+    retrieval: RetrievalSpec = Field(
+        default_factory=RetrievalSpec, description="RAG corpus and retrieval."
+    )
+    sessions: SessionSpec = Field(default_factory=SessionSpec, description="Multi-turn sessions.")
+    user_tokens: LengthDist = Field(
+        default=LengthDist(mean_tokens=110, sigma=0.4, min_tokens=50, max_tokens=200),
+        description="Tokens of the user turn (unique per request).",
+    )
+    variable_tokens: int = Field(
+        default=24, ge=1, description="Tokens of the variable field (unique per request)."
+    )
+    output_tokens: LengthDist = Field(
+        default=LengthDist(mean_tokens=220, sigma=0.25, min_tokens=150, max_tokens=300),
+        description="Tokens the request generates (unique; cached for the next turn).",
+    )
+    block_size: int = Field(default=16, ge=1, description="KV block size in tokens (vLLM).")
+
+    @model_validator(mode="after")
+    def _unique_tenants(self) -> Self:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tenant names must be unique: {names}")
+        return self
+
+
+# --- Perturbations ---------------------------------------------------------------------
+
+
+class _Perturbation(_Model):
+    at_s: float = Field(ge=0, description="Simulated time the change takes effect, seconds.")
+
+
+class ChunkSizeChange(_Perturbation):
+    """Re-chunk the corpus: same docs, new boundaries, so new chunk tokens (heals once)."""
+
+    kind: Literal["chunk_size"] = Field(default="chunk_size", description="Discriminator.")
+    chunk_size: int = Field(ge=1, description="New chunk size in tokens.")
+
+
+class RetrievalAheadOfHistory(_Perturbation):
+    """Retrieval re-runs every turn (``per_request``) and the docs move before the history."""
+
+    kind: Literal["retrieval_per_turn_ahead_of_history"] = Field(
+        default="retrieval_per_turn_ahead_of_history", description="Discriminator."
+    )
+
+
+class VariableFieldToTop(_Perturbation):
+    """The variable field (timestamp / request id) moves to position 0 of the layout."""
+
+    kind: Literal["variable_field_to_top"] = Field(
+        default="variable_field_to_top", description="Discriminator."
+    )
+
+
+class ShuffleTools(_Perturbation):
+    """Tool definitions are serialised in a random order per request."""
+
+    kind: Literal["shuffle_tools"] = Field(default="shuffle_tools", description="Discriminator.")
+
+
+class SlidingWindow(_Perturbation):
+    """The history is truncated to the newest turns fitting in ``history_max_tokens``."""
+
+    kind: Literal["sliding_window"] = Field(default="sliding_window", description="Discriminator.")
+    history_max_tokens: int = Field(ge=1, description="History budget in tokens.")
+
+
+class RateChange(_Perturbation):
+    """The arrival rate changes (overrides ``rate_steps`` from ``at_s`` on)."""
+
+    kind: Literal["rate"] = Field(default="rate", description="Discriminator.")
+    rate_per_s: float = Field(ge=0, description="New mean arrivals per second.")
+
+
+class LayoutChange(_Perturbation):
+    """The prompt template changes: a new segment order."""
+
+    kind: Literal["layout"] = Field(default="layout", description="Discriminator.")
+    layout: Layout = Field(description="New segment order.")
+
+
+Perturbation = Annotated[
+    ChunkSizeChange
+    | RetrievalAheadOfHistory
+    | VariableFieldToTop
+    | ShuffleTools
+    | SlidingWindow
+    | RateChange
+    | LayoutChange,
+    Field(discriminator="kind"),
+]
+"""A workload change at a point in simulated time, tagged by ``kind``."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """The workload's effective settings at one instant (spec + perturbations so far)."""
+
+    layout: tuple[SegmentKind, ...]
+    retrieval_mode: RetrievalMode
+    chunk_size: int
+    shuffle_tools: bool
+    history_max_tokens: int | None
+    rate_per_s: float
+    applied: tuple[str, ...] = ()
+    """Kinds of the perturbations applied so far, in order."""
+
+    def after(self, p: Perturbation) -> WorkloadState:
+        """This state with one perturbation applied."""
+        new = self._changed(p)
+        return replace(new, applied=(*self.applied, p.kind))
+
+    def _changed(self, p: Perturbation) -> WorkloadState:
+        match p:
+            case ChunkSizeChange():
+                return replace(self, chunk_size=p.chunk_size)
+            case RetrievalAheadOfHistory():
+                return replace(
+                    self, retrieval_mode="per_request", layout=_docs_before_history(self.layout)
+                )
+            case VariableFieldToTop():
+                rest = tuple(k for k in self.layout if k != "variable")
+                return replace(self, layout=("variable", *rest))
+            case ShuffleTools():
+                return replace(self, shuffle_tools=True)
+            case SlidingWindow():
+                return replace(self, history_max_tokens=p.history_max_tokens)
+            case RateChange():
+                return replace(self, rate_per_s=p.rate_per_s)
+            case LayoutChange():
+                return replace(self, layout=p.layout)
+
+
+def _docs_before_history(layout: tuple[SegmentKind, ...]) -> tuple[SegmentKind, ...]:
+    """Move (or insert) ``docs`` right before ``history`` (before ``user`` if no history)."""
+    if "history" in layout and "docs" in layout and layout.index("docs") < layout.index("history"):
+        return layout
+    rest: list[SegmentKind] = [k for k in layout if k != "docs"]
+    anchor: SegmentKind = "history" if "history" in rest else "user"
+    rest.insert(rest.index(anchor), "docs")
+    return tuple(rest)
+
+
+# --- Generation ------------------------------------------------------------------------
+
+# An atom is one hashing unit: (identity, token bytes, shareable across requests). Two
+# atoms with the same identity always carry the same bytes.
+_Atom = tuple[Hashable, bytes, bool]
+
+_BATCH = 8192
+_TOKEN_BATCH = 1 << 20
+
+
+class _Draws:
+    """Batched draws from one seeded numpy Generator (per-call cost: an index bump)."""
+
+    def __init__(self, seed_seq: np.random.SeedSequence) -> None:
+        self._rng = np.random.default_rng(seed_seq)
+        self._u: list[float] = []
+        self._ui = 0
+        self._z: list[float] = []
+        self._zi = 0
+        self._e: list[float] = []
+        self._ei = 0
+        self._tok = b""
+        self._ti = 0
+
+    def uniform(self) -> float:
+        if self._ui == len(self._u):
+            self._u, self._ui = self._rng.random(_BATCH).tolist(), 0
+        self._ui += 1
+        return self._u[self._ui - 1]
+
+    def normal(self) -> float:
+        if self._zi == len(self._z):
+            self._z, self._zi = self._rng.standard_normal(_BATCH).tolist(), 0
+        self._zi += 1
+        return self._z[self._zi - 1]
+
+    def exponential(self) -> float:
+        if self._ei == len(self._e):
+            self._e, self._ei = self._rng.standard_exponential(_BATCH).tolist(), 0
+        self._ei += 1
+        return self._e[self._ei - 1]
+
+    def tokens(self, n: int) -> bytes:
+        """``n`` fresh token ids as int32 bytes."""
+        width = n * TOKEN_BYTES
+        if self._ti + width > len(self._tok):
+            size = max(_TOKEN_BATCH, n)
+            self._tok = self._rng.integers(0, VOCAB_SIZE, size, dtype=np.int32).tobytes()
+            self._ti = 0
+        self._ti += width
+        return self._tok[self._ti - width : self._ti]
+
+    def length(self, dist: LengthDist) -> int:
+        mu = math.log(dist.mean_tokens) - dist.sigma**2 / 2
+        n = round(math.exp(mu + dist.sigma * self.normal()))
+        return min(max(n, dist.min_tokens), dist.max_tokens)
+
+
+def _fixed_tokens(seed: int, stream: int, *key: int, n: int) -> bytes:
+    """Token ids that depend only on (seed, stream, key): a reusable segment's content."""
+    rng = np.random.default_rng([seed, stream, *key])
+    return rng.integers(0, VOCAB_SIZE, n, dtype=np.int32).tobytes()
+
+
+def _cdf(weights: Sequence[float]) -> list[float]:
+    total = float(sum(weights))
+    acc = 0.0
+    out = []
+    for w in weights:
+        acc += w / total
+        out.append(acc)
+    out[-1] = 1.0
+    return out
+
+
+@dataclass(slots=True, eq=False)
+class _Session:
+    tenant: int
+    topic: int
+    # Previous turns (post-history atoms + output) and their token counts, oldest first.
+    turns: deque[tuple[list[_Atom], int]] = field(default_factory=deque)
+    history_tokens: int = 0
+    # The chunks this session retrieved (per_session mode) and the chunk size they had.
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    chunk_size: int = 0
+    # The hash chain of the last request's whole sequence, to extend on the next turn.
+    tail_keys: tuple[Hashable, ...] = ()
+    tail_digests: list[bytes] = field(default_factory=list)
+    tail_rest: bytes = b""
+
+
+@dataclass(slots=True, eq=False)
+class _Node:
+    """Memoised chain state after a shareable prefix: digests so far + partial block."""
+
+    node_id: int
+    digests: list[bytes]
+    rest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadStats:
+    """Counters for the generator's cost (performance reports and tests)."""
+
+    requests: int
+    """Requests generated so far."""
+    blocks_hashed: int
+    """sha256 calls made (one per full block hashed)."""
+    memo_entries: int
+    """Shareable prefixes currently memoised."""
+    memo_digests: int
+    """Digest references the memo holds (bounded by ``memo_max_digests``)."""
+
+
+class Workload:
+    """Lazy, deterministic stream of :class:`SimRequest` in arrival order.
+
+    ``seed`` fixes everything (arrivals, sessions, token ids, hashes). Perturbations apply
+    to requests arriving at or after their ``at_s``. ``until_s`` ends the stream (None:
+    endless). ``memo=False`` hashes every request's whole sequence from scratch — the
+    reference the memoised path must match. ``memo_max_digests`` bounds the prefix memo
+    (total digest references held; least recently used prefixes go first).
+    """
+
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        *,
+        seed: int = 0,
+        perturbations: Sequence[Perturbation] = (),
+        until_s: float | None = None,
+        memo: bool = True,
+        memo_max_digests: int = 4_000_000,
+    ) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.until_s = until_s
+        self._memo_on = memo
+        self._memo_cap = memo_max_digests
+        self._perturbations = sorted(perturbations, key=lambda p: p.at_s)
+        self._next_p = 0
+        self._base = WorkloadState(
+            layout=spec.layout,
+            retrieval_mode=spec.retrieval.mode,
+            chunk_size=spec.retrieval.chunk_size,
+            shuffle_tools=spec.tools.shuffle,
+            history_max_tokens=spec.sessions.history_max_tokens,
+            rate_per_s=spec.rate_per_s,
+        )
+        self._state = self._base
+        # Piecewise-constant arrival rate: spec steps, then rate perturbations (later wins).
+        changes = [(s.at_s, 0, s.rate_per_s) for s in spec.rate_steps]
+        changes += [(p.at_s, 1, p.rate_per_s) for p in self._perturbations if p.kind == "rate"]
+        self._rate_starts = [0.0]
+        self._rates = [spec.rate_per_s]
+        for at_s, _, rate in sorted(changes, key=lambda c: (c[0], c[1])):
+            if at_s == self._rate_starts[-1]:
+                self._rates[-1] = rate
+            else:
+                self._rate_starts.append(at_s)
+                self._rates.append(rate)
+        self._rate_i = 0
+        self._t = 0.0
+
+        arrivals, choices, tokens = np.random.SeedSequence(seed).spawn(3)
+        self._arrivals = _Draws(arrivals)
+        self._choices = _Draws(choices)
+        self._tokens = _Draws(tokens)
+        self._tenant_cdf = _cdf([t.weight for t in spec.tenants])
+        r = spec.retrieval
+        self._topic_cdf = _cdf([(k + 1) ** -r.zipf_exponent for k in range(r.topics)])
+        self._salts = [(t.cache_salt or "").encode() for t in spec.tenants]
+        self._tools = [
+            _fixed_tokens(seed, 1, i, n=spec.tools.tokens_each) for i in range(spec.tools.count)
+        ]
+        self._systems = [
+            _fixed_tokens(seed, 2, i, n=spec.system_tokens) for i in range(len(spec.tenants))
+        ]
+        self._docs: dict[int, list[bytes]] = {}
+        self._pools: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._topic_chunks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._sessions: list[_Session] = []
+        self._next_id = 0
+        self._memo: OrderedDict[tuple[int, Hashable], _Node] = OrderedDict()
+        self._memo_digests = 0
+        self._next_node = 1
+        self._roots = {s: _Node(-i - 1, [], b"") for i, s in enumerate(dict.fromkeys(self._salts))}
+        self._blocks_hashed = 0
+
+    # -- public -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        return self
+
+    def __next__(self) -> SimRequest:
+        t = self._next_arrival()
+        if t is None or (self.until_s is not None and t > self.until_s):
+            raise StopIteration
+        return self._request(t)
+
+    def next_request(self) -> SimRequest | None:
+        """The next request, or None when the stream has ended."""
+        return next(self, None)
+
+    def state_at(self, t: float) -> WorkloadState:
+        """Effective settings for a request arriving at ``t`` (pure; for reports)."""
+        state = self._base
+        for p in self._perturbations:
+            if p.at_s > t:
+                break
+            state = state.after(p)
+        rate_i = bisect.bisect_right(self._rate_starts, t) - 1
+        return replace(state, rate_per_s=self._rates[rate_i])
+
+    def layout_at(self, t: float) -> tuple[SegmentKind, ...]:
+        """The segment order for a request arriving at ``t``."""
+        return self.state_at(t).layout
+
+    @property
+    def stats(self) -> WorkloadStats:
+        """Generation cost so far."""
+        return WorkloadStats(
+            requests=self._next_id,
+            blocks_hashed=self._blocks_hashed,
+            memo_entries=len(self._memo),
+            memo_digests=self._memo_digests,
+        )
+
+    # -- arrivals -----------------------------------------------------------------------
+
+    def _next_arrival(self) -> float | None:
+        """Next Poisson arrival under a piecewise-constant rate (exact inversion)."""
+        work = self._arrivals.exponential()
+        t = self._t
+        while True:
+            i = self._rate_i
+            rate = self._rates[i]
+            end = self._rate_starts[i + 1] if i + 1 < len(self._rates) else math.inf
+            if rate > 0:
+                if t + work / rate < end:
+                    self._t = t + work / rate
+                    return self._t
+                work -= (end - t) * rate
+            elif end == math.inf:
+                return None
+            t = end
+            self._rate_i += 1
+
+    # -- prompt assembly ----------------------------------------------------------------
+
+    def _request(self, t: float) -> SimRequest:
+        while self._next_p < len(self._perturbations):
+            p = self._perturbations[self._next_p]
+            if p.at_s > t:
+                break
+            self._state = self._state.after(p)
+            self._next_p += 1
+        state = self._state
+        rid = self._next_id
+        self._next_id += 1
+        session = self._session()
+        draws = self._tokens
+
+        pre: list[_Atom] = []
+        turn: list[_Atom] = []
+        into = pre
+        for kind in state.layout:
+            if kind == "history":
+                into = turn
+            elif kind == "tools":
+                into.extend(self._tool_atoms(state.shuffle_tools))
+            elif kind == "system":
+                tenant = session.tenant
+                into.append((("s", tenant), self._systems[tenant], True))
+            elif kind == "docs":
+                into.extend(self._doc_atoms(session, state))
+            elif kind == "user":
+                n = draws.length(self.spec.user_tokens)
+                into.append((("u", rid), draws.tokens(n), False))
+            else:  # variable
+                into.append((("v", rid), draws.tokens(self.spec.variable_tokens), False))
+
+        has_history = "history" in state.layout
+        history: list[_Atom] = []
+        if has_history:
+            limit = state.history_max_tokens
+            while limit is not None and session.history_tokens > limit:
+                session.history_tokens -= session.turns.popleft()[1]
+            for atoms, _ in session.turns:
+                history.extend(atoms)
+        n_out = draws.length(self.spec.output_tokens)
+        out: _Atom = (("o", rid), draws.tokens(n_out), False)
+        atoms = [*pre, *history, *turn, out]
+        prompt_bytes = sum(len(a[1]) for a in atoms) - len(out[1])
+
+        salt = self._salts[session.tenant]
+        digests = self._hash(atoms, salt, session) if self._memo_on else self._hash_all(atoms, salt)
+
+        if has_history:
+            turn.append(out)
+            tokens = sum(len(a[1]) for a in turn) // TOKEN_BYTES
+            session.turns.append((turn, tokens))
+            session.history_tokens += tokens
+        return SimRequest(
+            request_id=rid,
+            arrival_s=t,
+            tenant=self.spec.tenants[session.tenant].name,
+            prefix_group=session.topic,
+            prompt_tokens=prompt_bytes // TOKEN_BYTES,
+            output_tokens=n_out,
+            block_hashes=digests,
+        )
+
+    def _tool_atoms(self, shuffle: bool) -> list[_Atom]:
+        order = list(range(len(self._tools)))
+        if shuffle:  # Fisher-Yates on the batched uniforms
+            u = self._choices.uniform
+            for i in range(len(order) - 1, 0, -1):
+                j = int(u() * (i + 1))
+                order[i], order[j] = order[j], order[i]
+        return [(("t", i), self._tools[i], True) for i in order]
+
+    def _doc_atoms(self, session: _Session, state: WorkloadState) -> list[_Atom]:
+        cs = state.chunk_size
+        topic = session.topic
+        docs = self._topic_docs(topic)
+        pool = self._pools.get((topic, cs))
+        if pool is None:  # every chunk of every doc of the topic, as (doc, index)
+            width = cs * TOKEN_BYTES
+            pool = [(d, j) for d, doc in enumerate(docs) for j in range(-(-len(doc) // width))]
+            self._pools[(topic, cs)] = pool
+        k = min(self.spec.retrieval.top_k, len(pool))
+        mode = state.retrieval_mode
+        if mode == "per_topic":
+            chosen = self._topic_chunks.get((topic, cs))
+            if chosen is None:
+                rng = np.random.default_rng([self.seed, 3, topic, cs])
+                chosen = [pool[i] for i in rng.choice(len(pool), size=k, replace=False)]
+                self._topic_chunks[(topic, cs)] = chosen
+        elif mode == "per_session" and session.chunk_size == cs:
+            chosen = session.chunks
+        else:
+            u = self._choices.uniform
+            picked: list[int] = []
+            while len(picked) < k:
+                i = int(u() * len(pool))
+                if i not in picked:
+                    picked.append(i)
+            chosen = [pool[i] for i in picked]
+            session.chunks, session.chunk_size = chosen, cs
+        width = cs * TOKEN_BYTES
+        atoms: list[_Atom] = []
+        for doc, j in chosen:
+            data = docs[doc][j * width : (j + 1) * width]
+            atoms.append((("c", topic, doc, cs, j), data, True))
+        return atoms
+
+    def _topic_docs(self, topic: int) -> list[bytes]:
+        """The topic's documents; lengths vary in [0.5, 1.5) × tokens_per_doc."""
+        docs = self._docs.get(topic)
+        if docs is None:
+            docs = []
+            for d in range(self.spec.retrieval.docs_per_topic):
+                rng = np.random.default_rng([self.seed, 4, topic, d])
+                n = max(1, int(self.spec.retrieval.tokens_per_doc * rng.uniform(0.5, 1.5)))
+                docs.append(rng.integers(0, VOCAB_SIZE, n, dtype=np.int32).tobytes())
+            self._docs[topic] = docs
+        return docs
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def _session(self) -> _Session:
+        """The session this request belongs to: a follow-up or a new conversation.
+
+        A fixed number of conversation slots makes the stream stationary: follow-ups are
+        exactly a share 1 − 1/mean_turns of requests, session lengths are geometric with
+        that mean, and the gap between turns stays put instead of drifting with the size
+        of an unbounded pool.
+        """
+        u = self._choices.uniform
+        slots = self._sessions
+        spec = self.spec.sessions
+        if slots and u() < 1.0 - 1.0 / spec.mean_turns:
+            return slots[int(u() * len(slots))]
+        tenant = bisect.bisect_left(self._tenant_cdf, u())
+        topic = bisect.bisect_left(self._topic_cdf, u())
+        session = _Session(tenant=tenant, topic=topic)
+        if len(slots) < spec.concurrent:
+            slots.append(session)
+        else:
+            slots[int(u() * len(slots))] = session
+        return session
+
+    # -- hashing ------------------------------------------------------------------------
+
+    def _hash_all(self, atoms: list[_Atom], salt: bytes) -> list[bytes]:
+        digests = hash_blocks(b"".join(a[1] for a in atoms), self.spec.block_size, salt)
+        self._blocks_hashed += len(digests)
+        return digests
+
+    def _hash(self, atoms: list[_Atom], salt: bytes, session: _Session) -> list[bytes]:
+        """Chain digests, reusing the session's last chain or the longest memoised prefix."""
+        bs = self.spec.block_size
+        keys = tuple([a[0] for a in atoms])
+        n_tail = len(session.tail_keys)
+        i = 0
+        if n_tail and keys[:n_tail] == session.tail_keys:
+            digests = list(session.tail_digests)
+            rest = session.tail_rest
+            i = n_tail
+        else:
+            memo = self._memo
+            node = self._roots[salt]
+            while i < len(atoms) and atoms[i][2]:
+                child = memo.get((node.node_id, keys[i]))
+                if child is None:
+                    break
+                memo.move_to_end((node.node_id, keys[i]))
+                node = child
+                i += 1
+            digests = list(node.digests)
+            rest = node.rest
+            if i < len(atoms) and atoms[i][2]:
+                # Memoise one more shareable atom: a prefix seen k times is memoised k
+                # atoms deep, so popular prefixes are soon fully memoised while a prefix
+                # that never repeats (after a collapse) costs one entry, not one per atom.
+                before = len(digests)
+                rest = extend_chain(digests, rest, atoms[i][1], bs, salt)
+                self._blocks_hashed += len(digests) - before
+                memo[(node.node_id, keys[i])] = _Node(self._next_node, list(digests), rest)
+                self._next_node += 1
+                self._memo_digests += len(digests)
+                i += 1
+                while self._memo_digests > self._memo_cap:
+                    self._memo_digests -= len(memo.popitem(last=False)[1].digests)
+        before = len(digests)
+        rest = extend_chain(digests, rest, b"".join([a[1] for a in atoms[i:]]), bs, salt)
+        self._blocks_hashed += len(digests) - before
+        session.tail_keys = keys
+        session.tail_digests = digests
+        session.tail_rest = rest
+        return digests
+
+
+# --- Ground truth ----------------------------------------------------------------------
+
+
+def ideal_hit_rate(
+    requests: Iterable[SimRequest],
+    block_size: int = 16,
+    since_s: float = -math.inf,
+    until_s: float = math.inf,
+) -> float:
+    """Token-weighted prefix-cache hit rate of a stream if the cache were infinite.
+
+    Requests are taken in the given order; each looks up its prompt blocks from block 0 and
+    stops at the first miss (as vLLM), hits at most ``prompt_tokens - 1`` tokens (vLLM
+    always recomputes the last prompt token), then adds all its blocks — prompt and output
+    — to the cache. Only requests arriving in ``[since_s, until_s)`` are counted; earlier
+    ones still warm the cache. Returns hit tokens / prompt tokens (0 if none counted).
+    """
+    seen: set[bytes] = set()
+    hit = total = 0
+    for r in requests:
+        if since_s <= r.arrival_s < until_s:
+            limit = min((r.prompt_tokens - 1) // block_size, len(r.block_hashes))
+            n = 0
+            hashes = r.block_hashes
+            while n < limit and hashes[n] in seen:
+                n += 1
+            hit += n * block_size
+            total += r.prompt_tokens
+        seen.update(r.block_hashes)
+    return hit / total if total else 0.0
+
+
+# --- The incident --------------------------------------------------------------------
+
+
+def incident_workload_spec(rate_per_s: float = 32.0) -> WorkloadSpec:
+    """The workload of the brief's incident, before the change.
+
+    ~32 req/s; 6 tool definitions of 200 tokens + an 800-token system prompt (2,000 shared
+    tokens); RAG over 500 topics (Zipf 0.8, 16 docs of ~2,048 tokens each), 512-token
+    chunks, top-4 retrieved once per session and placed ahead of the history; user turns
+    50–200 tokens, a 24-token variable field at the end, outputs 150–300 tokens; sessions
+    of 3.5 turns on average, 256 in flight. Infinite-cache token-weighted hit rate ≈ 0.88.
+    """
+    return WorkloadSpec(
+        rate_per_s=rate_per_s,
+        layout=("tools", "system", "docs", "history", "user", "variable"),
+        tools=ToolsSpec(count=6, tokens_each=200, shuffle=False),
+        system_tokens=800,
+        tenants=(TenantSpec(name="default"),),
+        retrieval=RetrievalSpec(
+            topics=500,
+            zipf_exponent=0.8,
+            docs_per_topic=16,
+            tokens_per_doc=2048,
+            chunk_size=512,
+            top_k=4,
+            mode="per_session",
+        ),
+        sessions=SessionSpec(mean_turns=3.5, concurrent=256),
+        user_tokens=LengthDist(mean_tokens=110, sigma=0.4, min_tokens=50, max_tokens=200),
+        variable_tokens=24,
+        output_tokens=LengthDist(mean_tokens=220, sigma=0.25, min_tokens=150, max_tokens=300),
+        block_size=16,
+    )
+
+
+def incident_perturbations(at_s: float = 3600.0, docs_first: bool = True) -> list[Perturbation]:
+    """The incident's change at ``at_s``: chunks 512 → 500 and retrieval re-run every turn
+    ahead of the history; with ``docs_first`` the docs also move to the top of the prompt.
+
+    With the docs merely ahead of the history, the 2,000 shared tool + system tokens still
+    hit and the infinite-cache hit rate only falls to ≈ 0.50; with the docs first nothing
+    but chance repeats of a popular topic's first chunk hits (≈ 0.04–0.08).
+    """
+    out: list[Perturbation] = [
+        ChunkSizeChange(at_s=at_s, chunk_size=500),
+        RetrievalAheadOfHistory(at_s=at_s),
+    ]
+    if docs_first:
+        layout: tuple[SegmentKind, ...] = ("docs", "tools", "system", "history", "user", "variable")
+        out.append(LayoutChange(at_s=at_s, layout=layout))
+    return out
