@@ -44,9 +44,8 @@ e2e: setup ## end-to-end tests against the cluster in KUBECONFIG (skip without o
 generate: setup ## regenerate the CRD from the API models
 	$(BIN)/cachescale crd > $(CRD)
 
-demo: setup ## set up and run the main job
-	$(BIN)/cachescale crd | sed -n "1,40p"
-	$(BIN)/cachescale validate examples/policy-vllm.yaml
+demo: setup ## set up and run the main job: the simulator on its default (the incident)
+	$(BIN)/cachescale simulate
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

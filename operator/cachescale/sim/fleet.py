@@ -187,6 +187,7 @@ class Fleet:
     def _advance_pod(self, pod: Pod, now_s: float) -> None:
         for request in pod.engine.advance_to(now_s):
             pod.series.record_finished(request)
+            request.block_hashes = []  # the engine is done with them; reports never need them
             self.finished.append(request)
 
     # -- routing ------------------------------------------------------------------------

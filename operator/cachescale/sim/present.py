@@ -87,6 +87,21 @@ def _pct_change(before: float | None, after: float | None) -> str:
     return f"{(after - before) / before:+.0%}"
 
 
+def _bought_replicas_for_a_collapse(before: Signals, after: Signals) -> bool:
+    """The hit rate at least halved while replicas grew by a fifth and traffic did not."""
+    hit_before, hit_after = before.token_hit_rate, after.token_hit_rate
+    replicas_before, replicas_after = before.replicas, after.replicas
+    if hit_before is None or hit_after is None:
+        return False
+    if replicas_before is None or replicas_after is None:
+        return False
+    return (
+        hit_after < 0.5 * hit_before
+        and replicas_after > 1.2 * replicas_before
+        and after.req_per_s < 1.1 * before.req_per_s
+    )
+
+
 def verdict(result: RunResult) -> str:
     """A paragraph in plain words: what changed, what the autoscaler did, what it cost."""
     windows = Windows(result)
@@ -115,9 +130,10 @@ def verdict(result: RunResult) -> str:
             f"TTFT p95 ended at {after.ttft_p95_s:.2f} s, {state} the {slo:g} s SLO"
             + (", so a latency alert alone would have stayed silent." if state == "within" else ".")
         )
-    if result.autoscaler == "hpa":
+    if result.autoscaler == "hpa" and _bought_replicas_for_a_collapse(before, after):
         parts.append(
-            "The HPA raised no alert: it cannot tell more traffic from more expensive requests."
+            "The HPA raised no alert and bought replicas: it cannot tell more traffic from "
+            "more expensive requests."
         )
     if result.dropped:
         parts.append(f"{result.dropped} requests found no ready pod and were dropped.")
@@ -167,9 +183,8 @@ def sweep_json(points: list[tuple[dict[str, object], RunResult]]) -> list[dict[s
         detail = windows.detail(0.0, duration)
         rows.append(
             {
-                **{key: str(value) for key, value in setting.items() if key == "router"},
-                **{key: value for key, value in setting.items() if key != "router"},
                 **signals_dict(windows.signals(0.0, duration)),
+                **{key: str(value) for key, value in setting.items()},
                 **rounded(
                     {
                         "throughput_tok_s": detail.throughput_tok_s,

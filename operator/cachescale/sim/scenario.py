@@ -113,6 +113,13 @@ class SweepSpec(_Model):
     replicas: tuple[int, ...] = Field(default=(), description="Pod counts to try.")
     router: tuple[RouterKind, ...] = Field(default=(), description="Routers to try.")
     max_num_seqs: tuple[int, ...] = Field(default=(), description="Batch ceilings to try.")
+    rate_per_s_per_seq: float | None = Field(
+        default=None,
+        gt=0,
+        description="If set, each point's arrival rate is this × its max_num_seqs, so the "
+        "offered load grows with the batch ceiling (as a benchmark run at concurrency = "
+        "batch size does) instead of saturating the small ceilings.",
+    )
 
     def points(self) -> Iterator[dict[str, object]]:
         """Each combination as ``{setting: value}``, in a fixed order."""

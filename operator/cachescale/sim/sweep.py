@@ -18,6 +18,12 @@ def run_sweep(scenario: Scenario) -> list[tuple[dict[str, object], RunResult]]:
     results: list[tuple[dict[str, object], RunResult]] = []
     for setting in scenario.sweep.points():
         fleet = scenario.fleet.model_copy(update=setting)
-        point = scenario.model_copy(update={"fleet": fleet, "autoscaler": None})
+        workload = scenario.workload
+        if scenario.sweep.rate_per_s_per_seq is not None:
+            rate = scenario.sweep.rate_per_s_per_seq * fleet.max_num_seqs
+            workload = workload.model_copy(update={"rate_per_s": rate})
+        point = scenario.model_copy(
+            update={"fleet": fleet, "workload": workload, "autoscaler": None}
+        )
         results.append((dict(setting), run(point, autoscaler=None)))
     return results

@@ -1,0 +1,60 @@
+"""Window signals: ground truth from finished requests; unknown when nothing finished."""
+
+from __future__ import annotations
+
+import pytest
+
+from cachescale.sim.report import Windows, quantile
+from cachescale.sim.run import run
+from cachescale.sim.scenario import load_builtin
+
+
+def test_quantile_interpolates_like_numpy() -> None:
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.95) == pytest.approx(4.8)
+    assert quantile([7.0], 0.99) == 7.0
+    assert quantile([], 0.5) is None
+
+
+@pytest.fixture(scope="module")
+def windows() -> Windows:
+    scenario = load_builtin("cold-dilution").model_copy(update={"sweep": None})
+    return Windows(run(scenario, autoscaler=None))
+
+
+def test_window_without_requests_is_unknown_not_zero(windows: Windows) -> None:
+    empty = windows.signals(10_000.0, 10_060.0)
+    assert empty.token_hit_rate is None
+    assert empty.ttft_p95_s is None
+    assert empty.gpu_s_per_1k is None
+    assert empty.req_per_s == 0.0
+
+
+def test_signals_agree_with_the_requests(windows: Windows) -> None:
+    finished = windows.result.finished
+    signals = windows.signals(0.0, 150.0)
+    prompt = sum(r.prompt_tokens for r in finished if (r.finished_s or 0) < 150.0)
+    cached = sum(r.cached_tokens or 0 for r in finished if (r.finished_s or 0) < 150.0)
+    assert signals.token_hit_rate == pytest.approx(cached / prompt)
+    count = sum(1 for r in finished if (r.finished_s or 0) < 150.0)
+    assert signals.req_per_s == pytest.approx(count / 150.0)
+    gpus = get_gpus(windows)
+    assert signals.gpu_s_per_1k == pytest.approx(1000 * gpus * 150.0 / count)
+
+
+def get_gpus(windows: Windows) -> int:
+    return sum(pod.gpus for pod in windows.result.pods)
+
+
+def test_request_hit_share_uses_the_computed_token_threshold(windows: Windows) -> None:
+    threshold = windows.result.scenario.report.full_hit_max_computed_tokens
+    for request in windows.result.finished:
+        computed = request.prompt_tokens - (request.cached_tokens or 0)
+        assert windows.is_full_hit(request) == (computed <= threshold)
+
+
+def test_hit_and_miss_ttft_are_split(windows: Windows) -> None:
+    detail = windows.detail(0.0, 150.0)
+    assert detail.ttft_p95_hit_s is not None
+    assert detail.ttft_p95_miss_s is not None
+    assert detail.ttft_p95_miss_s > detail.ttft_p95_hit_s  # misses pay the prefill

@@ -1,0 +1,93 @@
+"""`cachescale simulate`: flags, output formats, files, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from cachescale.cli import EXIT_INVALID, EXIT_OK, main
+
+
+def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "rag-rechunk", "--duration", "10m", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scenario"] == "rag-rechunk"
+    assert report["seed"] == 7
+    run = report["runs"]["hpa"]
+    for key in (
+        "change_at_s",
+        "before",
+        "after",
+        "replicas_max",
+        "alerts",
+        "max_num_seqs",
+        "timeline",
+    ):
+        assert key in run
+    assert set(run["before"]) == {
+        "token_hit_rate",
+        "request_hit_share",
+        "prefill_tokens_per_request",
+        "ttft_p95_s",
+        "replicas",
+        "req_per_s",
+        "gpu_s_per_1k",
+        "preemptions_per_s",
+    }
+    assert run["max_num_seqs"] == [{"at_s": 0.0, "value": 32}]
+
+
+def test_text_report_has_table_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "steady", "--duration", "10m", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "scenario steady (seed 3)" in out
+    assert "tok-hit" in out
+    assert "req-hit" in out
+    assert "GPU-s/1k" in out
+    assert "token-weighted hit rate" in out
+
+
+def test_sweep_json_and_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "cold-dilution", "--json", "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["sweep"]) == 8
+    for row in report["sweep"]:
+        assert {"replicas", "router", "throughput_tok_s", "ttft_p50_s", "ttft_p99_s"} <= set(row)
+    assert (out / "cold-dilution-sweep.json").exists()
+
+
+def test_out_dir_writes_csv_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert (
+        main(["simulate", "--scenario", "rechunk-heals", "--duration", "5m", "--out", str(out)])
+        == EXIT_OK
+    )
+    capsys.readouterr()
+    rows = list(csv.DictReader((out / "rechunk-heals-hpa.csv").open()))
+    assert len(rows) == 20  # 5 minutes at the scenario's 15 s timeline
+    assert "request_hit_share" in rows[0]
+    png = (out / "rechunk-heals.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+
+
+def test_scenario_file_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "cold-dilution.yaml"
+    assert main(["simulate", "--scenario-file", str(good), "--json"]) == EXIT_OK
+    capsys.readouterr()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("profile: llama3-8b-a100", "profile: gpt-9"))
+    assert main(["simulate", "--scenario-file", str(bad)]) == EXIT_INVALID
+    assert "unknown profile 'gpt-9'" in capsys.readouterr().err
+    assert main(["simulate", "--scenario", "nope"]) == EXIT_INVALID
+    assert "no built-in scenario 'nope'" in capsys.readouterr().err
+    assert main(["simulate", "--duration", "ten minutes"]) == EXIT_INVALID
+
+
+def test_scenario_and_file_are_exclusive() -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["simulate", "--scenario", "steady", "--scenario-file", "x.yaml"])
+    assert raised.value.code == 2
