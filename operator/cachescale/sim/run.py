@@ -110,59 +110,101 @@ class RunResult:
     dropped: int
 
 
+class Simulation:
+    """A scenario in progress, advanced in simulated time by whoever drives it.
+
+    ``run`` drives it to the end as fast as possible; the emulator drives it in step with
+    the wall clock and serves the pods' metrics while it goes. Either way the same
+    requests, ticks and decisions happen in the same order.
+    """
+
+    def __init__(self, scenario: Scenario, autoscaler: Autoscaler | None) -> None:
+        self.scenario = scenario
+        self.autoscaler = autoscaler
+        self.fleet = Fleet(
+            get_profile(scenario.fleet.profile),
+            scenario.fleet.max_num_seqs,
+            scenario.fleet.router,
+            scenario.fleet.pod_start_delay_s,
+            scenario.fleet.replicas,
+        )
+        workload = Workload(
+            scenario.workload,
+            seed=scenario.seed,
+            perturbations=[p for p in scenario.perturbations if not isinstance(p, RollingRestart)],
+            until_s=scenario.duration_s,
+        )
+        self._requests = iter(workload)
+        self._pending = next(self._requests, None)
+        self._rollouts = sorted(
+            p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart)
+        )
+        self._sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
+        self._next_tick = self._sync_s
+        self.now_s = 0.0
+        self.samples: list[TimelineSample] = []
+        self.dropped = 0
+
+    def advance_to(self, until_s: float) -> None:
+        """Route every request arriving before ``until_s`` and run every tick up to it."""
+        until_s = min(until_s, self.scenario.duration_s)
+        while True:
+            request = self._pending
+            arrival = request.arrival_s if request is not None else float("inf")
+            if self._next_tick <= min(arrival, until_s):
+                self._tick(self._next_tick)
+                self._next_tick += self._sync_s
+            elif request is not None and arrival < until_s:
+                if not self.fleet.route(request):
+                    self.dropped += 1
+                self._pending = next(self._requests, None)
+            else:
+                break
+        self.fleet.advance_to(until_s)
+        self.now_s = until_s
+
+    def _tick(self, now_s: float) -> None:
+        fleet = self.fleet
+        fleet.advance_to(now_s)
+        while self._rollouts and self._rollouts[0] <= now_s:
+            self._rollouts.pop(0)
+            fleet.start_rolling_restart(now_s)
+        fleet.reconcile(now_s)
+        self.samples.append(_sample(fleet, now_s, self.autoscaler))
+
+    @property
+    def done(self) -> bool:
+        """Whether the scenario's duration has been simulated."""
+        return self.now_s >= self.scenario.duration_s
+
+    def result(self) -> RunResult:
+        """What the reports need (meaningful once ``done``, usable at any time)."""
+        return RunResult(
+            scenario=self.scenario,
+            autoscaler=self.autoscaler.name if self.autoscaler else "none",
+            finished=self.fleet.finished,
+            pods=self.fleet.pods,
+            samples=self.samples,
+            dropped=self.dropped,
+        )
+
+
+PROGRESS_STEP_S = 60.0
+"""Simulated seconds between progress reports."""
+
+
 def run(
     scenario: Scenario,
     autoscaler: Autoscaler | None,
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
     """Simulate ``scenario`` for its duration under ``autoscaler`` (None: fixed fleet)."""
-    fleet = Fleet(
-        get_profile(scenario.fleet.profile),
-        scenario.fleet.max_num_seqs,
-        scenario.fleet.router,
-        scenario.fleet.pod_start_delay_s,
-        scenario.fleet.replicas,
-    )
-    workload = Workload(
-        scenario.workload,
-        seed=scenario.seed,
-        perturbations=[p for p in scenario.perturbations if not isinstance(p, RollingRestart)],
-        until_s=scenario.duration_s,
-    )
-    rollouts = sorted(p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart))
-    sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
-    samples: list[TimelineSample] = []
-    dropped = 0
-    next_tick = sync_s
-
-    def tick(now_s: float) -> None:
-        fleet.advance_to(now_s)
-        while rollouts and rollouts[0] <= now_s:
-            rollouts.pop(0)
-            fleet.start_rolling_restart(now_s)
-        fleet.reconcile(now_s)
-        samples.append(_sample(fleet, now_s, autoscaler))
+    simulation = Simulation(scenario, autoscaler)
+    while not simulation.done:
+        simulation.advance_to(simulation.now_s + PROGRESS_STEP_S)
         if progress is not None:
-            progress(now_s / scenario.duration_s)
-
-    for request in workload:
-        while next_tick <= request.arrival_s:
-            tick(next_tick)
-            next_tick += sync_s
-        if not fleet.route(request):
-            dropped += 1
-    while next_tick <= scenario.duration_s:
-        tick(next_tick)
-        next_tick += sync_s
-    fleet.advance_to(scenario.duration_s)
-    return RunResult(
-        scenario=scenario,
-        autoscaler=autoscaler.name if autoscaler else "none",
-        finished=fleet.finished,
-        pods=fleet.pods,
-        samples=samples,
-        dropped=dropped,
-    )
+            progress(simulation.now_s / scenario.duration_s)
+    return simulation.result()
 
 
 def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> TimelineSample:
