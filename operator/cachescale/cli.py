@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--out", metavar="DIR", help="write CSV time series and PNG plots")
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.set_defaults(handler=_cmd_simulate)
+
+    from cachescale.emulator.command import add_parser as add_emulate_parser
+
+    add_emulate_parser(commands)
     return parser
 
 

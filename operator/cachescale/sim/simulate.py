@@ -57,7 +57,8 @@ class SimulationRequest:
         return cls(resolved.model_copy(update=updates), (autoscaler,))
 
 
-def _autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
+def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
+    """The named autoscaler configured by ``scenario`` (None when the fleet is fixed)."""
     if scenario.autoscaler is None:
         return None
     if name == "hpa":
@@ -135,5 +136,5 @@ def simulate(
         outcome.sweep = run_sweep(scenario)
         return outcome
     for name in request.autoscalers:
-        outcome.runs[name] = run(scenario, _autoscaler(name, scenario), progress)
+        outcome.runs[name] = run(scenario, build_autoscaler(name, scenario), progress)
     return outcome

@@ -1,0 +1,28 @@
+"""``python -m cachescale.emulator [FLAGS]``: ``cachescale emulate`` without the full CLI.
+
+Tests and scripts start the emulator as a subprocess; this entry point needs nothing but
+the emulator's own command module, and takes the same flags as ``cachescale emulate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from cachescale.emulator.command import add_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` as ``emulate``'s flags and run it; return the exit code."""
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_parser(subparsers)
+    subparsers.choices["emulate"].prog = "python -m cachescale.emulator"  # no "emulate" to type
+    args = parser.parse_args(["emulate", *(sys.argv[1:] if argv is None else argv)])
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

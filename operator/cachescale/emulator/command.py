@@ -1,0 +1,286 @@
+"""``cachescale emulate``: flags, start-up output, the files it keeps, clean shutdown.
+
+The command resolves a scenario exactly as ``cachescale simulate`` does (same flags, same
+HPA in the loop), then hands it to the runtime and keeps three outputs in step with it:
+the console (targets as pods come and go), the file_sd file and the ground-truth file.
+It stops at the scenario's end (after ``--linger``) or on SIGINT/SIGTERM, and always shuts
+every server down and empties the file_sd file on the way out, so a Prometheus watching
+it drops the targets instead of scraping closed ports.
+
+Exit codes follow the CLI's: 0 success (including a stop by signal), 1 invalid input (bad
+scenario, a port already taken), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import disable_created_metrics
+from pydantic import ValidationError
+
+from cachescale.api.durations import parse_duration_seconds
+from cachescale.emulator.files import write_atomically
+from cachescale.emulator.runtime import (
+    ENGINES,
+    Emulator,
+    EmulatorSettings,
+    TargetChanges,
+    run_in_real_time,
+)
+from cachescale.emulator.targets import scrape_config_yaml, write_file_sd
+from cachescale.sim.profiles import get_profile
+from cachescale.sim.run import Simulation
+from cachescale.sim.scenario import Scenario
+from cachescale.sim.simulate import SimulationRequest, build_autoscaler
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+PROG = "cachescale emulate"
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
+    return value
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the ``emulate`` subcommand (its handler returns the exit code)."""
+    parser = subparsers.add_parser(
+        "emulate",
+        help="run a scenario in real time and serve every pod's engine /metrics",
+        description=(
+            "Run a simulator scenario on the wall clock (optionally accelerated) and serve "
+            "each ready pod's metrics on its own loopback port in the engine's exposition "
+            "format. Pod and namespace labels belong to the scrape config: use "
+            "--write-file-sd and --print-scrape-config to point a Prometheus at the pods."
+        ),
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--scenario", metavar="NAME", help="built-in scenario name")
+    source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
+    parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument("--duration", metavar="D", help="override the duration, e.g. 10m")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="vllm", help="exposition: vLLM or SGLang names"
+    )
+    parser.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=1.0,
+        metavar="X",
+        help="simulated seconds per wall second (default 1: real time)",
+    )
+    parser.add_argument(
+        "--base-port",
+        type=_port,
+        metavar="PORT",
+        help="pod engine-N listens on PORT+N (default: a free port per pod)",
+    )
+    parser.add_argument("--namespace", default="llm", help="the pods' namespace label")
+    parser.add_argument(
+        "--deployment", help="pod label prefix: DEPLOYMENT-engine-N (default: the engine name)"
+    )
+    parser.add_argument("--model-name", help="model_name label (default: the profile's model)")
+    parser.add_argument(
+        "--write-file-sd",
+        metavar="PATH",
+        help="keep a Prometheus file_sd JSON of the served pods at PATH",
+    )
+    parser.add_argument(
+        "--print-scrape-config",
+        action="store_true",
+        help="print a scrape_configs snippet (file_sd with --write-file-sd, else static)",
+    )
+    parser.add_argument(
+        "--ground-truth", metavar="PATH", help="keep a JSON of the simulator's truth at PATH"
+    )
+    parser.add_argument(
+        "--ground-truth-interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="wall seconds between ground-truth rewrites (default 1)",
+    )
+    parser.add_argument(
+        "--ground-truth-window",
+        type=_duration,
+        default=60.0,
+        metavar="D",
+        help="wall-clock window of the truth's recent TTFT quantiles (default 1m)",
+    )
+    parser.add_argument(
+        "--linger",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving the final state this long after the scenario ends",
+    )
+    parser.set_defaults(handler=run)
+
+
+class _Outputs:
+    """Console lines, file_sd and ground truth, kept in step with the emulator."""
+
+    def __init__(self, emulator: Emulator, args: argparse.Namespace) -> None:
+        self._emulator = emulator
+        self._file_sd = Path(args.write_file_sd) if args.write_file_sd else None
+        self._truth = Path(args.ground_truth) if args.ground_truth else None
+        for path in (self._file_sd, self._truth):
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+        self._truth_every_s: float = args.ground_truth_interval
+        self._truth_due = 0.0
+
+    def step(self, changes: TargetChanges) -> None:
+        """Report and record one step's changes; rewrite the truth when it is due."""
+        now_s = self._emulator.simulation.now_s
+        for target in changes.removed:
+            print(f"[sim {now_s:8.1f}s] - {target.namespace}/{target.pod}", flush=True)
+        for target in changes.added:
+            print(
+                f"[sim {now_s:8.1f}s] + {target.namespace}/{target.pod}  {target.url}", flush=True
+            )
+        if changes and self._file_sd is not None:
+            write_file_sd(self._file_sd, self._emulator.targets())
+        if time.monotonic() >= self._truth_due:
+            self.write_truth()
+
+    def write_truth(self) -> None:
+        """Rewrite the ground-truth file now (if one was asked for)."""
+        if self._truth is None:
+            return
+        snapshot = self._emulator.truth_snapshot()
+        write_atomically(self._truth, json.dumps(snapshot, indent=1, allow_nan=False) + "\n")
+        self._truth_due = time.monotonic() + self._truth_every_s
+
+    def banner(self, scenario: Scenario) -> None:
+        """The start-up line: what runs, as what, how fast."""
+        settings = self._emulator.settings
+        print(
+            f"{PROG}: scenario {scenario.name} (seed {scenario.seed}), engine "
+            f"{settings.engine}, model {settings.model_name}, speed {settings.speed:g}x, "
+            f"{scenario.duration_s:g} simulated seconds",
+            flush=True,
+        )
+
+    def scrape_config(self) -> None:
+        """Print the scrape config snippet (static targets: the pods served now)."""
+        print(scrape_config_yaml(self._file_sd, self._emulator.targets()), flush=True)
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``stop.set()`` for the duration (main thread only)."""
+
+    def handle(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario with ``--seed``/``--duration`` applied, as ``simulate`` resolves it."""
+    return SimulationRequest.from_cli(
+        scenario=args.scenario,
+        scenario_file=args.scenario_file,
+        autoscaler="hpa",
+        seed=args.seed,
+        duration=args.duration,
+    ).scenario
+
+
+def _emulator(args: argparse.Namespace, scenario: Scenario) -> Emulator:
+    settings = EmulatorSettings(
+        model_name=args.model_name or get_profile(scenario.fleet.profile).model.name,
+        engine=args.engine,
+        namespace=args.namespace,
+        deployment=args.deployment or args.engine,
+        base_port=args.base_port,
+        speed=args.speed,
+        truth_window_s=args.ground_truth_window,
+    )
+    return Emulator(Simulation(scenario, build_autoscaler("hpa", scenario)), settings)
+
+
+def _emulate(
+    emulator: Emulator, outputs: _Outputs, stop: threading.Event, args: argparse.Namespace
+) -> None:
+    first = emulator.advance_to(0.0)
+    if args.print_scrape_config:
+        outputs.scrape_config()
+    outputs.step(first)
+    run_in_real_time(emulator, stop, outputs.step)
+    if not stop.is_set():
+        print(
+            f"{PROG}: scenario finished; serving the final state for {args.linger:g}s", flush=True
+        )
+        outputs.write_truth()
+        stop.wait(args.linger)
+
+
+def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> int:
+    """Emulate until the end or a signal; always stop the servers and empty file_sd."""
+    stop = threading.Event()
+    status = EXIT_OK
+    with _stop_on_signals(stop):
+        try:
+            _emulate(emulator, outputs, stop, args)
+        except OSError as error:  # a port already taken, an unwritable file
+            print(f"{PROG}: {error}", file=sys.stderr)
+            status = EXIT_INVALID
+        finally:
+            outputs.step(emulator.close())
+            outputs.write_truth()
+    print(f"{PROG}: stopped at simulated {emulator.simulation.now_s:.1f}s", flush=True)
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the emulator until the scenario ends (plus ``--linger``) or a signal arrives."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+    try:
+        scenario = _scenario(args)
+        emulator = _emulator(args, scenario)
+        outputs = _Outputs(emulator, args)
+    except (ValueError, ValidationError, OSError) as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    outputs.banner(scenario)
+    return _serve(emulator, outputs, args)

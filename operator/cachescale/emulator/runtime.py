@@ -1,0 +1,204 @@
+"""The emulator's core: a simulation advanced by the wall clock, its pods behind endpoints.
+
+:class:`Emulator` owns one :class:`~cachescale.sim.run.Simulation` and one lock. Advancing
+the simulation, registering new pods, feeding finished requests to the per-pod ledgers and
+taking a ground-truth snapshot all happen under the lock; every scrape collects under the
+same lock (see ``endpoints``), so Prometheus only ever sees states between two steps.
+Starting and stopping servers happens outside it. A pod is served from the moment it is
+ready (a real engine opens its port only once the weights are loaded) until it is gone
+(drained and deleted); that set is what the file_sd file lists.
+
+:func:`run_in_real_time` is the pacing loop: it advances the simulation to
+``elapsed wall time × speed`` in short steps, so the lock is never held long, and sleeps
+between them. Tests can instead call :meth:`Emulator.advance_to` directly, with no clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prometheus_client.registry import Collector
+
+from cachescale.emulator.endpoints import PodEndpoint, serve
+from cachescale.emulator.targets import Target
+from cachescale.emulator.truth import FleetState, GroundTruth, PodTruth
+from cachescale.sim.fleet import Pod
+from cachescale.sim.metrics import VllmReplicaCollector
+from cachescale.sim.run import Simulation
+from cachescale.sim.sglang_metrics import SglangReplicaCollector, SglangSeries
+
+EngineKind = Literal["vllm", "sglang"]
+ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang")
+
+TICK_S = 0.05
+"""Wall seconds the pacing loop sleeps once the simulation has caught up with the clock."""
+MAX_STEP_SIM_S = 5.0
+"""Longest simulated stretch advanced under one lock hold (keeps scrapes responsive)."""
+
+
+@dataclass(frozen=True)
+class EmulatorSettings:
+    """How the emulated pods present themselves."""
+
+    model_name: str
+    """The ``model_name`` label (the served model name)."""
+    engine: EngineKind = "vllm"
+    namespace: str = "llm"
+    deployment: str = "vllm"
+    """Prefix of the ``pod`` label: pod ``engine-3`` is served as ``<deployment>-engine-3``."""
+    base_port: int | None = None
+    """Pod ``engine-N`` listens on ``base_port + N``; None: any free port."""
+    speed: float = 1.0
+    """Simulated seconds per wall second."""
+    truth_window_s: float = 60.0
+    """Trailing window of the ground truth's recent TTFTs, in wall seconds."""
+
+
+@dataclass(frozen=True)
+class TargetChanges:
+    """Pods that started or stopped being served in one step."""
+
+    added: tuple[Target, ...] = ()
+    removed: tuple[Target, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed)
+
+
+@dataclass(eq=False)
+class _PodState:
+    pod: Pod
+    label: str
+    truth: PodTruth
+    sglang: SglangSeries | None
+
+
+class Emulator:
+    """A simulation whose ready pods each serve ``/metrics`` on their own port."""
+
+    def __init__(self, simulation: Simulation, settings: EmulatorSettings) -> None:
+        self.simulation = simulation
+        self.settings = settings
+        self.lock = threading.Lock()
+        scenario = simulation.scenario
+        self.truth = GroundTruth(
+            header={
+                "scenario": scenario.name,
+                "seed": scenario.seed,
+                "engine": settings.engine,
+                "namespace": settings.namespace,
+                "speed": settings.speed,
+            },
+            window_sim_s=settings.truth_window_s * settings.speed,
+        )
+        self._pods: dict[int, _PodState] = {}
+        """By engine replica id (what a finished request names)."""
+        self._endpoints: dict[str, tuple[Target, PodEndpoint]] = {}
+        self._finished_seen = 0
+
+    # -- simulation (under the lock) -------------------------------------------------------
+
+    def advance_to(self, t_s: float) -> TargetChanges:
+        """Simulate up to ``t_s`` and start or stop servers to match the served pods."""
+        with self.lock:
+            self.simulation.advance_to(t_s)
+            self._observe()
+            served = [state for state in self._pods.values() if self._is_served(state.pod)]
+        return self._sync_endpoints(served)
+
+    def _observe(self) -> None:
+        for pod in self.simulation.fleet.pods:
+            if pod.engine.replica_id not in self._pods:
+                self._add_pod(pod)
+        finished = self.simulation.fleet.finished
+        for request in finished[self._finished_seen :]:
+            assert request.replica is not None
+            state = self._pods[request.replica]
+            state.truth.record(request)
+            if state.sglang is not None:
+                state.sglang.record_finished(request)
+        self._finished_seen = len(finished)
+        for state in self._pods.values():
+            if state.sglang is not None and state.pod.gone_s is None:
+                state.sglang.sample_engine(state.pod.engine)
+
+    def _add_pod(self, pod: Pod) -> None:
+        label = f"{self.settings.deployment}-{pod.name}"
+        sglang = SglangSeries() if self.settings.engine == "sglang" else None
+        truth = self.truth.add_pod(label, pod)
+        self._pods[pod.engine.replica_id] = _PodState(pod, label, truth, sglang)
+
+    def _is_served(self, pod: Pod) -> bool:
+        return pod.ready_s <= self.simulation.now_s and pod.gone_s is None
+
+    def truth_snapshot(self) -> dict[str, Any]:
+        """The ground truth now, consistent with what a scrape would return now."""
+        with self.lock:
+            simulation, fleet = self.simulation, self.simulation.fleet
+            state = FleetState(
+                live_replicas=len(fleet.live_pods),
+                ready_replicas=len(fleet.ready_pods(simulation.now_s)),
+                desired_replicas=fleet.desired_replicas,
+                dropped_requests=simulation.dropped,
+            )
+            return self.truth.snapshot(
+                simulation.now_s, time.time(), simulation.done, state, set(self._endpoints)
+            )
+
+    # -- endpoints (outside the lock) ------------------------------------------------------
+
+    def _collector(self, state: _PodState) -> Collector:
+        engine, series = state.pod.engine, state.pod.series
+        if state.sglang is not None:
+            return SglangReplicaCollector(engine, series, state.sglang, self.settings.model_name)
+        return VllmReplicaCollector(engine, series, self.settings.model_name)
+
+    def _start(self, state: _PodState) -> Target:
+        base = self.settings.base_port
+        port = 0 if base is None else base + state.pod.engine.replica_id
+        endpoint = serve(self._collector(state), self.lock, port)
+        target = Target(self.settings.namespace, state.label, endpoint.address)
+        self._endpoints[state.label] = (target, endpoint)
+        return target
+
+    def _stop(self, label: str) -> Target:
+        target, endpoint = self._endpoints.pop(label)
+        endpoint.stop()
+        return target
+
+    def _sync_endpoints(self, served: list[_PodState]) -> TargetChanges:
+        wanted = {state.label for state in served}
+        removed = tuple(self._stop(label) for label in sorted(set(self._endpoints) - wanted))
+        added = tuple(self._start(state) for state in served if state.label not in self._endpoints)
+        return TargetChanges(added, removed)
+
+    def targets(self) -> list[Target]:
+        """The pods being served now, sorted."""
+        return sorted(target for target, _ in self._endpoints.values())
+
+    def close(self) -> TargetChanges:
+        """Stop every server; returns them as removed."""
+        return TargetChanges(removed=tuple(self._stop(label) for label in sorted(self._endpoints)))
+
+
+def run_in_real_time(
+    emulator: Emulator,
+    stop: threading.Event,
+    on_step: Callable[[TargetChanges], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Keep the simulation at ``elapsed wall time × speed`` until it ends or ``stop`` is set.
+
+    ``on_step`` sees every step's target changes (the caller rewrites files, prints).
+    """
+    simulation = emulator.simulation
+    started = clock()
+    while not (stop.is_set() or simulation.done):
+        due_s = (clock() - started) * emulator.settings.speed
+        on_step(emulator.advance_to(min(due_s, simulation.now_s + MAX_STEP_SIM_S)))
+        if simulation.now_s >= due_s:
+            stop.wait(TICK_S)
