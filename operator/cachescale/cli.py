@@ -1,7 +1,8 @@
 """The ``cachescale`` command: one entry point, one subcommand per job.
 
 Exit codes are part of the interface (scripts and CI rely on them): 0 success, 1 invalid
-input (a bad policy, a bad scenario), 2 usage error (argparse's own convention). Each
+input (a bad policy, a bad scenario), 2 usage error (argparse's own convention), 3
+Prometheus could not be read (``cachescale signals``). Each
 subcommand is a small function that parses nothing itself and returns its exit code.
 """
 
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cachescale",
         description=(
             "Prefix-cache-aware autoscaling for vLLM and SGLang on Kubernetes. "
-            "Exit codes: 0 ok, 1 invalid input, 2 usage error."
+            "Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 Prometheus unreadable."
         ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -145,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cachescale.emulator.command import add_parser as add_emulate_parser
 
     add_emulate_parser(commands)
+
+    from cachescale.gather.command import add_parser as add_signals_parser
+
+    add_signals_parser(commands)
     return parser
 
 

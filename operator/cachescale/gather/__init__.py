@@ -1,0 +1,7 @@
+"""The gather layer's Prometheus half: engine signals over a window, as a frozen snapshot.
+
+I/O lives here (HTTP to Prometheus); the result is a ``cachescale.snapshot.EngineSignals``
+that the pure decision layer consumes. ``promql`` builds the query text, ``prometheus``
+talks to the server, ``signals`` turns results into known-or-unknown signals, and
+``command`` is ``cachescale signals``.
+"""

@@ -1,0 +1,317 @@
+"""``cachescale signals``: print the engine signals the operator would read from Prometheus.
+
+This is the first thing to run when something looks wrong, so it shows every signal with
+its unit or, when unknown, the reason — the same snapshot the decision layer gets. Input
+is validated before any request (the selector is parsed as ``name="value"`` pairs only,
+so nothing can be spliced into PromQL), and Prometheus failures end in one line on
+stderr, never a traceback.
+
+Exit codes: 0 the signals were read (some may be unknown), 1 invalid input (including a
+selector that matches more than one deployment, or the operator extra not installed), 2
+usage error (argparse), 3 Prometheus could not be read (unreachable, timed out, bad
+response, query rejected). Only ``run`` imports the HTTP client, so registering the
+subcommand costs the CLI nothing when ``prometheus-api-client`` is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from cachescale.api.spec import Engine, MetricsSpec
+from cachescale.gather.promql import Selector, SelectorError
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+from cachescale.snapshot import (
+    DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
+    EngineSignals,
+    Measured,
+    PodSignals,
+    Unit,
+)
+
+if TYPE_CHECKING:
+    from cachescale.gather.prometheus import PrometheusConfig
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_PROMETHEUS_UNAVAILABLE = 3
+"""Distinct from 1 and 2 (argparse) so scripts can tell "Prometheus down" apart."""
+
+_LABELS = {
+    "token_hit_rate_local": "token hit rate, local (token-weighted)",
+    "token_hit_rate_with_external": "token hit rate, local + external",
+    "request_full_hit_share": "full-hit share (request-weighted)",
+    "prefill_tokens_per_request": "prefill tokens computed per request",
+    "ttft_p50_seconds": "TTFT p50",
+    "ttft_p95_seconds": "TTFT p95",
+    "ttft_p99_seconds": "TTFT p99",
+    "itl_p95_seconds": "inter-token latency p95",
+    "requests_per_second": "successful requests per second",
+    "preemptions_per_second": "preemptions per second",
+    "waiting_requests_per_pod": "waiting requests per pod",
+    "running_requests_per_pod": "running requests per pod",
+    "kv_cache_usage_ratio": "KV cache usage",
+    "gpu_seconds_per_1k_requests": "GPU-seconds per 1k requests",
+}
+_POD_COLUMNS = (
+    ("age", "age_seconds"),
+    ("hit rate", "token_hit_rate"),
+    ("waiting", "waiting_requests"),
+    ("running", "running_requests"),
+    ("KV usage", "kv_cache_usage_ratio"),
+)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _evaluation_time(text: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither ISO 8601 nor Unix seconds"
+        ) from error
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``cachescale signals``."""
+    parser = subparsers.add_parser(
+        "signals",
+        help="read the cache, latency and cost signals of one deployment from Prometheus",
+        description=(
+            "Print every signal the operator would read for the engine series matching "
+            "SELECTOR, with its unit, or 'unknown' and why. Exit codes: 0 read, 1 invalid "
+            "input, 2 usage error, 3 Prometheus could not be read."
+        ),
+    )
+    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    parser.add_argument("--engine", required=True, choices=[e.value for e in Engine])
+    parser.add_argument(
+        "--selector",
+        required=True,
+        help='label matchers, e.g. \'namespace="llm",model_name="llama-3-8b"\' (only name="value")',
+    )
+    parser.add_argument("--window", default="5m", help="rate and quantile window (default 5m)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token")
+    parser.add_argument("--ca-file", metavar="FILE", help="PEM CA bundle to verify TLS with")
+    parser.add_argument(
+        "--insecure-skip-verify", action="store_true", help="do not verify TLS (test clusters)"
+    )
+    parser.add_argument(
+        "--gpus-per-pod", type=_positive_int, metavar="N", help="GPUs each pod requests"
+    )
+    parser.add_argument("--replicas", type=_positive_int, metavar="N", help="ready replicas")
+    parser.add_argument(
+        "--kube-state-metrics",
+        action="store_true",
+        help="read pod ages and GPU-seconds from kube-state-metrics",
+    )
+    parser.add_argument(
+        "--full-hit-max-computed-tokens",
+        type=float,
+        default=DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
+        metavar="N",
+        help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout"
+    )
+    parser.add_argument(
+        "--at",
+        type=_evaluation_time,
+        metavar="TIME",
+        help="evaluate at TIME (ISO 8601 or Unix seconds) instead of now, e.g. to look back "
+        "at an incident",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _invalid(message: str) -> int:
+    print(f"cachescale signals: {message}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _config(args: argparse.Namespace) -> PrometheusConfig:
+    """The client settings; raises ``ValueError`` or ``OSError`` on bad input."""
+    from cachescale.gather.prometheus import PrometheusConfig
+
+    token = None
+    if args.bearer_token_file is not None:
+        token = Path(args.bearer_token_file).read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"{args.bearer_token_file} is empty")
+    return PrometheusConfig(
+        url=args.prometheus,
+        timeout_seconds=args.timeout,
+        bearer_token=token,
+        ca_file=args.ca_file,
+        verify_tls=not args.insecure_skip_verify,
+    )
+
+
+def _request(args: argparse.Namespace) -> SignalRequest:
+    """The signal request; raises ``ValueError`` (incl. pydantic's) on bad input."""
+    selector = Selector.parse(args.selector)
+    metrics = MetricsSpec(
+        prometheus_url=args.prometheus, selector=dict(selector.labels), window=args.window
+    )
+    if (args.gpus_per_pod is None) != (args.replicas is None):
+        raise ValueError("give --gpus-per-pod and --replicas together")
+    return SignalRequest(
+        engine=Engine(args.engine),
+        selector=selector,
+        window_seconds=metrics.window_seconds,
+        full_hit_max_computed_tokens=args.full_hit_max_computed_tokens,
+        gpus_per_pod=args.gpus_per_pod,
+        ready_replicas=args.replicas,
+        kube_state_metrics=args.kube_state_metrics,
+    )
+
+
+def _validation_message(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``cachescale signals``; return the exit code."""
+    try:  # the HTTP client comes with the operator extra; the rest of the CLI needs none
+        from cachescale.gather.prometheus import PrometheusClient, PrometheusError
+    except ImportError as error:
+        return _invalid(f"needs {error.name}: pip install 'cachescale[operator]'")
+    try:
+        request = _request(args)
+        config = _config(args)
+    except ValidationError as error:
+        return _invalid(_validation_message(error))
+    except SelectorError as error:
+        return _invalid(f"--selector: {error}")
+    except OSError as error:
+        return _invalid(f"{error.filename}: {error.strerror}")
+    except ValueError as error:
+        return _invalid(str(error))
+    try:
+        with PrometheusClient(config) as client:
+            snapshot = gather_signals(client, request, args.at)
+    except PrometheusError as error:
+        print(error, file=sys.stderr)
+        return EXIT_PROMETHEUS_UNAVAILABLE
+    except AmbiguousSeriesError as error:
+        return _invalid(str(error))
+    if args.json:
+        print(json.dumps(snapshot_json(snapshot, request.selector), indent=2))
+    else:
+        print(render_table(snapshot, request.selector))
+    return EXIT_OK
+
+
+def _measured_json(measured: Measured) -> dict[str, object]:
+    return {"value": measured.value, "unit": measured.unit.value, "reason": measured.reason}
+
+
+def _pod_json(pod: PodSignals) -> dict[str, object]:
+    out: dict[str, object] = {"pod": pod.pod}
+    for _, attribute in _POD_COLUMNS:
+        out[attribute] = _measured_json(getattr(pod, attribute))
+    out["prompt_tokens_looked_up_per_second"] = _measured_json(
+        pod.prompt_tokens_looked_up_per_second
+    )
+    return out
+
+
+def snapshot_json(snapshot: EngineSignals, selector: Selector) -> dict[str, object]:
+    """The snapshot as JSON-ready data; unknown signals have ``value: null`` and a reason."""
+    return {
+        "selector": str(selector),
+        "profile": snapshot.profile.value if snapshot.profile else None,
+        "observed_at": snapshot.observed_at.isoformat(),
+        "window_seconds": snapshot.window_seconds,
+        "full_hit_max_computed_tokens": snapshot.full_hit_max_computed_tokens,
+        "signals": {name: _measured_json(m) for name, m in snapshot.signals().items()},
+        "pods": [_pod_json(pod) for pod in snapshot.pods],
+        "notes": list(snapshot.notes),
+        "failure": snapshot.failure.value if snapshot.failure else None,
+    }
+
+
+def format_value(measured: Measured) -> str:
+    """``0.853 (85.3%)``, ``1.42 s``, or ``unknown: reason``."""
+    if measured.value is None:
+        return f"unknown: {measured.reason}"
+    value = measured.value
+    if measured.unit is Unit.RATIO:
+        return f"{value:.3f} ({value:.1%})"
+    return f"{value:.4g} {measured.unit.value}"
+
+
+def _short(measured: Measured) -> str:
+    if measured.value is None:
+        return "?"
+    if measured.unit is Unit.SECONDS:
+        return f"{measured.value:.0f}s"
+    if measured.unit is Unit.RATIO:
+        return f"{measured.value:.3f}"
+    return f"{measured.value:.3g}"
+
+
+def _label(name: str, snapshot: EngineSignals) -> str:
+    label = _LABELS[name]
+    if name == "request_full_hit_share" and snapshot.full_hit_max_computed_tokens is not None:
+        label += f", <= {snapshot.full_hit_max_computed_tokens:g} tokens computed"
+    return label
+
+
+def _pod_lines(pods: tuple[PodSignals, ...]) -> list[str]:
+    header = ["pod", *(title for title, _ in _POD_COLUMNS)]
+    rows = [[pod.pod, *(_short(getattr(pod, a)) for _, a in _POD_COLUMNS)] for pod in pods]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    reasons = sorted(
+        {
+            f"  ? {pod.pod} {title}: {getattr(pod, a).reason}"
+            for pod in pods
+            for title, a in _POD_COLUMNS
+            if getattr(pod, a).reason is not None
+        }
+    )
+    return ["", *lines, *reasons]
+
+
+def render_table(snapshot: EngineSignals, selector: Selector) -> str:
+    """The human-readable report: one signal per line, then one line per pod."""
+    profile = snapshot.profile.value if snapshot.profile else "no engine profile"
+    lines = [
+        f"signals for {selector} ({profile}, window {snapshot.window_seconds:g}s, "
+        f"at {snapshot.observed_at.isoformat(timespec='seconds')})",
+        "",
+    ]
+    signals = snapshot.signals()
+    width = max(len(_label(name, snapshot)) for name in signals)
+    lines += [
+        f"{_label(name, snapshot).ljust(width)}  {format_value(m)}" for name, m in signals.items()
+    ]
+    if snapshot.pods:
+        lines += _pod_lines(snapshot.pods)
+    lines += [f"note: {note}" for note in snapshot.notes]
+    return "\n".join(lines)

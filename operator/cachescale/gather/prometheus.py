@@ -1,0 +1,270 @@
+"""Prometheus HTTP access for the gather layer, through ``prometheus-api-client``.
+
+Why a wrapper: the decision layer must tell "Prometheus is down" from "it answered with
+garbage" from "our query was rejected", and a CLI user must get one clear line, never a
+traceback or a token. So every failure leaves this module as one of four typed errors
+(``PrometheusUnreachable``, ``PrometheusTimeout``, ``PrometheusBadResponse``,
+``PrometheusQueryError``), each naming the URL without credentials. Transport policy
+lives here too: TLS verified by default (optionally against a CA bundle), a bearer token
+from the caller, a connect and a read timeout, and bounded retries with exponential
+backoff on connection failures and on 429/5xx answers — never on a read timeout, since
+repeating a query that Prometheus is too slow to answer only adds load.
+
+An evaluation's queries are issued together on a small thread pool, all at the same
+evaluation timestamp, so the signals they yield describe one instant.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from cachescale.api.spec import Engine
+from cachescale.gather.promql import (
+    Detection,
+    QueryScope,
+    Selector,
+    detect_profile,
+    detection_query,
+)
+from cachescale.snapshot import FetchFailure
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""Answers worth retrying: overload and gateway errors."""
+_DETAIL_LIMIT = 300
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One element of an instant vector: its labels and its value (possibly NaN/±Inf)."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """Where Prometheus is and how to talk to it."""
+
+    url: str
+    """Base URL of the HTTP API, e.g. ``http://prometheus.monitoring:9090``."""
+    timeout_seconds: float = 10.0
+    """Read timeout per query (also sent to Prometheus as the query's own timeout)."""
+    connect_timeout_seconds: float = 3.0
+    retries: int = 2
+    """Retries after the first attempt, on connection errors and retryable statuses."""
+    backoff_seconds: float = 0.5
+    """Exponential backoff factor between retries (urllib3 semantics)."""
+    bearer_token: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer``; never printed."""
+    ca_file: str | None = None
+    """PEM bundle to verify the server certificate against (default: system CAs)."""
+    verify_tls: bool = True
+    max_parallel_queries: int = 8
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be read; ``failure`` says how, the message says where."""
+
+    failure: ClassVar[FetchFailure]
+    _template: ClassVar[str]
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = redact_url(url)
+        self.detail = detail
+        super().__init__(self._template.format(url=self.url, detail=detail))
+
+
+class PrometheusUnreachable(PrometheusError):  # noqa: N818 (names from the issue)
+    """No connection could be made (refused, DNS, TLS, connect timeout)."""
+
+    failure = FetchFailure.UNREACHABLE
+    _template = "Prometheus is unreachable at {url}: {detail}"
+
+
+class PrometheusTimeout(PrometheusError):  # noqa: N818 (names from the issue)
+    """Connected, but no answer in time (or Prometheus' own query timeout fired)."""
+
+    failure = FetchFailure.TIMEOUT
+    _template = "Prometheus at {url} timed out: {detail}"
+
+
+class PrometheusBadResponse(PrometheusError):  # noqa: N818 (names from the issue)
+    """An answer that is not a Prometheus API result (5xx, auth failure, not JSON...)."""
+
+    failure = FetchFailure.BAD_RESPONSE
+    _template = "Prometheus at {url} sent a bad response: {detail}"
+
+
+class PrometheusQueryError(PrometheusError):
+    """Prometheus rejected or failed to evaluate a query (HTTP 400/422)."""
+
+    failure = FetchFailure.QUERY_ERROR
+    _template = "Prometheus at {url} rejected a query: {detail}"
+
+
+_ERRNO_RE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+def _short_cause(error: BaseException) -> str:
+    """The OS-level reason inside a requests error, without URLs or pool internals."""
+    found = _ERRNO_RE.search(str(error))
+    return found.group(1).strip() if found else type(error).__name__
+
+
+def _api_error(response: requests.Response) -> str:
+    """``errorType: error`` from a Prometheus error body, else the HTTP status."""
+    try:
+        body = response.json()
+        detail = f"{body['errorType']}: {body['error']}"
+    except (ValueError, KeyError, TypeError):
+        detail = f"HTTP {response.status_code} {response.reason or ''}".strip()
+    return detail[:_DETAIL_LIMIT]
+
+
+class PrometheusClient:
+    """Instant queries against one Prometheus, with typed errors. Use as a context manager."""
+
+    def __init__(self, config: PrometheusConfig) -> None:
+        self._config = config
+        self._url = config.url.rstrip("/")
+        session = requests.Session()
+        session.verify = config.ca_file or config.verify_tls
+        if config.bearer_token is not None:
+            session.headers["Authorization"] = f"Bearer {config.bearer_token}"
+        session.hooks["response"].append(self._raise_for_status)
+        self._connect = PrometheusConnect(url=self._url, session=session)
+        # Mounted after PrometheusConnect's own adapter so that this retry policy wins.
+        session.mount(self._url, HTTPAdapter(max_retries=self._retry()))
+        self._timeout = (config.connect_timeout_seconds, config.timeout_seconds)
+
+    def _retry(self) -> Retry:
+        retries = self._config.retries
+        return Retry(
+            total=retries,
+            connect=retries,
+            read=False,
+            status=retries,
+            other=0,
+            backoff_factor=self._config.backoff_seconds,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=frozenset({"GET"}),
+            raise_on_status=False,
+        )
+
+    def _raise_for_status(self, response: requests.Response, *_: Any, **__: Any) -> None:
+        """Response hook: turn every non-200 answer (after retries) into a typed error."""
+        if response.status_code == 200:
+            return
+        detail = _api_error(response)
+        if response.status_code in (400, 422):
+            raise PrometheusQueryError(self._url, detail)
+        if detail.startswith("timeout:"):
+            raise PrometheusTimeout(self._url, detail)
+        if response.status_code in (401, 403):
+            detail += " (check the bearer token)"
+        raise PrometheusBadResponse(self._url, detail)
+
+    def query(self, promql: str, at: datetime) -> list[Series]:
+        """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``."""
+        params = {"time": f"{at.timestamp():.3f}", "timeout": f"{self._config.timeout_seconds:g}s"}
+        try:
+            result = self._connect.custom_query(promql, params=params, timeout=self._timeout)
+        except requests.exceptions.ReadTimeout as error:
+            raise PrometheusTimeout(
+                self._url, f"no answer within {self._config.timeout_seconds:g}s"
+            ) from error
+        except requests.exceptions.SSLError as error:
+            raise PrometheusUnreachable(
+                self._url, f"TLS verification failed ({_short_cause(error)}); pass the CA bundle"
+            ) from error
+        except requests.exceptions.ConnectTimeout as error:
+            raise PrometheusUnreachable(
+                self._url, f"no connection within {self._config.connect_timeout_seconds:g}s"
+            ) from error
+        except requests.exceptions.ConnectionError as error:
+            raise PrometheusUnreachable(self._url, _short_cause(error)) from error
+        except requests.exceptions.JSONDecodeError as error:
+            raise PrometheusBadResponse(self._url, "the body is not JSON") from error
+        except requests.exceptions.RequestException as error:
+            raise PrometheusBadResponse(self._url, type(error).__name__) from error
+        except (KeyError, TypeError) as error:
+            raise PrometheusBadResponse(self._url, "no data.result in the answer") from error
+        return self._vector(result)
+
+    def _vector(self, result: object) -> list[Series]:
+        """Validate an instant vector's JSON shape; values may be NaN or ±Inf."""
+        if not isinstance(result, list):
+            raise PrometheusBadResponse(self._url, "data.result is not a list")
+        vector = []
+        for element in result:
+            try:
+                labels, (_, text) = element["metric"], element["value"]
+                if not all(isinstance(v, str) for v in labels.values()):
+                    raise TypeError("label values must be strings")
+                vector.append(Series(dict(labels), float(text)))
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                raise PrometheusBadResponse(
+                    self._url, f"not an instant vector element: {str(element)[:120]}"
+                ) from error
+        return vector
+
+    def query_many(self, queries: Mapping[_K, str], at: datetime) -> dict[_K, list[Series]]:
+        """Evaluate every query at ``at`` concurrently; the first failure is raised."""
+        if not queries:
+            return {}
+        workers = min(self._config.max_parallel_queries, len(queries))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
+            futures: dict[_K, Future[list[Series]]] = {
+                key: pool.submit(self.query, promql, at) for key, promql in queries.items()
+            }
+            wait(futures.values(), return_when=FIRST_EXCEPTION)
+            for future in futures.values():
+                future.cancel()
+            for future in futures.values():
+                if not future.cancelled() and (error := future.exception()) is not None:
+                    raise error
+        return {key: future.result() for key, future in futures.items()}
+
+    def detect(self, engine: Engine, selector: Selector, at: datetime) -> Detection:
+        """Which engine profile the series matching ``selector`` belong to."""
+        series = self.query(detection_query(engine, QueryScope.for_selector(selector)), at)
+        return detect_profile(engine, selector, series)
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._connect.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,509 @@
+"""PromQL for every engine signal, per engine profile, built from a policy's selector.
+
+Why a module of its own: the query text is where correctness lives (metric names by
+version, ``rate`` over counters so resets are handled, quantiles from the scraped bucket
+bounds) and where injection could happen (a policy's label values are user input). So the
+text is built here, and only here, from validated label names and escaped values; nothing
+else in the operator splices strings into PromQL.
+
+Every query aggregates with ``sum by (<group labels>)`` (``+ pod`` for per-pod ones), where
+the group labels are the selector's own label names plus ``model_name`` and ``namespace``.
+That has two uses:
+
+* A selector that matches two deployments (two models, or two namespaces) yields two
+  groups instead of a silently mixed sum, and the signals layer reports the ambiguity.
+* Several policies that read the same Prometheus, over the same window, with selectors on
+  the same label names, can share one query per signal: ``QueryScope.shared`` matches the
+  union of their values and ``split_by_selector`` hands each policy back its own series.
+
+Pure: builds strings and interprets label sets; the HTTP side is ``gather.prometheus``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, TypeVar
+
+from cachescale.api.spec import PROMETHEUS_LABEL_NAME, Engine
+from cachescale.snapshot import EngineProfile
+
+MODEL_LABEL = "model_name"
+"""Every vLLM and SGLang series carries the served model name."""
+NAMESPACE_LABEL = "namespace"
+POD_LABEL = "pod"
+"""Target labels a PodMonitor/ServiceMonitor adds; kube-state-metrics uses the same names."""
+
+_LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
+_RESERVED_LABELS = frozenset({"le"})
+"""Label names the queries set themselves (histogram bucket bounds)."""
+_VALUE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_RE2_METACHARACTERS = frozenset("\\.+*?()|[]{}^$")
+
+
+class SelectorError(ValueError):
+    """A selector that is not a set of ``name="value"`` label matchers."""
+
+
+def escape_label_value(value: str) -> str:
+    """``value`` as the body of a double-quoted PromQL string (no quote can end it early)."""
+    return "".join(_VALUE_ESCAPES.get(char, char) for char in value)
+
+
+def _escape_regex(value: str) -> str:
+    """``value`` as an RE2 pattern matching exactly itself."""
+    return "".join("\\" + char if char in _RE2_METACHARACTERS else char for char in value)
+
+
+def check_label_name(name: str) -> str:
+    """Return ``name`` if a selector may match on it, else raise ``SelectorError``."""
+    if not _LABEL_NAME_RE.fullmatch(name):
+        raise SelectorError(
+            f"{name!r} is not a Prometheus label name "
+            "(letters, digits and underscores, not starting with a digit)"
+        )
+    if name.startswith("__") or name in _RESERVED_LABELS:
+        raise SelectorError(f"label {name!r} is reserved; select on a target or engine label")
+    return name
+
+
+_PAIR_RE = re.compile(r'\s*([^\s=!~,{}"]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)', re.DOTALL)
+_UNESCAPES = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(body: str) -> str:
+    out: list[str] = []
+    chars = iter(body)
+    for char in chars:
+        if char == "\\":
+            escaped = next(chars)
+            if escaped not in _UNESCAPES:
+                raise SelectorError(f"unsupported escape \\{escaped} in {body!r}")
+            out.append(_UNESCAPES[escaped])
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Exact-match label matchers choosing one deployment's engine series."""
+
+    labels: tuple[tuple[str, str], ...]
+    """``(name, value)`` pairs, sorted by name, names unique and validated."""
+
+    @classmethod
+    def of(cls, matchers: Mapping[str, str]) -> Selector:
+        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``."""
+        return cls(tuple(sorted((check_label_name(k), v) for k, v in matchers.items())))
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        """From ``name="value",...`` (braces optional); only ``=`` with quoted values."""
+        body = text.strip()
+        if body.startswith("{") and body.endswith("}"):
+            body = body[1:-1]
+        pairs: dict[str, str] = {}
+        position = 0
+        while position < len(body) and body[position:].strip():
+            match = _PAIR_RE.match(body, position)
+            if match is None:
+                raise SelectorError(
+                    f'cannot read {body[position:]!r}: write name="value" pairs separated '
+                    'by commas, e.g. namespace="llm",model_name="llama-3-8b"'
+                )
+            name, value = match.group(1), _unescape(match.group(2))
+            if name in pairs:
+                raise SelectorError(f"label {name!r} is given twice")
+            pairs[name] = value
+            position = match.end()
+            if match.group(3) == "" and position < len(body):
+                raise SelectorError(f"expected a comma before {body[position:]!r}")
+        return cls.of(pairs)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The label names matched on."""
+        return tuple(name for name, _ in self.labels)
+
+    def matchers(self) -> str:
+        """The matchers as PromQL, without braces: ``a="x",b="y"``."""
+        return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in self.labels)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a result's label set belongs to this selector (absent equals "")."""
+        return all(labels.get(name, "") == value for name, value in self.labels)
+
+    def __str__(self) -> str:
+        return "{" + self.matchers() + "}"
+
+
+@dataclass(frozen=True)
+class QueryScope:
+    """Which series a batch of queries reads and how results are grouped."""
+
+    matchers: str
+    """PromQL label matchers without braces (may be empty)."""
+    group_by: tuple[str, ...]
+    """Labels every fleet-level query keeps; per-pod queries add ``pod``."""
+
+    @classmethod
+    def for_selector(cls, selector: Selector) -> QueryScope:
+        """One policy: exact matchers."""
+        return cls(selector.matchers(), _group_labels(selector.names))
+
+    @classmethod
+    def shared(cls, selectors: Sequence[Selector]) -> QueryScope:
+        """Several policies whose selectors use the same label names: one regex per label
+        matching every policy's value. The union over-selects (it is a per-label cross
+        product), so results must go through ``split_by_selector``."""
+        names = {selector.names for selector in selectors}
+        if len(names) != 1:
+            raise SelectorError(f"selectors on different label sets cannot share: {names}")
+        (shared_names,) = names
+        matchers = []
+        for index, name in enumerate(shared_names):
+            values = sorted({selector.labels[index][1] for selector in selectors})
+            pattern = "|".join(_escape_regex(value) for value in values)
+            matchers.append(f'{name}=~"{escape_label_value(pattern)}"')
+        return cls(",".join(matchers), _group_labels(shared_names))
+
+
+def _group_labels(selector_names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({*selector_names, MODEL_LABEL, NAMESPACE_LABEL} - {POD_LABEL}))
+
+
+class HasLabels(Protocol):
+    """Anything with a result label set (a query result series)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The series' labels."""
+        ...
+
+
+class ResultSeries(HasLabels, Protocol):
+    """A query result element: a label set and its value."""
+
+    @property
+    def value(self) -> float:
+        """The sample value (a series count for detection queries)."""
+        ...
+
+
+_S = TypeVar("_S", bound=HasLabels)
+_K = TypeVar("_K")
+
+
+def split_by_selector(results: Mapping[_K, Sequence[_S]], selector: Selector) -> dict[_K, list[_S]]:
+    """The part of a (shared) batch's results that belongs to one policy."""
+    return {
+        key: [s for s in series if selector.matches(s.labels)] for key, series in results.items()
+    }
+
+
+class QueryKey(StrEnum):
+    """Each query of an evaluation; ``POD_*`` ones are grouped per pod."""
+
+    HITS_LOCAL = "hits_local"
+    HITS_EXTERNAL = "hits_external"
+    LOOKED_UP = "looked_up"
+    REQUESTS = "requests"
+    PREEMPTIONS = "preemptions"
+    PREFILL_COMPUTED = "prefill_computed"
+    COMPUTED_COUNT = "computed_count"
+    COMPUTED_BUCKETS = "computed_buckets"
+    TTFT_P50 = "ttft_p50"
+    TTFT_P95 = "ttft_p95"
+    TTFT_P99 = "ttft_p99"
+    ITL_P95 = "itl_p95"
+    KV_USAGE = "kv_usage"
+    GPU_SECONDS = "gpu_seconds"
+    POD_SAMPLES = "pod_samples"
+    POD_HITS = "pod_hits"
+    POD_LOOKED_UP = "pod_looked_up"
+    POD_WAITING = "pod_waiting"
+    POD_RUNNING = "pod_running"
+    POD_KV_USAGE = "pod_kv_usage"
+    POD_AGE = "pod_age"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query and the series it reads (named in 'unknown' reasons)."""
+
+    promql: str
+    reads: str
+
+
+@dataclass(frozen=True)
+class _Counter:
+    metric: str
+    matchers: str = ""
+
+
+@dataclass(frozen=True)
+class _Family:
+    """An engine's series for each signal."""
+
+    hits_local: _Counter
+    hits_external: _Counter
+    looked_up: _Counter
+    requests: _Counter
+    preemptions: _Counter
+    ttft: str
+    itl: tuple[str, ...]
+    """Histogram names, first present wins (vLLM renamed its ITL histogram)."""
+    kv_usage: str
+    waiting: str
+    running: str
+
+
+_VLLM = _Family(
+    hits_local=_Counter("vllm:prefix_cache_hits_total"),
+    hits_external=_Counter("vllm:external_prefix_cache_hits_total"),
+    looked_up=_Counter("vllm:prefix_cache_queries_total"),
+    requests=_Counter("vllm:request_success_total", 'finished_reason!~"abort|error"'),
+    preemptions=_Counter("vllm:num_preemptions_total"),
+    ttft="vllm:time_to_first_token_seconds",
+    itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    kv_usage="vllm:kv_cache_usage_perc",
+    waiting="vllm:num_requests_waiting",
+    running="vllm:num_requests_running",
+)
+_SGLANG_EFFECTIVE = "sglang:prefill_effective_tokens_total"
+_SGLANG = _Family(
+    hits_local=_Counter(_SGLANG_EFFECTIVE, 'mode=~"device_hit|host_hit"'),
+    hits_external=_Counter(_SGLANG_EFFECTIVE, 'mode="storage_hit"'),
+    looked_up=_Counter(_SGLANG_EFFECTIVE, 'mode=~"input|device_hit|host_hit|storage_hit"'),
+    requests=_Counter("sglang:num_requests_total"),
+    preemptions=_Counter("sglang:num_retracted_requests_total"),
+    ttft="sglang:time_to_first_token_seconds",
+    itl=("sglang:inter_token_latency_seconds",),
+    kv_usage="sglang:token_usage",
+    waiting="sglang:num_queue_reqs",
+    running="sglang:num_running_reqs",
+)
+_VLLM_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
+_VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
+_SGLANG_COMPUTED = _Counter(_SGLANG_EFFECTIVE, 'mode="input"')
+
+TTFT_QUANTILES = {QueryKey.TTFT_P50: 0.5, QueryKey.TTFT_P95: 0.95, QueryKey.TTFT_P99: 0.99}
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a PromQL duration (``300s``; ``1500ms`` when not whole seconds)."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+class _Builder:
+    """Query text for one scope and window."""
+
+    def __init__(self, scope: QueryScope, window_seconds: float) -> None:
+        self._scope = scope
+        self._window = duration(window_seconds)
+        self._window_seconds = window_seconds
+        self._by = ", ".join(scope.group_by)
+        self._by_pod = ", ".join((*scope.group_by, POD_LABEL))
+
+    def select(self, metric: str, extra: str = "") -> str:
+        matchers = ",".join(part for part in (self._scope.matchers, extra) if part)
+        return f"{metric}{{{matchers}}}" if matchers else metric
+
+    def rate(self, counter: _Counter, *, per_pod: bool = False) -> str:
+        by = self._by_pod if per_pod else self._by
+        selected = self.select(counter.metric, counter.matchers)
+        return f"sum by ({by}) (rate({selected}[{self._window}]))"
+
+    def gauge(self, metric: str, aggregate: str, *, per_pod: bool = False) -> str:
+        by = self._by_pod if per_pod else self._by
+        return f"{aggregate} by ({by}) (avg_over_time({self.select(metric)}[{self._window}]))"
+
+    def buckets(self, histograms: Sequence[str]) -> str:
+        rates = " or ".join(
+            f"rate({self.select(h + '_bucket')}[{self._window}])" for h in histograms
+        )
+        return f"sum by ({self._by}, le) ({rates})"
+
+    def quantile(self, q: float, histograms: Sequence[str]) -> str:
+        return f"histogram_quantile({q}, {self.buckets(histograms)})"
+
+    def samples(self, metric: str) -> str:
+        return f"max by ({self._by_pod}) (count_over_time({self.select(metric)}[{self._window}]))"
+
+    def pods_of(self, metric: str) -> str:
+        """``1`` per (namespace, pod) exporting ``metric``, carrying the group labels: the
+        join that attaches kube-state-metrics series (which have no engine labels)."""
+        extra = [label for label in self._scope.group_by if label != NAMESPACE_LABEL]
+        carried = ", ".join(extra)
+        keys = ", ".join((NAMESPACE_LABEL, POD_LABEL, *extra))
+        return (
+            f"on ({NAMESPACE_LABEL}, {POD_LABEL}) group_left ({carried}) "
+            f"group by ({keys}) ({self.select(metric)})"
+        )
+
+    def pod_age(self, metric: str) -> str:
+        ready = (
+            f"kube_pod_status_ready_time or on ({NAMESPACE_LABEL}, {POD_LABEL}) kube_pod_start_time"
+        )
+        return f"max by ({self._by_pod}) ((time() - ({ready})) * {self.pods_of(metric)})"
+
+    def gpu_seconds(self, metric: str, step_seconds: float) -> str:
+        """GPU-seconds held by ready pods over the window: the fleet's GPU count, averaged
+        over subquery steps, times the window."""
+        gpus = (
+            f"sum by ({NAMESPACE_LABEL}, {POD_LABEL}) (kube_pod_container_resource_requests"
+            '{resource="nvidia_com_gpu",unit="integer"})'
+        )
+        ready = (
+            f'max by ({NAMESPACE_LABEL}, {POD_LABEL}) (kube_pod_status_ready{{condition="true"}})'
+        )
+        held = f"{gpus} * on ({NAMESPACE_LABEL}, {POD_LABEL}) {ready} * {self.pods_of(metric)}"
+        steps = f"[{self._window}:{duration(step_seconds)}]"
+        return f"avg_over_time((sum by ({self._by}) ({held})){steps}) * {self._window_seconds:g}"
+
+
+def build_queries(
+    profile: EngineProfile,
+    scope: QueryScope,
+    window_seconds: float,
+    *,
+    kube_state_metrics: bool = False,
+    ksm_step_seconds: float = 30.0,
+) -> dict[QueryKey, Query]:
+    """Every query of one evaluation for ``profile``.
+
+    With ``kube_state_metrics`` the batch also reads pod ages and GPU-seconds from
+    kube-state-metrics, joined to the engine series on ``namespace`` and ``pod``.
+    """
+    fam = _SGLANG if profile is EngineProfile.SGLANG_0_5_20 else _VLLM
+    b = _Builder(scope, window_seconds)
+    queries = {
+        QueryKey.HITS_LOCAL: Query(b.rate(fam.hits_local), fam.hits_local.metric),
+        QueryKey.HITS_EXTERNAL: Query(b.rate(fam.hits_external), fam.hits_external.metric),
+        QueryKey.LOOKED_UP: Query(b.rate(fam.looked_up), fam.looked_up.metric),
+        QueryKey.REQUESTS: Query(b.rate(fam.requests), fam.requests.metric),
+        QueryKey.PREEMPTIONS: Query(b.rate(fam.preemptions), fam.preemptions.metric),
+        QueryKey.ITL_P95: Query(b.quantile(0.95, fam.itl), fam.itl[0] + "_bucket"),
+        QueryKey.KV_USAGE: Query(b.gauge(fam.kv_usage, "avg"), fam.kv_usage),
+        QueryKey.POD_SAMPLES: Query(b.samples(fam.running), fam.running),
+        QueryKey.POD_HITS: Query(b.rate(fam.hits_local, per_pod=True), fam.hits_local.metric),
+        QueryKey.POD_LOOKED_UP: Query(b.rate(fam.looked_up, per_pod=True), fam.looked_up.metric),
+        QueryKey.POD_WAITING: Query(b.gauge(fam.waiting, "sum", per_pod=True), fam.waiting),
+        QueryKey.POD_RUNNING: Query(b.gauge(fam.running, "sum", per_pod=True), fam.running),
+        QueryKey.POD_KV_USAGE: Query(b.gauge(fam.kv_usage, "avg", per_pod=True), fam.kv_usage),
+    }
+    for key, q in TTFT_QUANTILES.items():
+        queries[key] = Query(b.quantile(q, (fam.ttft,)), fam.ttft + "_bucket")
+    queries.update(_prefill_queries(profile, b))
+    if kube_state_metrics:
+        queries[QueryKey.POD_AGE] = Query(b.pod_age(fam.running), "kube_pod_status_ready_time")
+        queries[QueryKey.GPU_SECONDS] = Query(
+            b.gpu_seconds(fam.running, ksm_step_seconds), "kube_pod_container_resource_requests"
+        )
+    return queries
+
+
+def _prefill_queries(profile: EngineProfile, b: _Builder) -> dict[QueryKey, Query]:
+    """Prefill tokens computed (and, from vLLM 0.13, the per-request histogram)."""
+    if profile is EngineProfile.VLLM_0_13:
+        return {
+            QueryKey.PREFILL_COMPUTED: Query(
+                b.rate(_Counter(_VLLM_COMPUTED + "_sum")), _VLLM_COMPUTED + "_sum"
+            ),
+            QueryKey.COMPUTED_COUNT: Query(
+                b.rate(_Counter(_VLLM_COMPUTED + "_count")), _VLLM_COMPUTED + "_count"
+            ),
+            QueryKey.COMPUTED_BUCKETS: Query(
+                b.buckets((_VLLM_COMPUTED,)), _VLLM_COMPUTED + "_bucket"
+            ),
+        }
+    if profile is EngineProfile.VLLM_0_9_2:
+        prompt, hits = b.rate(_Counter(_VLLM_PROMPT_TOKENS)), b.rate(_VLLM.hits_local)
+        reads = f"{_VLLM_PROMPT_TOKENS} - {_VLLM.hits_local.metric}"
+        return {QueryKey.PREFILL_COMPUTED: Query(f"{prompt} - {hits}", reads)}
+    return {QueryKey.PREFILL_COMPUTED: Query(b.rate(_SGLANG_COMPUTED), _SGLANG_COMPUTED.metric)}
+
+
+# Series whose presence tells the engine generation apart.
+_VLLM_HISTOGRAM = _VLLM_COMPUTED + "_count"
+_VLLM_COUNTERS = _VLLM.looked_up.metric
+_VLLM_LEGACY = "vllm:gpu_prefix_cache_queries_total"
+_SGLANG_RUNNING = _SGLANG.running
+_MARKERS = {
+    Engine.VLLM: (_VLLM_HISTOGRAM, _VLLM_COUNTERS, _VLLM_LEGACY),
+    Engine.SGLANG: (_SGLANG_EFFECTIVE, _SGLANG_RUNNING),
+}
+
+
+def detection_query(engine: Engine, scope: QueryScope) -> str:
+    """How many series of each generation-marking metric exist, per group."""
+    names = "|".join(_escape_regex(name) for name in _MARKERS[engine])
+    matchers = ",".join(part for part in (f'__name__=~"{names}"', scope.matchers) if part)
+    return f"count by (__name__, {', '.join(scope.group_by)}) ({{{matchers}}})"
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The profile chosen from the series that exist, or why none could be."""
+
+    profile: EngineProfile | None
+    reason: str = ""
+    """Why no profile (when ``profile`` is None)."""
+    notes: tuple[str, ...] = ()
+
+
+def detect_profile(engine: Engine, selector: Selector, series: Iterable[ResultSeries]) -> Detection:
+    """Interpret ``detection_query``'s results for one selector."""
+    counts: dict[str, float] = {}
+    for s in series:
+        name = s.labels.get("__name__", "")
+        counts[name] = counts.get(name, 0.0) + s.value
+    if engine is Engine.SGLANG:
+        return _detect_sglang(selector, counts)
+    return _detect_vllm(selector, counts)
+
+
+def _detect_vllm(selector: Selector, counts: Mapping[str, float]) -> Detection:
+    histograms, counters = counts.get(_VLLM_HISTOGRAM, 0.0), counts.get(_VLLM_COUNTERS, 0.0)
+    if counters == 0:
+        if counts.get(_VLLM_LEGACY, 0.0) > 0:
+            return Detection(
+                None,
+                f"only {_VLLM_LEGACY} matches {selector}: vLLM older than 0.9.2 is not supported",
+            )
+        return Detection(
+            None,
+            f"no vLLM series match {selector} ({_VLLM_COUNTERS} is absent): check the "
+            "selector, the scrape config and that the engine is up",
+        )
+    if histograms == 0:
+        return Detection(EngineProfile.VLLM_0_9_2)
+    if histograms < counters:
+        note = (
+            f"only {histograms:g} of {counters:g} engines export {_VLLM_COMPUTED} (mixed "
+            "vLLM versions, e.g. mid-rollout): using the vLLM 0.9.2-0.12 formulas"
+        )
+        return Detection(EngineProfile.VLLM_0_9_2, notes=(note,))
+    return Detection(EngineProfile.VLLM_0_13)
+
+
+def _detect_sglang(selector: Selector, counts: Mapping[str, float]) -> Detection:
+    if counts.get(_SGLANG_EFFECTIVE, 0.0) > 0:
+        return Detection(EngineProfile.SGLANG_0_5_20)
+    if counts.get(_SGLANG_RUNNING, 0.0) > 0:
+        return Detection(
+            None,
+            f"SGLang older than 0.5.20 at {selector}: {_SGLANG_EFFECTIVE} is absent and a "
+            "windowed hit rate needs it (the sglang:cache_hit_rate gauge covers only the "
+            "last batch); upgrade SGLang",
+        )
+    return Detection(
+        None,
+        f"no SGLang series match {selector} ({_SGLANG_RUNNING} is absent): check the "
+        "selector, the scrape config and that SGLang runs with --enable-metrics",
+    )

@@ -1,0 +1,472 @@
+"""Turn one evaluation's PromQL results into an ``EngineSignals`` snapshot, honestly.
+
+Why this layer exists: Prometheus answers "nothing" in many ways (an empty vector, NaN
+from 0/0, a rate over one sample, a counter that never moved), and an autoscaler that
+reads any of them as 0 scales on fiction. Here every signal becomes a known number or an
+unknown with the reason, by these rules:
+
+* an absent series, NaN or ±Inf → unknown, naming the series;
+* fewer than ``min_samples`` samples per series in the window → rate-based signals unknown
+  (gauges need one sample);
+* a ratio whose denominator did not increase → unknown, and the reason says whether that
+  is "no traffic" or "a counter that should move with traffic did not";
+* more than one series where one is expected → ``AmbiguousSeriesError`` naming the label
+  sets: the selector matches more than one deployment, and summing them would be wrong.
+
+Counter resets need no handling here: every counter is read through ``rate()``, which
+Prometheus corrects for resets. ``compute_signals`` is pure (results in, snapshot out), so
+it is tested without HTTP; ``gather_signals`` adds the two round trips (detect the
+profile, then the batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from cachescale.api.spec import Engine
+from cachescale.gather.promql import (
+    POD_LABEL,
+    Detection,
+    Query,
+    QueryKey,
+    QueryScope,
+    ResultSeries,
+    Selector,
+    build_queries,
+    duration,
+)
+from cachescale.snapshot import (
+    DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
+    EngineProfile,
+    EngineSignals,
+    Measured,
+    PodSignals,
+    Unit,
+)
+
+if TYPE_CHECKING:
+    from cachescale.gather.prometheus import PrometheusClient
+
+_ABSENT_HINTS = {
+    QueryKey.HITS_EXTERNAL: " (no KV connector or storage tier configured?)",
+    QueryKey.POD_AGE: " (is kube-state-metrics scraped?)",
+    QueryKey.GPU_SECONDS: " (is kube-state-metrics scraped, with GPU requests on the pods?)",
+}
+_NO_FULL_HIT_HISTOGRAM = {
+    EngineProfile.VLLM_0_9_2: (
+        "needs vllm:request_prefill_kv_computed_tokens (vLLM 0.13 or newer, on every pod)"
+    ),
+    EngineProfile.SGLANG_0_5_20: "SGLang exports no per-request computed-token histogram",
+}
+
+
+def _label_text(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+class AmbiguousSeriesError(Exception):
+    """More than one series where one is expected: the selector is not specific enough."""
+
+    def __init__(self, selector: Selector, reads: str, label_sets: Sequence[Mapping[str, str]]):
+        self.label_sets = [dict(labels) for labels in label_sets]
+        shown = ", ".join(_label_text(labels) for labels in self.label_sets)
+        super().__init__(
+            f"selector {selector} matches {len(label_sets)} series of {reads} where one is "
+            f"expected: {shown}; add labels to the selector so it picks one deployment"
+        )
+
+
+@dataclass(frozen=True)
+class SignalRequest:
+    """What to read for one policy, and the Kubernetes-side facts the formulas need."""
+
+    engine: Engine
+    selector: Selector
+    window_seconds: float
+    full_hit_max_computed_tokens: float = DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS
+    min_samples: int = 2
+    """Samples per series a rate needs in the window (Prometheus' own minimum is 2)."""
+    gpus_per_pod: float | None = None
+    """GPUs one pod requests (from the Deployment's resource requests)."""
+    ready_replicas: int | None = None
+    """Ready replicas of the Deployment at evaluation time."""
+    pod_ages_seconds: Mapping[str, float] | None = None
+    """Pod name → seconds since it became ready, from the Kubernetes API."""
+    kube_state_metrics: bool = False
+    """Also read pod ages and GPU-seconds from kube-state-metrics."""
+    ksm_step_seconds: float = 30.0
+    """Subquery step for integrating GPU requests over the window."""
+
+
+def gather_signals(
+    client: PrometheusClient, request: SignalRequest, at: datetime | None = None
+) -> EngineSignals:
+    """Read every signal of ``request`` at ``at`` (default: now).
+
+    Raises a ``PrometheusError`` when Prometheus cannot be read and
+    ``AmbiguousSeriesError`` when the selector matches more than one deployment.
+    """
+    at = at or datetime.now(UTC)
+    detection = client.detect(request.engine, request.selector, at)
+    if detection.profile is None:
+        return EngineSignals.all_unknown(
+            detection.reason, observed_at=at, window_seconds=request.window_seconds
+        )
+    queries = build_queries(
+        detection.profile,
+        QueryScope.for_selector(request.selector),
+        request.window_seconds,
+        kube_state_metrics=request.kube_state_metrics,
+        ksm_step_seconds=request.ksm_step_seconds,
+    )
+    results = client.query_many({key: query.promql for key, query in queries.items()}, at)
+    return compute_signals(request, detection, queries, results, at)
+
+
+def compute_signals(
+    request: SignalRequest,
+    detection: Detection,
+    queries: Mapping[QueryKey, Query],
+    results: Mapping[QueryKey, Sequence[ResultSeries]],
+    at: datetime,
+) -> EngineSignals:
+    """The snapshot for one policy from its (already split) query results."""
+    if detection.profile is None:
+        raise ValueError("compute_signals needs a detected profile")
+    return _Computation(request, detection.profile, queries, results).snapshot(at, detection.notes)
+
+
+def _unknown(reason: str, unit: Unit) -> Measured:
+    return Measured.unknown(reason, unit)
+
+
+def _ratio(numerator: Measured, denominator: Measured, unit: Unit, zero_reason: str) -> Measured:
+    """numerator / denominator, unknown if either is, or if the denominator is 0."""
+    if numerator.value is None or denominator.value is None:
+        return _unknown(str(numerator.reason or denominator.reason), unit)
+    if denominator.value == 0:
+        return _unknown(zero_reason, unit)
+    return Measured.known(numerator.value / denominator.value, unit)
+
+
+class _Computation:
+    """One policy's results and the rules that turn them into measurements."""
+
+    def __init__(
+        self,
+        request: SignalRequest,
+        profile: EngineProfile,
+        queries: Mapping[QueryKey, Query],
+        results: Mapping[QueryKey, Sequence[ResultSeries]],
+    ) -> None:
+        self._request = request
+        self._profile = profile
+        self._queries = queries
+        self._results = results
+        self._window = duration(request.window_seconds)
+
+    # --- reading results -------------------------------------------------------------
+
+    def _reads(self, key: QueryKey) -> str:
+        return self._queries[key].reads
+
+    def _absent(self, key: QueryKey) -> str:
+        return (
+            f"{self._reads(key)} has no data for {self._request.selector} over the "
+            f"{self._window} window{_ABSENT_HINTS.get(key, '')}"
+        )
+
+    def _finite(self, key: QueryKey, value: float, unit: Unit) -> Measured:
+        if math.isfinite(value):
+            return Measured.known(value, unit)
+        return _unknown(f"Prometheus returned {value} for {self._reads(key)}", unit)
+
+    def fleet(self, key: QueryKey, unit: Unit) -> Measured:
+        """The single series a fleet-level query must return."""
+        series = self._results.get(key, ())
+        if len(series) > 1:
+            raise AmbiguousSeriesError(
+                self._request.selector, self._reads(key), [s.labels for s in series]
+            )
+        if not series:
+            return _unknown(self._absent(key), unit)
+        return self._finite(key, series[0].value, unit)
+
+    def per_pod(self, key: QueryKey, unit: Unit) -> dict[str, Measured]:
+        """One value per pod (pods missing from the result are left out)."""
+        by_pod: dict[str, Measured] = {}
+        for s in self._results.get(key, ()):
+            pod = s.labels.get(POD_LABEL, "")
+            if pod in by_pod:
+                duplicates = [
+                    x.labels for x in self._results[key] if x.labels.get(POD_LABEL, "") == pod
+                ]
+                raise AmbiguousSeriesError(self._request.selector, self._reads(key), duplicates)
+            by_pod[pod] = self._finite(key, s.value, unit)
+        return by_pod
+
+    # --- signals ---------------------------------------------------------------------
+
+    def snapshot(self, at: datetime, notes: tuple[str, ...]) -> EngineSignals:
+        samples = self.per_pod(QueryKey.POD_SAMPLES, Unit.REQUESTS)
+        if not samples:
+            reason = self._absent(QueryKey.POD_SAMPLES)
+            return EngineSignals.all_unknown(
+                reason,
+                observed_at=at,
+                window_seconds=self._request.window_seconds,
+                profile=self._profile,
+                notes=notes,
+            )
+        rps = self.fleet(QueryKey.REQUESTS, Unit.REQUESTS_PER_SECOND)
+        traffic = rps.value is not None and rps.value > 0
+        full_hit_share, full_hit_bound = self._full_hit_share(traffic)
+        pods, pod_note = self._pods(samples)
+        gate = self._rate_gate(max(s.value or 0.0 for s in samples.values()))
+        return EngineSignals(
+            profile=self._profile,
+            observed_at=at,
+            window_seconds=self._request.window_seconds,
+            token_hit_rate_local=gate(self._hit_rate(traffic)),
+            token_hit_rate_with_external=gate(self._hit_rate_with_external(traffic)),
+            request_full_hit_share=gate(full_hit_share),
+            full_hit_max_computed_tokens=full_hit_bound,
+            prefill_tokens_per_request=gate(self._prefill_per_request(rps)),
+            ttft_p50_seconds=gate(self._quantile(QueryKey.TTFT_P50, traffic)),
+            ttft_p95_seconds=gate(self._quantile(QueryKey.TTFT_P95, traffic)),
+            ttft_p99_seconds=gate(self._quantile(QueryKey.TTFT_P99, traffic)),
+            itl_p95_seconds=gate(self._quantile(QueryKey.ITL_P95, traffic)),
+            requests_per_second=gate(rps),
+            preemptions_per_second=gate(
+                self.fleet(QueryKey.PREEMPTIONS, Unit.PREEMPTIONS_PER_SECOND)
+            ),
+            waiting_requests_per_pod=self._mean_per_pod(pods, "waiting_requests", pod_note),
+            running_requests_per_pod=self._mean_per_pod(pods, "running_requests", pod_note),
+            kv_cache_usage_ratio=self.fleet(QueryKey.KV_USAGE, Unit.RATIO),
+            gpu_seconds_per_1k_requests=gate(self._gpu_seconds_per_1k(rps)),
+            pods=pods,
+            notes=notes + ((pod_note,) if pod_note else ()),
+        )
+
+    def _rate_gate(self, samples: float) -> Callable[[Measured], Measured]:
+        """Identity, or (too few samples for a rate) a function making a signal unknown."""
+        if samples >= self._request.min_samples:
+            return lambda measured: measured
+        reason = (
+            f"only {samples:g} sample(s) per series in the {self._window} window; rates need "
+            f"at least {self._request.min_samples} (just started, or the window is shorter "
+            "than two scrape intervals)"
+        )
+        return lambda measured: _unknown(reason, measured.unit)
+
+    def _no_lookups(self, traffic: bool) -> str:
+        if traffic:
+            return (
+                f"{self._reads(QueryKey.LOOKED_UP)} did not increase although requests "
+                "finished: prefix caching is off, or lookups were skipped"
+            )
+        return "no traffic: no prompt tokens were looked up in the window"
+
+    def _hit_rate(self, traffic: bool) -> Measured:
+        return _ratio(
+            self.fleet(QueryKey.HITS_LOCAL, Unit.TOKENS_PER_SECOND),
+            self.fleet(QueryKey.LOOKED_UP, Unit.TOKENS_PER_SECOND),
+            Unit.RATIO,
+            self._no_lookups(traffic),
+        )
+
+    def _hit_rate_with_external(self, traffic: bool) -> Measured:
+        local = self.fleet(QueryKey.HITS_LOCAL, Unit.TOKENS_PER_SECOND)
+        external = self.fleet(QueryKey.HITS_EXTERNAL, Unit.TOKENS_PER_SECOND)
+        if local.value is None or external.value is None:
+            return _unknown(str(local.reason or external.reason), Unit.RATIO)
+        both = Measured.known(local.value + external.value, Unit.TOKENS_PER_SECOND)
+        looked_up = self.fleet(QueryKey.LOOKED_UP, Unit.TOKENS_PER_SECOND)
+        return _ratio(both, looked_up, Unit.RATIO, self._no_lookups(traffic))
+
+    def _full_hit_share(self, traffic: bool) -> tuple[Measured, float | None]:
+        """Share of requests at or under the threshold, read at the highest bucket bound
+        not above it; also returns that bound."""
+        if self._profile in _NO_FULL_HIT_HISTOGRAM:
+            return _unknown(_NO_FULL_HIT_HISTOGRAM[self._profile], Unit.RATIO), None
+        threshold = self._request.full_hit_max_computed_tokens
+        buckets = self._buckets(QueryKey.COMPUTED_BUCKETS)
+        bounds = [bound for bound in buckets if bound <= threshold]
+        if not bounds:
+            reason = (
+                self._absent(QueryKey.COMPUTED_BUCKETS)
+                if not buckets
+                else f"no bucket bound of {self._reads(QueryKey.COMPUTED_BUCKETS)} is at or "
+                f"below {threshold:g} tokens"
+            )
+            return _unknown(reason, Unit.RATIO), None
+        bound = max(bounds)
+        zero = (
+            f"{self._reads(QueryKey.COMPUTED_COUNT)} did not increase although requests finished"
+            if traffic
+            else "no requests finished in the window"
+        )
+        share = _ratio(
+            buckets[bound],
+            self.fleet(QueryKey.COMPUTED_COUNT, Unit.REQUESTS_PER_SECOND),
+            Unit.RATIO,
+            zero,
+        )
+        if share.value is not None and share.value > 1:  # float rounding of two rates
+            share = Measured.known(1.0, Unit.RATIO)
+        return share, bound
+
+    def _buckets(self, key: QueryKey) -> dict[float, Measured]:
+        """Finite bucket bound → rate, from a ``sum by (..., le)`` result of one group."""
+        series = self._results.get(key, ())
+        groups = {_label_text({k: v for k, v in s.labels.items() if k != "le"}) for s in series}
+        if len(groups) > 1:
+            raise AmbiguousSeriesError(
+                self._request.selector,
+                self._reads(key),
+                [s.labels for s in series if s.labels.get("le") == "+Inf"],
+            )
+        buckets = {}
+        for s in series:
+            bound = float(s.labels.get("le", "nan"))
+            if math.isfinite(bound):
+                buckets[bound] = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
+        return buckets
+
+    def _prefill_per_request(self, rps: Measured) -> Measured:
+        computed = self.fleet(QueryKey.PREFILL_COMPUTED, Unit.TOKENS_PER_SECOND)
+        if computed.value is not None and computed.value < 0:
+            return _unknown(
+                f"{self._reads(QueryKey.PREFILL_COMPUTED)} is negative: vLLM up to 0.26 counts "
+                "a blocked request's cache lookups again at every step",
+                Unit.TOKENS_PER_REQUEST,
+            )
+        requests = (
+            self.fleet(QueryKey.COMPUTED_COUNT, Unit.REQUESTS_PER_SECOND)
+            if self._profile is EngineProfile.VLLM_0_13
+            else rps
+        )
+        return _ratio(
+            computed, requests, Unit.TOKENS_PER_REQUEST, "no requests finished in the window"
+        )
+
+    def _quantile(self, key: QueryKey, traffic: bool) -> Measured:
+        series = self._results.get(key, ())
+        if len(series) == 1 and math.isnan(series[0].value):
+            reason = (
+                f"{self._reads(key)} has no observations in the window although requests finished"
+                if traffic
+                else "no traffic: no observations in the window"
+            )
+            return _unknown(reason, Unit.SECONDS)
+        return self.fleet(key, Unit.SECONDS)
+
+    def _gpu_seconds_per_1k(self, rps: Measured) -> Measured:
+        unit = Unit.GPU_SECONDS_PER_1K_REQUESTS
+        request = self._request
+        if request.gpus_per_pod is not None and request.ready_replicas is not None:
+            gpu_seconds = Measured.known(
+                request.gpus_per_pod * request.ready_replicas * request.window_seconds, unit
+            )
+        elif request.kube_state_metrics:
+            gpu_seconds = self.fleet(QueryKey.GPU_SECONDS, unit)
+        else:
+            return _unknown(
+                "needs GPUs per pod and ready replicas (from the Deployment) or kube-state-metrics",
+                unit,
+            )
+        if rps.value is None:
+            return _unknown(str(rps.reason), unit)
+        finished = Measured.known(rps.value * request.window_seconds / 1000, unit)
+        return _ratio(
+            gpu_seconds,
+            finished,
+            unit,
+            "no requests finished in the window: cost per request is undefined",
+        )
+
+    # --- pods ------------------------------------------------------------------------
+
+    def _pods(self, samples: Mapping[str, Measured]) -> tuple[tuple[PodSignals, ...], str]:
+        """Per-pod signals, or none and the reason when the series carry no pod label."""
+        if "" in samples:
+            return (), (
+                f"engine series carry no '{POD_LABEL}' label, so per-pod signals are "
+                "unavailable: add it in the scrape config (a PodMonitor does)"
+            )
+        hits = self.per_pod(QueryKey.POD_HITS, Unit.TOKENS_PER_SECOND)
+        looked_up = self.per_pod(QueryKey.POD_LOOKED_UP, Unit.TOKENS_PER_SECOND)
+        waiting = self.per_pod(QueryKey.POD_WAITING, Unit.REQUESTS)
+        running = self.per_pod(QueryKey.POD_RUNNING, Unit.REQUESTS)
+        kv_usage = self.per_pod(QueryKey.POD_KV_USAGE, Unit.RATIO)
+        ages = self._ages(sorted(samples))
+        pods = []
+        for pod in sorted(samples):
+            count = samples[pod].value or 0.0
+            if count < self._request.min_samples:
+                reason = (
+                    f"only {count:g} sample(s) of this pod in the window (new pod?); a rate "
+                    f"needs {self._request.min_samples}"
+                )
+                hit_rate = _unknown(reason, Unit.RATIO)
+                volume = _unknown(reason, Unit.TOKENS_PER_SECOND)
+            else:
+                missing = _unknown(
+                    f"{self._reads(QueryKey.POD_HITS)} has no data for pod {pod}",
+                    Unit.TOKENS_PER_SECOND,
+                )
+                volume = looked_up.get(pod, missing)
+                hit_rate = _ratio(
+                    hits.get(pod, missing),
+                    volume,
+                    Unit.RATIO,
+                    "no prompt tokens were looked up on this pod in the window",
+                )
+            absent = f"no samples for pod {pod} in the window"
+            pods.append(
+                PodSignals(
+                    pod=pod,
+                    age_seconds=ages[pod],
+                    token_hit_rate=hit_rate,
+                    prompt_tokens_looked_up_per_second=volume,
+                    waiting_requests=waiting.get(pod, _unknown(absent, Unit.REQUESTS)),
+                    running_requests=running.get(pod, _unknown(absent, Unit.REQUESTS)),
+                    kv_cache_usage_ratio=kv_usage.get(pod, _unknown(absent, Unit.RATIO)),
+                )
+            )
+        return tuple(pods), ""
+
+    def _ages(self, pods: Sequence[str]) -> dict[str, Measured]:
+        """Pod ages from the Kubernetes API if given, else from kube-state-metrics."""
+        given = self._request.pod_ages_seconds
+        if given is not None:
+            missing = "not among the pods the Kubernetes API listed (terminated?)"
+            return {
+                pod: Measured.known(given[pod], Unit.SECONDS)
+                if pod in given
+                else _unknown(missing, Unit.SECONDS)
+                for pod in pods
+            }
+        if self._request.kube_state_metrics:
+            found = self.per_pod(QueryKey.POD_AGE, Unit.SECONDS)
+            absent = self._absent(QueryKey.POD_AGE)
+            return {pod: found.get(pod, _unknown(absent, Unit.SECONDS)) for pod in pods}
+        reason = "pod ages not given (from the Kubernetes API) and kube-state-metrics not used"
+        return {pod: _unknown(reason, Unit.SECONDS) for pod in pods}
+
+    @staticmethod
+    def _mean_per_pod(pods: Sequence[PodSignals], attribute: str, pod_note: str) -> Measured:
+        """Mean of a per-pod gauge; unknown if any pod's value is."""
+        if not pods:
+            return _unknown(pod_note or "no pods", Unit.REQUESTS)
+        values = []
+        for pod in pods:
+            measured: Measured = getattr(pod, attribute)
+            if measured.value is None:
+                return _unknown(f"pod {pod.pod}: {measured.reason}", Unit.REQUESTS)
+            values.append(measured.value)
+        return Measured.known(sum(values) / len(values), Unit.REQUESTS)

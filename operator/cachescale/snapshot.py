@@ -1,0 +1,248 @@
+"""What the gather layer hands the decision layer: one frozen snapshot of engine signals.
+
+``decide(spec, snapshot, memory, now)`` must be able to tell "measured 0" from "could not
+measure", because freezing on missing data is the operator's safety rule (brief §4–§5).
+So every signal here is a ``Measured``: a finite number with its unit, or *unknown* with
+the reason why — never 0, never NaN. The snapshot also says which engine profile (vLLM
+generation or SGLang) produced the numbers, because the formulas differ between them.
+
+Pure values: no I/O, no clock, no Prometheus or Kubernetes types. The gather layer
+(``cachescale.gather``) builds these from PromQL results; tests and the simulator can
+build them by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+
+DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS = 200.0
+"""A request that computed at most this many prompt tokens counts as a full hit: a bucket
+bound of vLLM's computed-tokens histogram, and the simulator's definition."""
+
+
+class Unit(StrEnum):
+    """The unit a signal is measured in (the value is printed next to it)."""
+
+    RATIO = "ratio"
+    TOKENS_PER_REQUEST = "tokens/request"
+    TOKENS_PER_SECOND = "tokens/s"
+    SECONDS = "s"
+    REQUESTS = "requests"
+    REQUESTS_PER_SECOND = "req/s"
+    PREEMPTIONS_PER_SECOND = "preemptions/s"
+    GPU_SECONDS_PER_1K_REQUESTS = "GPU-s/1k req"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A signal's value with its unit, or unknown with the reason (exactly one of the two).
+
+    Build with ``Measured.known(...)`` or ``Measured.unknown(...)``; ``value is None``
+    means unknown, and then ``reason`` says why.
+    """
+
+    unit: Unit
+    value: float | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.value is None) == (self.reason is None):
+            raise ValueError("a Measured is either a value or an unknown with a reason")
+        if self.value is not None and not math.isfinite(self.value):
+            raise ValueError(f"{self.value} is not a measurement; use Measured.unknown")
+
+    @classmethod
+    def known(cls, value: float, unit: Unit) -> Measured:
+        """A measured, finite value."""
+        return cls(unit=unit, value=float(value))
+
+    @classmethod
+    def unknown(cls, reason: str, unit: Unit) -> Measured:
+        """A signal that could not be measured, and why."""
+        return cls(unit=unit, reason=reason)
+
+    @property
+    def is_known(self) -> bool:
+        """Whether a value was measured."""
+        return self.value is not None
+
+
+class EngineProfile(StrEnum):
+    """Which metric generation the numbers came from (formulas differ between them)."""
+
+    VLLM_0_13 = "vllm>=0.13"
+    """Has ``vllm:request_prefill_kv_computed_tokens``: request-weighted signals are exact."""
+    VLLM_0_9_2 = "vllm 0.9.2-0.12"
+    """``vllm:prefix_cache_*`` counters only: prefill per request is approximated."""
+    SGLANG_0_5_20 = "sglang>=0.5.20"
+    """``sglang:prefill_effective_tokens_total{mode}`` gives a windowed hit rate."""
+
+
+class FetchFailure(StrEnum):
+    """Why no signal could be read at all (CamelCase, usable as a condition reason)."""
+
+    UNREACHABLE = "PrometheusUnreachable"
+    TIMEOUT = "PrometheusTimeout"
+    BAD_RESPONSE = "PrometheusBadResponse"
+    QUERY_ERROR = "PrometheusQueryError"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSignals:
+    """One pod's signals over the window; its age lets the decision skip warming pods."""
+
+    pod: str
+    age_seconds: Measured
+    """Time since the pod became ready (or started), at the evaluation time."""
+    token_hit_rate: Measured
+    """Local prefix-cache hits / prompt tokens looked up on this pod."""
+    prompt_tokens_looked_up_per_second: Measured
+    """The hit rate's denominator: weights this pod when pods are pooled."""
+    waiting_requests: Measured
+    """Mean waiting (queued) requests over the window."""
+    running_requests: Measured
+    """Mean running (batched) requests over the window."""
+    kv_cache_usage_ratio: Measured
+    """Mean KV-cache usage, 0 to 1 (cached but idle blocks count as free)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSignals:
+    """Every engine signal of one policy over one window, each known or unknown.
+
+    ``token_hit_rate_*`` are token-weighted (what the engines' counters measure);
+    ``request_full_hit_share`` and ``prefill_tokens_per_request`` are the
+    request-weighted view that predicts p99 (brief §2). Fleet-level values cover every
+    pod, warm or cold; ``pods`` carries per-pod values with ages, and
+    ``warm_token_hit_rate`` pools the warm ones.
+    """
+
+    profile: EngineProfile | None
+    """The metric generation used; None when no engine series were found."""
+    observed_at: datetime
+    """The evaluation time the queries were answered at."""
+    window_seconds: float
+    """The window every rate and quantile covers."""
+    token_hit_rate_local: Measured
+    token_hit_rate_with_external: Measured
+    """Local plus KV-connector (vLLM) or storage-tier (SGLang) hits, over the same tokens."""
+    request_full_hit_share: Measured
+    """Share of requests that computed at most ``full_hit_max_computed_tokens`` tokens."""
+    full_hit_max_computed_tokens: float | None
+    """The histogram bucket bound (in tokens) the full-hit share was read at."""
+    prefill_tokens_per_request: Measured
+    ttft_p50_seconds: Measured
+    ttft_p95_seconds: Measured
+    ttft_p99_seconds: Measured
+    itl_p95_seconds: Measured
+    requests_per_second: Measured
+    """Successfully finished requests per second (aborts and errors excluded)."""
+    preemptions_per_second: Measured
+    waiting_requests_per_pod: Measured
+    running_requests_per_pod: Measured
+    kv_cache_usage_ratio: Measured
+    gpu_seconds_per_1k_requests: Measured
+    pods: tuple[PodSignals, ...] = ()
+    failure: FetchFailure | None = None
+    """Set when Prometheus could not be read at all; every signal is then unknown."""
+    notes: tuple[str, ...] = ()
+    """Facts about how the numbers were obtained (e.g. a mixed-version fleet)."""
+
+    def signals(self) -> dict[str, Measured]:
+        """The fleet-level signals by field name, in declaration order."""
+        return {
+            f.name: value
+            for f in fields(self)
+            if isinstance(value := getattr(self, f.name), Measured)
+        }
+
+    def unknown_signals(self) -> list[tuple[str, str]]:
+        """``(signal name, reason)`` for every fleet-level signal that is unknown."""
+        return [(name, m.reason) for name, m in self.signals().items() if m.reason is not None]
+
+    def warm_token_hit_rate(self, min_age_seconds: float) -> Measured:
+        """Token-weighted local hit rate pooled over pods at least ``min_age_seconds`` old.
+
+        A pod whose age or rates are unknown is left out (it cannot be shown to be warm);
+        unknown when no warm pod looked any token up.
+        """
+        hits = looked_up = 0.0
+        warm = 0
+        for pod in self.pods:
+            age, rate = pod.age_seconds.value, pod.token_hit_rate.value
+            volume = pod.prompt_tokens_looked_up_per_second.value
+            if age is None or age < min_age_seconds:
+                continue
+            warm += 1
+            if rate is not None and volume is not None:
+                hits += rate * volume
+                looked_up += volume
+        if looked_up > 0:
+            return Measured.known(hits / looked_up, Unit.RATIO)
+        reason = (
+            f"no pod is known to be older than {min_age_seconds:g}s"
+            if warm == 0
+            else f"{warm} warm pod(s) but none looked up a prompt token in the window"
+        )
+        return Measured.unknown(reason, Unit.RATIO)
+
+    @classmethod
+    def all_unknown(
+        cls,
+        reason: str,
+        *,
+        observed_at: datetime,
+        window_seconds: float,
+        profile: EngineProfile | None = None,
+        failure: FetchFailure | None = None,
+        notes: tuple[str, ...] = (),
+    ) -> EngineSignals:
+        """A snapshot where nothing could be measured, every signal carrying ``reason``."""
+
+        def unknown(name: str) -> Measured:
+            return Measured.unknown(reason, SIGNAL_UNITS[name])
+
+        return cls(
+            profile=profile,
+            observed_at=observed_at,
+            window_seconds=window_seconds,
+            token_hit_rate_local=unknown("token_hit_rate_local"),
+            token_hit_rate_with_external=unknown("token_hit_rate_with_external"),
+            request_full_hit_share=unknown("request_full_hit_share"),
+            full_hit_max_computed_tokens=None,
+            prefill_tokens_per_request=unknown("prefill_tokens_per_request"),
+            ttft_p50_seconds=unknown("ttft_p50_seconds"),
+            ttft_p95_seconds=unknown("ttft_p95_seconds"),
+            ttft_p99_seconds=unknown("ttft_p99_seconds"),
+            itl_p95_seconds=unknown("itl_p95_seconds"),
+            requests_per_second=unknown("requests_per_second"),
+            preemptions_per_second=unknown("preemptions_per_second"),
+            waiting_requests_per_pod=unknown("waiting_requests_per_pod"),
+            running_requests_per_pod=unknown("running_requests_per_pod"),
+            kv_cache_usage_ratio=unknown("kv_cache_usage_ratio"),
+            gpu_seconds_per_1k_requests=unknown("gpu_seconds_per_1k_requests"),
+            failure=failure,
+            notes=notes,
+        )
+
+
+SIGNAL_UNITS: dict[str, Unit] = {
+    "token_hit_rate_local": Unit.RATIO,
+    "token_hit_rate_with_external": Unit.RATIO,
+    "request_full_hit_share": Unit.RATIO,
+    "prefill_tokens_per_request": Unit.TOKENS_PER_REQUEST,
+    "ttft_p50_seconds": Unit.SECONDS,
+    "ttft_p95_seconds": Unit.SECONDS,
+    "ttft_p99_seconds": Unit.SECONDS,
+    "itl_p95_seconds": Unit.SECONDS,
+    "requests_per_second": Unit.REQUESTS_PER_SECOND,
+    "preemptions_per_second": Unit.PREEMPTIONS_PER_SECOND,
+    "waiting_requests_per_pod": Unit.REQUESTS,
+    "running_requests_per_pod": Unit.REQUESTS,
+    "kv_cache_usage_ratio": Unit.RATIO,
+    "gpu_seconds_per_1k_requests": Unit.GPU_SECONDS_PER_1K_REQUESTS,
+}
+"""The unit of every fleet-level signal of ``EngineSignals``."""

@@ -1,0 +1,117 @@
+"""Synthetic engine series with known rates, for a real Prometheus (see ``gather_tsdb``).
+
+Each scenario lives under its own ``model_name`` in one TSDB; the evaluation time ``T`` is
+the last sample. Rates are linear, so the expected signals are exact.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from gather_tsdb import Series, sample_times
+
+T = (int(time.time()) // 60) * 60 - 600
+"""Evaluation time: a whole minute, ten minutes ago (so 30 s subquery steps align)."""
+AT = datetime.fromtimestamp(T, UTC)
+START = T - 1800
+WINDOW_S = 300.0
+FULL = sample_times(START, T)
+LAST = [float(T)]
+TTFT_BUCKETS = {"0.1": 0.4, "0.5": 1.6, "1.0": 2.0, "+Inf": 2.0}
+"""Per second: p50 = 0.3, p95 = 0.875, p99 = 0.975 by linear interpolation."""
+ITL_BUCKETS = {"0.01": 0.0, "0.05": 50.0, "0.1": 100.0, "+Inf": 100.0}
+"""Per second: p95 = 0.095."""
+COMPUTED_BUCKETS = {"20.0": 0.2, "200.0": 0.8, "2000.0": 1.8, "+Inf": 2.0}
+"""Per second, as prometheus_client renders bounds: 40% of requests computed <= 200."""
+
+
+def vllm_pod(
+    s: Series,
+    labels: dict[str, str],
+    times: list[float],
+    *,
+    histogram: bool = True,
+    itl_name: str = "vllm:inter_token_latency_seconds",
+    reset_at: float | None = None,
+    gauges: tuple[float, float, float] = (10, 2, 0.5),
+) -> None:
+    """A vLLM pod at 2 req/s, 1000 prompt tokens/s looked up, 80% local hits; ``gauges``
+    are running, waiting and KV usage."""
+    s.counter("vllm:prefix_cache_queries_total", labels, 1000, times, reset_at)
+    s.counter("vllm:prefix_cache_hits_total", labels, 800, times, reset_at)
+    s.counter("vllm:external_prefix_cache_hits_total", labels, 100, times, reset_at)
+    s.counter("vllm:prompt_tokens_total", labels, 1000, times, reset_at)
+    success = {**labels, "finished_reason": "stop"}
+    s.counter("vllm:request_success_total", success, 2, times, reset_at)
+    aborted = {**labels, "finished_reason": "abort"}
+    s.counter("vllm:request_success_total", aborted, 1, times, reset_at)
+    s.counter("vllm:num_preemptions_total", labels, 0.5, times, reset_at)
+    s.histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)
+    s.histogram(itl_name, labels, ITL_BUCKETS, 5.0, times)
+    if histogram:
+        s.histogram("vllm:request_prefill_kv_computed_tokens", labels, COMPUTED_BUCKETS, 400, times)
+    running, waiting, kv_usage = gauges
+    s.gauge("vllm:num_requests_running", labels, running, times)
+    s.gauge("vllm:num_requests_waiting", labels, waiting, times)
+    s.gauge("vllm:kv_cache_usage_perc", labels, kv_usage, times)
+
+
+def ksm_pod(s: Series, namespace: str, pod: str, ready_at: float, times: list[float]) -> None:
+    """kube-state-metrics' view of a ready pod requesting 2 GPUs."""
+    ids = {"namespace": namespace, "pod": pod}
+    s.gauge("kube_pod_status_ready_time", {**ids, "uid": pod}, ready_at, times)
+    gpu = {**ids, "container": "vllm", "resource": "nvidia_com_gpu", "unit": "integer"}
+    s.gauge("kube_pod_container_resource_requests", gpu, 2, times)
+    s.gauge("kube_pod_status_ready", {**ids, "condition": "true"}, 1, times)
+
+
+def sglang_pod(s: Series, labels: dict[str, str], times: list[float]) -> None:
+    """An SGLang pod: 1000 tokens/s, 60% local (device+host) and 10% storage hits."""
+    modes = {"input": 300, "device_hit": 500, "host_hit": 100, "storage_hit": 100}
+    for mode, rate in modes.items():
+        s.counter("sglang:prefill_effective_tokens_total", {**labels, "mode": mode}, rate, times)
+    s.counter("sglang:num_requests_total", labels, 3, times)
+    s.counter("sglang:num_retracted_requests_total", labels, 0.1, times)
+    s.gauge("sglang:cache_hit_rate", labels, 0.99, times)
+    s.histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)
+    s.histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, 5.0, times)
+    s.gauge("sglang:token_usage", labels, 0.4, times)
+    s.gauge("sglang:num_queue_reqs", labels, 1, times)
+    s.gauge("sglang:num_running_reqs", labels, 5, times)
+
+
+def dataset() -> Series:
+    """Every scenario the gather tests read."""
+    s = Series()
+    llm = {"namespace": "llm"}
+    vllm_pod(s, {**llm, "model_name": "steady", "pod": "steady-a"}, FULL)
+    ksm_pod(s, "llm", "steady-a", T - 3600, FULL)
+    young = {**llm, "model_name": "steady", "pod": "steady-b"}
+    vllm_pod(s, young, LAST, gauges=(4, 0, 0.1))  # one sample so far: no rate yet
+    ksm_pod(s, "llm", "steady-b", T - 10, LAST)
+    vllm_pod(s, {**llm, "model_name": "reset", "pod": "reset-a"}, FULL, reset_at=T - 150)
+    legacy = {**llm, "model_name": "legacy", "pod": "legacy-a"}
+    vllm_pod(s, legacy, FULL, histogram=False, itl_name="vllm:time_per_output_token_seconds")
+    nan = {**llm, "model_name": "nan", "pod": "nan-a"}
+    s.counter("vllm:prefix_cache_queries_total", nan, 1000, FULL)
+    s.counter("vllm:prefix_cache_hits_total", nan, 500, FULL)
+    s.gauge("vllm:num_requests_running", nan, 1, FULL)
+    s.gauge("vllm:kv_cache_usage_perc", nan, float("nan"), FULL)
+    idle = {**llm, "model_name": "idle", "pod": "idle-a"}
+    for name in ("queries", "hits"):
+        s.counter(f"vllm:prefix_cache_{name}_total", idle, 0, FULL)
+    s.counter("vllm:request_success_total", {**idle, "finished_reason": "stop"}, 0, FULL)
+    s.counter("vllm:num_preemptions_total", idle, 0, FULL)
+    s.histogram("vllm:time_to_first_token_seconds", idle, dict.fromkeys(TTFT_BUCKETS, 0), 0, FULL)
+    s.gauge("vllm:num_requests_running", idle, 0, FULL)
+    off = {**llm, "model_name": "nolookups", "pod": "off-a"}
+    for name in ("queries", "hits"):
+        s.counter(f"vllm:prefix_cache_{name}_total", off, 0, FULL)
+    s.counter("vllm:request_success_total", {**off, "finished_reason": "stop"}, 2, FULL)
+    s.gauge("vllm:num_requests_running", off, 3, FULL)
+    for model in ("x", "y"):
+        vllm_pod(s, {"namespace": "twins", "model_name": model, "pod": f"{model}-a"}, FULL)
+    vllm_pod(s, {**llm, "model_name": "nopod"}, FULL)
+    sglang_pod(s, {**llm, "model_name": "sg", "pod": "sg-a", "tp_rank": "0"}, FULL)
+    return s

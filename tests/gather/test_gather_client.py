@@ -1,0 +1,205 @@
+"""Prometheus access: every transport failure becomes one typed error naming the URL."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from gather_fakes import (
+    HANG,
+    FakePrometheus,
+    api_error,
+    closed_port_url,
+    fake_prometheus,
+    self_signed_certificate,
+    vector,
+)
+
+from cachescale.gather.prometheus import (
+    PrometheusBadResponse,
+    PrometheusClient,
+    PrometheusConfig,
+    PrometheusQueryError,
+    PrometheusTimeout,
+    PrometheusUnreachable,
+    redact_url,
+)
+from cachescale.snapshot import FetchFailure
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+TOKEN = "s3cret-token-value"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakePrometheus]:
+    with fake_prometheus() as server:
+        yield server
+
+
+def client_for(url: str, **overrides: object) -> PrometheusClient:
+    settings: dict[str, object] = {"timeout_seconds": 2.0, "backoff_seconds": 0.0}
+    settings.update(overrides)
+    return PrometheusClient(PrometheusConfig(url=url, **settings))  # type: ignore[arg-type]
+
+
+def test_instant_vector_is_parsed_with_nan_and_infinities(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: vector(({"pod": "a"}, "0.5"), ({"pod": "b"}, "NaN"), ({}, "+Inf"))
+    with client_for(fake.url) as client:
+        series = client.query("up", AT)
+    assert series[0].labels == {"pod": "a"}
+    assert series[0].value == 0.5
+    assert math.isnan(series[1].value)
+    assert series[2].value == math.inf
+
+
+def test_queries_are_evaluated_at_the_given_time_with_a_server_timeout(
+    fake: FakePrometheus,
+) -> None:
+    with client_for(fake.url, timeout_seconds=7) as client:
+        client.query('up{job="x"}', AT)
+    assert fake.params == [
+        {"query": 'up{job="x"}', "time": f"{AT.timestamp():.3f}", "timeout": "7s"}
+    ]
+
+
+def test_connection_refused_is_unreachable_with_one_clear_line() -> None:
+    url = closed_port_url()
+    with client_for(url, retries=1) as client, pytest.raises(PrometheusUnreachable) as caught:
+        client.query("up", AT)
+    message = str(caught.value)
+    assert message.startswith(f"Prometheus is unreachable at {url}: ")
+    assert "refused" in message.lower()
+    assert "\n" not in message
+    assert caught.value.failure is FetchFailure.UNREACHABLE
+
+
+def test_hanging_server_times_out_without_retrying(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: HANG
+    started = time.monotonic()
+    with (
+        client_for(fake.url, timeout_seconds=0.3, retries=3) as client,
+        pytest.raises(PrometheusTimeout, match=r"no answer within 0\.3s"),
+    ):
+        client.query("up", AT)
+    assert time.monotonic() - started < 2.0
+    assert len(fake.queries) == 1
+
+
+def test_http_500_is_retried_a_bounded_number_of_times_then_a_bad_response(
+    fake: FakePrometheus,
+) -> None:
+    fake.respond = lambda _q: (500, b"internal error")
+    with client_for(fake.url, retries=2) as client, pytest.raises(PrometheusBadResponse) as caught:
+        client.query("up", AT)
+    assert len(fake.queries) == 3
+    assert "HTTP 500" in str(caught.value)
+
+
+def test_malformed_json_is_a_bad_response(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: (200, b'{"status": "success", "data": {')
+    with client_for(fake.url) as client, pytest.raises(PrometheusBadResponse, match="not JSON"):
+        client.query("up", AT)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"status": "success"}',
+        b'{"status": "success", "data": {"resultType": "scalar", "result": [1, "2"]}}',
+        b'{"status": "success", "data": {"result": [{"metric": {}, "value": [1, "x"]}]}}',
+        b'{"status": "success", "data": {"result": [{"metric": {"a": 1}, "value": [1, "2"]}]}}',
+        b"[1, 2]",
+    ],
+)
+def test_json_that_is_not_an_instant_vector_is_a_bad_response(
+    fake: FakePrometheus, body: bytes
+) -> None:
+    fake.respond = lambda _q: (200, body)
+    with client_for(fake.url) as client, pytest.raises(PrometheusBadResponse):
+        client.query("up", AT)
+
+
+def test_rejected_query_is_a_query_error_with_prometheus_message(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: api_error(400, "bad_data", 'parse error: unexpected "}"')
+    with client_for(fake.url) as client, pytest.raises(PrometheusQueryError) as caught:
+        client.query("up{", AT)
+    assert 'bad_data: parse error: unexpected "}"' in str(caught.value)
+    assert len(fake.queries) == 1
+
+
+def test_prometheus_own_query_timeout_is_a_timeout(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: api_error(503, "timeout", "query timed out in expression evaluation")
+    with client_for(fake.url, retries=0) as client, pytest.raises(PrometheusTimeout):
+        client.query("up", AT)
+
+
+def test_bearer_token_is_sent_but_never_shown(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: api_error(401, "unauthorized", "bad token")
+    config = PrometheusConfig(url=fake.url, bearer_token=TOKEN, retries=0)
+    with PrometheusClient(config) as client, pytest.raises(PrometheusBadResponse) as caught:
+        client.query("up", AT)
+    assert fake.headers[0]["Authorization"] == f"Bearer {TOKEN}"
+    assert "check the bearer token" in str(caught.value)
+    assert TOKEN not in str(caught.value)
+    assert TOKEN not in repr(config)
+
+
+def test_credentials_in_the_url_are_never_shown() -> None:
+    assert redact_url("https://user:pw@prom.example:9090/prefix?x=1") == (
+        "https://prom.example:9090/prefix"
+    )
+    url = closed_port_url().replace("http://", "http://user:pw@")
+    with client_for(url, retries=0) as client, pytest.raises(PrometheusUnreachable) as caught:
+        client.query("up", AT)
+    assert "pw" not in str(caught.value)
+
+
+@pytest.fixture
+def tls_fake(tmp_path: Path) -> Iterator[tuple[FakePrometheus, Path]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command line is needed to make a test certificate")
+    cert, key = self_signed_certificate(tmp_path)
+    with fake_prometheus(tls=(cert, key)) as server:
+        yield server, cert
+
+
+def test_tls_is_verified_by_default(tls_fake: tuple[FakePrometheus, Path]) -> None:
+    fake, _ = tls_fake
+    with client_for(fake.url, retries=0) as client, pytest.raises(PrometheusUnreachable) as caught:
+        client.query("up", AT)
+    assert "TLS verification failed" in str(caught.value)
+    assert fake.queries == []
+
+
+def test_tls_is_verified_against_the_given_ca_bundle(tls_fake: tuple[FakePrometheus, Path]) -> None:
+    fake, cert = tls_fake
+    with client_for(fake.url, ca_file=str(cert)) as client:
+        assert client.query("up", AT) == []
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_tls_verification_can_be_skipped(tls_fake: tuple[FakePrometheus, Path]) -> None:
+    fake, _ = tls_fake
+    with client_for(fake.url, verify_tls=False) as client:
+        assert client.query("up", AT) == []
+
+
+def test_many_queries_are_issued_together_and_keyed(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: vector(({"q": q}, "1"))
+    with client_for(fake.url) as client:
+        results = client.query_many({"a": "up", "b": "down"}, AT)
+    assert {key: [s.labels["q"] for s in series] for key, series in results.items()} == {
+        "a": ["up"],
+        "b": ["down"],
+    }
+
+
+def test_one_failing_query_fails_the_whole_batch(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: api_error(422, "execution", "boom") if q == "bad" else vector()
+    with client_for(fake.url) as client, pytest.raises(PrometheusQueryError, match="boom"):
+        client.query_many({"good": "up", "bad": "bad"}, AT)

@@ -1,0 +1,123 @@
+"""``cachescale signals``: exit codes, one-line failures, the table and the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from gather_dataset import AT, WINDOW_S, T
+from gather_fakes import closed_port_url
+
+from cachescale.gather.command import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_PROMETHEUS_UNAVAILABLE,
+    add_parser,
+)
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="cachescale")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["signals", *argv])
+    code: int = args.handler(args)
+    return code
+
+
+def steady(url: str, *extra: str) -> list[str]:
+    selector = 'namespace="llm",model_name="steady"'
+    at = ["--at", AT.isoformat()]
+    return ["--prometheus", url, "--engine", "vllm", "--selector", selector, *at, *extra]
+
+
+def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = closed_port_url()
+    assert run(steady(url, "--timeout", "1")) == EXIT_PROMETHEUS_UNAVAILABLE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"Prometheus is unreachable at {url}: ")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--selector", 'namespace=~"llm"'], "--selector: cannot read"),
+        (["--window", "30s"], "window"),
+        (["--window", "5 minutes"], "not a duration"),
+        (["--gpus-per-pod", "2"], "--gpus-per-pod and --replicas together"),
+        (["--bearer-token-file", "/nonexistent/token"], "/nonexistent/token"),
+        (["--selector", '__name__="up"'], "reserved"),
+    ],
+)
+def test_invalid_input_exits_1_before_any_request(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert run(steady(closed_port_url(), *extra)) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert err.startswith("cachescale signals: ")
+    assert message in err
+
+
+def test_empty_token_file_is_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token = tmp_path / "token"
+    token.write_text("\n")
+    assert run(steady(closed_port_url(), "--bearer-token-file", str(token))) == EXIT_INVALID
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_table_shows_values_with_units_and_reasons(
+    synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(steady(synthetic_prometheus, "--gpus-per-pod", "2", "--replicas", "2")) == EXIT_OK
+    out = capsys.readouterr().out
+    assert '{model_name="steady",namespace="llm"} (vllm>=0.13' in out
+    assert "token hit rate, local (token-weighted)" in out
+    assert "0.800 (80.0%)" in out
+    assert "full-hit share (request-weighted), <= 200 tokens computed  0.400 (40.0%)" in out
+    assert re.search(r"TTFT p95 +0\.875 s", out)
+    assert re.search(r"GPU-seconds per 1k requests +2000 GPU-s/1k req", out)
+    assert "steady-b" in out
+    assert "? steady-b hit rate: only 1 sample(s) of this pod" in out
+
+
+def test_json_has_every_signal_with_null_for_unknown(
+    synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(steady(synthetic_prometheus, "--json")) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["profile"] == "vllm>=0.13"
+    assert data["window_seconds"] == WINDOW_S
+    assert data["signals"]["token_hit_rate_local"] == {
+        "value": pytest.approx(0.8),
+        "unit": "ratio",
+        "reason": None,
+    }
+    cost = data["signals"]["gpu_seconds_per_1k_requests"]
+    assert cost["value"] is None
+    assert cost["reason"].startswith("needs GPUs per pod")
+    assert [pod["pod"] for pod in data["pods"]] == ["steady-a", "steady-b"]
+
+
+def test_ambiguous_selector_exits_1_naming_the_series(
+    synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--prometheus", synthetic_prometheus, "--engine", "vllm", "--at", str(T)]
+    assert run([*argv, "--selector", 'namespace="twins"']) == EXIT_INVALID
+    assert 'model_name="y"' in capsys.readouterr().err
+
+
+def test_without_the_operator_extra_the_command_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_api_client", None)
+    monkeypatch.delitem(sys.modules, "cachescale.gather.prometheus")
+    assert run(steady(closed_port_url())) == EXIT_INVALID
+    assert "pip install 'cachescale[operator]'" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""Every signal's PromQL, run by a real Prometheus over synthetic series with known rates.
+
+Each scenario lives under its own ``model_name`` in one TSDB; the evaluation time ``T`` is
+the last sample. Rates are linear, so expected values are exact: hit rates, prefill per
+request, histogram quantiles (interpolated inside the scraped buckets), GPU-seconds from
+kube-state-metrics, and the unknowns of the honesty rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from gather_dataset import AT, WINDOW_S
+
+from cachescale.api.spec import Engine
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
+from cachescale.gather.promql import QueryScope, Selector, build_queries, split_by_selector
+from cachescale.gather.signals import (
+    AmbiguousSeriesError,
+    SignalRequest,
+    compute_signals,
+    gather_signals,
+)
+from cachescale.snapshot import EngineProfile, EngineSignals
+
+
+@pytest.fixture
+def client(synthetic_prometheus: str) -> Iterator[PrometheusClient]:
+    with PrometheusClient(PrometheusConfig(url=synthetic_prometheus, retries=0)) as c:
+        yield c
+
+
+def read(client: PrometheusClient, engine: Engine = Engine.VLLM, **selector: str) -> EngineSignals:
+    request = SignalRequest(
+        engine=engine,
+        selector=Selector.of(selector),
+        window_seconds=WINDOW_S,
+        kube_state_metrics=True,
+    )
+    return gather_signals(client, request, AT)
+
+
+def values(snapshot: EngineSignals) -> dict[str, float | None]:
+    return {name: m.value for name, m in snapshot.signals().items()}
+
+
+def test_vllm_0_13_signals_are_exact(client: PrometheusClient) -> None:
+    # GPU-seconds from kube-state-metrics: 2 GPUs held over the window by the old pod, 2
+    # more at the last 30 s step by the new one: ~660 GPU-s for 600 requests. The fleet
+    # GPU count is averaged over the subquery steps, so 2.x's closed range (11 steps)
+    # and 3.x's left-open one (10) agree within 1%.
+    snapshot = read(client, namespace="llm", model_name="steady")
+    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert values(snapshot) == pytest.approx(
+        {
+            "token_hit_rate_local": 0.8,
+            "token_hit_rate_with_external": 0.9,
+            "request_full_hit_share": 0.4,
+            "prefill_tokens_per_request": 200.0,
+            "ttft_p50_seconds": 0.3,
+            "ttft_p95_seconds": 0.875,
+            "ttft_p99_seconds": 0.975,
+            "itl_p95_seconds": 0.095,
+            "requests_per_second": 2.0,  # aborted requests are not successes
+            "preemptions_per_second": 0.5,
+            "waiting_requests_per_pod": 1.0,  # (2 + 0) / 2 pods
+            "running_requests_per_pod": 7.0,  # (10 + 4) / 2 pods
+            "kv_cache_usage_ratio": 0.3,
+            "gpu_seconds_per_1k_requests": pytest.approx(1100.0, rel=0.01),
+        }
+    )
+    assert snapshot.full_hit_max_computed_tokens == 200.0
+
+
+def test_a_pod_without_enough_samples_is_unknown_not_zero(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name="steady")
+    old, young = snapshot.pods
+    assert (old.pod, young.pod) == ("steady-a", "steady-b")
+    assert old.token_hit_rate.value == pytest.approx(0.8)
+    assert old.age_seconds.value == pytest.approx(3600)
+    assert young.token_hit_rate.value is None
+    assert "only 1 sample(s) of this pod" in str(young.token_hit_rate.reason)
+    assert young.age_seconds.value == pytest.approx(10)
+    assert young.running_requests.value == 4
+    assert snapshot.warm_token_hit_rate(600).value == pytest.approx(0.8)
+
+
+def test_counter_reset_mid_window_is_absorbed_by_rate(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name="reset")
+    assert snapshot.token_hit_rate_local.value == pytest.approx(0.8)
+    assert snapshot.requests_per_second.value == pytest.approx(2.0, rel=0.1)
+    assert snapshot.prefill_tokens_per_request.value == pytest.approx(200.0)
+
+
+def test_vllm_before_0_13_uses_the_fallback_formula_and_old_itl_name(
+    client: PrometheusClient,
+) -> None:
+    snapshot = read(client, namespace="llm", model_name="legacy")
+    assert snapshot.profile is EngineProfile.VLLM_0_9_2
+    assert snapshot.prefill_tokens_per_request.value == pytest.approx((1000 - 800) / 2)
+    assert snapshot.itl_p95_seconds.value == pytest.approx(0.095)
+    assert snapshot.request_full_hit_share.value is None
+    assert "vLLM 0.13" in str(snapshot.request_full_hit_share.reason)
+
+
+def test_sglang_windowed_hit_rate_ignores_the_last_batch_gauge(client: PrometheusClient) -> None:
+    snapshot = read(client, Engine.SGLANG, namespace="llm", model_name="sg")
+    assert snapshot.profile is EngineProfile.SGLANG_0_5_20
+    assert values(snapshot) == pytest.approx(
+        {
+            "token_hit_rate_local": 0.6,
+            "token_hit_rate_with_external": 0.7,
+            "request_full_hit_share": None,
+            "prefill_tokens_per_request": 100.0,
+            "ttft_p50_seconds": 0.3,
+            "ttft_p95_seconds": 0.875,
+            "ttft_p99_seconds": 0.975,
+            "itl_p95_seconds": 0.095,
+            "requests_per_second": 3.0,
+            "preemptions_per_second": 0.1,
+            "waiting_requests_per_pod": 1.0,
+            "running_requests_per_pod": 5.0,
+            "kv_cache_usage_ratio": 0.4,
+            "gpu_seconds_per_1k_requests": None,
+        }
+    )
+
+
+def test_nan_gauge_and_absent_series_are_unknown(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name="nan")
+    assert snapshot.kv_cache_usage_ratio.value is None
+    assert "returned nan" in str(snapshot.kv_cache_usage_ratio.reason)
+    assert snapshot.token_hit_rate_local.value == pytest.approx(0.5)
+    assert "external_prefix_cache_hits_total has no data" in str(
+        snapshot.token_hit_rate_with_external.reason
+    )
+
+
+def test_no_traffic_is_zero_requests_but_unknown_ratios(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name="idle")
+    assert snapshot.requests_per_second.value == 0
+    assert snapshot.preemptions_per_second.value == 0
+    assert str(snapshot.token_hit_rate_local.reason).startswith("no traffic")
+    assert str(snapshot.ttft_p95_seconds.reason).startswith("no traffic")
+    assert snapshot.gpu_seconds_per_1k_requests.value is None
+
+
+def test_lookup_counter_flat_under_traffic_is_unknown_with_the_reason(
+    client: PrometheusClient,
+) -> None:
+    snapshot = read(client, namespace="llm", model_name="nolookups")
+    assert snapshot.requests_per_second.value == pytest.approx(2.0)
+    assert snapshot.token_hit_rate_local.value is None
+    assert "did not increase although requests finished" in str(
+        snapshot.token_hit_rate_local.reason
+    )
+
+
+def test_selector_matching_two_deployments_is_an_error_naming_them(
+    client: PrometheusClient,
+) -> None:
+    with pytest.raises(AmbiguousSeriesError) as caught:
+        read(client, namespace="twins")
+    assert 'model_name="x"' in str(caught.value)
+    assert 'model_name="y"' in str(caught.value)
+
+
+def test_series_without_pod_label_give_fleet_signals_and_say_why_no_pods(
+    client: PrometheusClient,
+) -> None:
+    snapshot = read(client, namespace="llm", model_name="nopod")
+    assert snapshot.token_hit_rate_local.value == pytest.approx(0.8)
+    assert snapshot.pods == ()
+    assert "no 'pod' label" in str(snapshot.waiting_requests_per_pod.reason)
+
+
+def test_injection_through_a_label_value_selects_nothing(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name='steady"} or vector(1) or up{x="')
+    assert snapshot.profile is None
+    assert all(m.value is None for m in snapshot.signals().values())
+    assert "no vLLM series match" in str(snapshot.token_hit_rate_local.reason)
+
+
+def test_unknown_deployment_is_all_unknown(client: PrometheusClient) -> None:
+    snapshot = read(client, namespace="llm", model_name="missing")
+    assert snapshot.unknown_signals()
+    assert len(snapshot.unknown_signals()) == len(snapshot.signals())
+
+
+def test_shared_query_split_back_per_policy_equals_separate_queries(
+    client: PrometheusClient,
+) -> None:
+    selectors = [Selector.of({"namespace": "llm", "model_name": m}) for m in ("steady", "reset")]
+    queries = build_queries(EngineProfile.VLLM_0_13, QueryScope.shared(selectors), WINDOW_S)
+    shared = client.query_many({k: q.promql for k, q in queries.items()}, AT)
+    for selector in selectors:
+        request = SignalRequest(Engine.VLLM, selector, WINDOW_S)
+        detection = client.detect(Engine.VLLM, selector, AT)
+        alone = gather_signals(client, request, AT)
+        split = compute_signals(
+            request, detection, queries, split_by_selector(shared, selector), AT
+        )
+        assert split == alone

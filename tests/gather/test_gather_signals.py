@@ -1,0 +1,255 @@
+"""The honesty rules: each way Prometheus can say "nothing" becomes unknown with a reason.
+
+Pure tests feed ``compute_signals`` hand-made results; the fake-HTTP tests run the whole
+``gather_signals`` path over a scripted server (empty vectors, NaN, two series).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from gather_fakes import FakePrometheus, fake_prometheus, vector
+
+from cachescale.api.spec import Engine
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
+from cachescale.gather.promql import Detection, QueryKey, QueryScope, Selector, build_queries
+from cachescale.gather.signals import (
+    AmbiguousSeriesError,
+    SignalRequest,
+    compute_signals,
+    gather_signals,
+)
+from cachescale.snapshot import EngineProfile, EngineSignals
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+SELECTOR = Selector.of({"namespace": "llm", "model_name": "m"})
+GROUP = {"namespace": "llm", "model_name": "m"}
+REQUEST = SignalRequest(Engine.VLLM, SELECTOR, 300.0)
+
+
+def fleet(value: float) -> list[Series]:
+    return [Series(GROUP, value)]
+
+
+def per_pod(**values: float) -> list[Series]:
+    return [Series({**GROUP, "pod": pod}, value) for pod, value in values.items()]
+
+
+def healthy() -> dict[QueryKey, list[Series]]:
+    """One warm pod, 2 req/s, 80% token hits, 40% full hits."""
+    return {
+        QueryKey.HITS_LOCAL: fleet(800),
+        QueryKey.HITS_EXTERNAL: fleet(0),
+        QueryKey.LOOKED_UP: fleet(1000),
+        QueryKey.REQUESTS: fleet(2),
+        QueryKey.PREEMPTIONS: fleet(0),
+        QueryKey.PREFILL_COMPUTED: fleet(400),
+        QueryKey.COMPUTED_COUNT: fleet(2),
+        QueryKey.COMPUTED_BUCKETS: [
+            Series({**GROUP, "le": le}, v)
+            for le, v in (("20.0", 0.2), ("200.0", 0.8), ("2000.0", 1.8), ("+Inf", 2.0))
+        ],
+        QueryKey.TTFT_P50: fleet(0.3),
+        QueryKey.TTFT_P95: fleet(0.9),
+        QueryKey.TTFT_P99: fleet(1.8),
+        QueryKey.ITL_P95: fleet(0.05),
+        QueryKey.KV_USAGE: fleet(0.5),
+        QueryKey.POD_SAMPLES: per_pod(a=21),
+        QueryKey.POD_HITS: per_pod(a=800),
+        QueryKey.POD_LOOKED_UP: per_pod(a=1000),
+        QueryKey.POD_WAITING: per_pod(a=1),
+        QueryKey.POD_RUNNING: per_pod(a=8),
+        QueryKey.POD_KV_USAGE: per_pod(a=0.5),
+    }
+
+
+def compute(
+    results: dict[QueryKey, list[Series]],
+    request: SignalRequest = REQUEST,
+    profile: EngineProfile = EngineProfile.VLLM_0_13,
+) -> EngineSignals:
+    queries = build_queries(
+        profile,
+        QueryScope.for_selector(request.selector),
+        request.window_seconds,
+        kube_state_metrics=request.kube_state_metrics,
+    )
+    return compute_signals(request, Detection(profile), queries, results, AT)
+
+
+def test_healthy_results_are_all_known_but_cost_without_inputs() -> None:
+    snapshot = compute(healthy())
+    assert snapshot.unknown_signals() == [
+        (
+            "gpu_seconds_per_1k_requests",
+            "needs GPUs per pod and ready replicas (from the Deployment) or kube-state-metrics",
+        )
+    ]
+    assert snapshot.request_full_hit_share.value == pytest.approx(0.4)
+    assert snapshot.prefill_tokens_per_request.value == 200
+
+
+def test_gpu_seconds_per_1k_from_kubernetes_inputs() -> None:
+    # The brief's incident: ~32 req/s on 2-GPU replicas; 10 replicas -> 625 GPU-s/1k.
+    results = healthy() | {QueryKey.REQUESTS: fleet(32)}
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, ready_replicas=10)
+    assert compute(results, request).gpu_seconds_per_1k_requests.value == pytest.approx(625)
+
+
+def test_gpu_seconds_without_finished_requests_is_unknown_not_infinite() -> None:
+    results = healthy() | {QueryKey.REQUESTS: fleet(0)}
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, ready_replicas=10)
+    cost = compute(results, request).gpu_seconds_per_1k_requests
+    assert cost.value is None
+    assert "no requests finished" in str(cost.reason)
+
+
+@pytest.mark.parametrize("key", [QueryKey.HITS_LOCAL, QueryKey.LOOKED_UP])
+def test_absent_series_is_unknown_naming_the_series(key: QueryKey) -> None:
+    snapshot = compute(healthy() | {key: []})
+    reason = str(snapshot.token_hit_rate_local.reason)
+    assert snapshot.token_hit_rate_local.value is None
+    assert 'has no data for {model_name="m",namespace="llm"} over the 300s window' in reason
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_values_are_unknown(value: float) -> None:
+    snapshot = compute(
+        healthy() | {QueryKey.TTFT_P99: fleet(value), QueryKey.KV_USAGE: fleet(value)}
+    )
+    assert snapshot.kv_cache_usage_ratio.value is None
+    assert f"returned {value}" in str(snapshot.kv_cache_usage_ratio.reason)
+    assert snapshot.ttft_p99_seconds.value is None
+
+
+def test_too_few_samples_makes_every_rate_unknown_but_keeps_gauges() -> None:
+    snapshot = compute(healthy() | {QueryKey.POD_SAMPLES: per_pod(a=1)})
+    assert snapshot.requests_per_second.value is None
+    assert "only 1 sample(s) per series in the 300s window" in str(
+        snapshot.requests_per_second.reason
+    )
+    assert snapshot.token_hit_rate_local.value is None
+    assert snapshot.kv_cache_usage_ratio.value == 0.5
+    assert snapshot.running_requests_per_pod.value == 8
+
+
+def test_no_samples_at_all_is_all_unknown_with_the_profile() -> None:
+    snapshot = compute(healthy() | {QueryKey.POD_SAMPLES: []})
+    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert len(snapshot.unknown_signals()) == len(snapshot.signals())
+
+
+def test_requests_without_computed_histogram_increase_is_unknown() -> None:
+    snapshot = compute(healthy() | {QueryKey.COMPUTED_COUNT: fleet(0)})
+    assert "did not increase although requests finished" in str(
+        snapshot.request_full_hit_share.reason
+    )
+    assert snapshot.prefill_tokens_per_request.reason == "no requests finished in the window"
+
+
+def test_full_hit_share_reads_the_highest_bound_under_the_threshold() -> None:
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, full_hit_max_computed_tokens=150)
+    snapshot = compute(healthy(), request)
+    assert snapshot.full_hit_max_computed_tokens == 20
+    assert snapshot.request_full_hit_share.value == pytest.approx(0.1)
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, full_hit_max_computed_tokens=10)
+    assert "no bucket bound" in str(compute(healthy(), request).request_full_hit_share.reason)
+
+
+def test_negative_fallback_prefill_is_unknown() -> None:
+    results = healthy() | {QueryKey.PREFILL_COMPUTED: fleet(-50)}
+    snapshot = compute(results, profile=EngineProfile.VLLM_0_9_2)
+    assert snapshot.prefill_tokens_per_request.value is None
+    assert "negative" in str(snapshot.prefill_tokens_per_request.reason)
+
+
+def test_two_series_where_one_is_expected_is_an_error_naming_both() -> None:
+    twins = [Series(GROUP, 1.0), Series({**GROUP, "namespace": "other"}, 2.0)]
+    with pytest.raises(AmbiguousSeriesError) as caught:
+        compute(healthy() | {QueryKey.REQUESTS: twins})
+    message = str(caught.value)
+    assert 'namespace="llm"' in message
+    assert 'namespace="other"' in message
+    assert "matches 2 series of vllm:request_success_total" in message
+
+
+def test_two_series_for_one_pod_is_an_error() -> None:
+    pod_twice = [*per_pod(a=1), Series({**GROUP, "model_name": "n", "pod": "a"}, 2)]
+    with pytest.raises(AmbiguousSeriesError):
+        compute(healthy() | {QueryKey.POD_WAITING: pod_twice})
+
+
+def test_pod_ages_from_kubernetes_inputs_and_warm_hit_rate() -> None:
+    results = healthy() | {
+        QueryKey.POD_SAMPLES: per_pod(a=21, b=21),
+        QueryKey.POD_HITS: per_pod(a=900, b=100),
+        QueryKey.POD_LOOKED_UP: per_pod(a=1000, b=1000),
+    }
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, pod_ages_seconds={"a": 3600, "b": 30})
+    snapshot = compute(results, request)
+    assert [p.age_seconds.value for p in snapshot.pods] == [3600, 30]
+    assert snapshot.warm_token_hit_rate(600).value == pytest.approx(0.9)
+    assert snapshot.warm_token_hit_rate(10).value == pytest.approx(0.5)
+    assert snapshot.pods[1].waiting_requests.value is None
+
+
+# --- the whole path over a scripted HTTP server --------------------------------------
+
+
+@pytest.fixture
+def fake() -> Iterator[FakePrometheus]:
+    with fake_prometheus() as server:
+        yield server
+
+
+def gather(fake: FakePrometheus) -> EngineSignals:
+    config = PrometheusConfig(url=fake.url, retries=0, timeout_seconds=2)
+    with PrometheusClient(config) as client:
+        return gather_signals(client, REQUEST, AT)
+
+
+def detects_vllm_0_13(query: str) -> tuple[int, bytes] | None:
+    if query.startswith("count by (__name__"):
+        return vector(
+            ({**GROUP, "__name__": "vllm:prefix_cache_queries_total"}, "1"),
+            ({**GROUP, "__name__": "vllm:request_prefill_kv_computed_tokens_count"}, "1"),
+        )
+    return None
+
+
+def test_empty_vectors_everywhere_are_all_unknown(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: detects_vllm_0_13(q) or vector()
+    snapshot = gather(fake)
+    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert all(m.value is None for m in snapshot.signals().values())
+    assert len(fake.queries) == 1 + len(
+        build_queries(EngineProfile.VLLM_0_13, QueryScope.for_selector(SELECTOR), 300)
+    )
+
+
+def test_nan_from_prometheus_is_never_a_number(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: (
+        detects_vllm_0_13(q) or vector(({**GROUP, "pod": "a"} if "pod)" in q else GROUP, "NaN"))
+    )
+    snapshot = gather(fake)
+    assert all(m.value is None for m in snapshot.signals().values())
+    assert "returned nan" in str(snapshot.kv_cache_usage_ratio.reason)
+
+
+def test_multiple_series_over_http_is_an_error(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: (
+        detects_vllm_0_13(q)
+        or vector(({"model_name": "a", "pod": "p"}, "1"), ({"model_name": "b", "pod": "p"}, "1"))
+    )
+    with pytest.raises(AmbiguousSeriesError):
+        gather(fake)
+
+
+def test_no_engine_series_skips_the_batch(fake: FakePrometheus) -> None:
+    snapshot = gather(fake)
+    assert snapshot.profile is None
+    assert len(fake.queries) == 1
+    assert "no vLLM series match" in str(snapshot.requests_per_second.reason)
