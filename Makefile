@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/cachescalingpolicies.cachescale.dev.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lint types imports unit test e2e generate demo clean
+.PHONY: help setup system-deps lint types imports unit test e2e generate demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -33,7 +33,17 @@ types: setup ## mypy --strict on the package
 imports: setup ## import-linter: the pure layers import no I/O
 	$(BIN)/lint-imports
 
-unit: setup ## the pytest suite
+# The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
+# and openssl. Installed here when missing and we are root; otherwise those tests skip
+# with a hint (under CI=true they fail instead).
+system-deps: ## install prometheus, promtool and openssl from Debian when missing (as root)
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null \
+	        && command -v openssl >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update && apt-get install -y --no-install-recommends prometheus openssl; \
+	else echo "note: prometheus/promtool/openssl missing; integration tests will skip"; fi
+
+unit: setup system-deps ## the pytest suite
 	$(BIN)/pytest
 
 test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
