@@ -6,11 +6,12 @@ is event-driven, exact where the operator's signals come from and approximate on
 where time alone is at stake:
 
 * **Block pool, exact at block level for cached blocks** (vLLM ``BlockPool``). ``_cached``
-  maps a block hash to its reference count (0 = free but still reusable); ``_lru`` holds
-  the hashes with refcount 0 in LRU order, front evicted first; ``_unhashed_free`` counts
-  free blocks without a hash (vLLM puts those at the front of the free queue, so they
-  are reused before any cached block is evicted); ``_in_use_unhashed`` counts blocks held
-  by running sequences that carry no cache entry (partial last block, decode blocks).
+  maps a block hash to its reference count (0 = free but still reusable); ``_lru`` is
+  the hashes with refcount 0 in LRU order, front evicted first (kept as a lazy queue,
+  see the block pool section); ``_unhashed_free`` counts free blocks without a hash
+  (vLLM puts those at the front of the free queue, so they are reused before any cached
+  block is evicted); ``_in_use_unhashed`` counts blocks held by running sequences that
+  carry no cache entry (partial last block, decode blocks).
   Invariant: ``len(_cached) + _unhashed_free + _in_use_unhashed == num_blocks``.
 * **Lookup** walks the request's block hashes from block 0 and stops at the first miss,
   capped at ``num_tokens − 1`` tokens (a full hit recomputes its last block). Hits are
@@ -58,11 +59,12 @@ vLLM series the exporter publishes. No prometheus_client here.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from heapq import heappop, heappush
-from itertools import compress, repeat
-from operator import itemgetter, not_
+from itertools import compress, islice, repeat, tee
+from operator import is_, not_
+from typing import cast
 
 from cachescale.sim.profiles import EngineProfile
 from cachescale.sim.request import SimRequest
@@ -76,12 +78,22 @@ _IDLE = 0
 _STEP = 1  # one step that carries prefill
 _FLUID = 2  # a run of decode-only steps
 
-_inc = (1).__add__
 _ABSENT = -2  # refcount lookup default for an uncached hash
 _dec = (-1).__add__
 _consume = deque[object](maxlen=0).extend  # exhaust an iterator at C speed
-_popitem = OrderedDict.popitem
-_first = itemgetter(0)
+
+
+def _free_mark() -> float:
+    """The refcount of a freed cached block: ``0.0``, but a new object on every call.
+
+    Falsy and equal to 0 like a free block's refcount, and, unlike an int, neither cached
+    by the interpreter nor tracked by the garbage collector.
+    """
+    return float(0)
+
+
+if _free_mark() is _free_mark():  # the lazy LRU queue relies on it (CPython: always)
+    raise RuntimeError("this Python interns floats; the engine's LRU marks need identity")
 
 
 class _Seq:
@@ -124,10 +136,13 @@ class EngineReplica:
         "_d_sum_c",
         "_decode_heap",
         "_evictions",
+        "_free_cached",
         "_gen_tokens",
         "_hits",
         "_in_use_unhashed",
-        "_lru",
+        "_lru_hashes",
+        "_lru_limit",
+        "_lru_marks",
         "_max_num_seqs",
         "_next_uid",
         "_now",
@@ -179,8 +194,11 @@ class EngineReplica:
         self._start_s = start_s
         self._num_blocks = num_blocks
         # Block pool.
-        self._cached: dict[bytes, int] = {}
-        self._lru: OrderedDict[bytes, None] = OrderedDict()
+        self._cached: dict[bytes, int | float] = {}  # refcounts; a free block's is 0.0
+        self._lru_hashes: deque[bytes] = deque()
+        self._lru_marks: deque[float] = deque()
+        self._lru_limit = 4 * num_blocks + 1024  # compact the queue (stale entries) beyond this
+        self._free_cached = 0  # valid LRU entries: free blocks that keep a hash
         self._unhashed_free = num_blocks
         self._in_use_unhashed = 0
         # Scheduler queues. Waiting entries carry the output tokens already generated
@@ -332,7 +350,7 @@ class EngineReplica:
     @property
     def kv_usage(self) -> float:
         """``vllm:kv_cache_usage_perc``: ``1 − free/total``; unused cached blocks count as free."""
-        return 1.0 - (self._unhashed_free + len(self._lru)) / self._num_blocks
+        return 1.0 - (self._unhashed_free + self._free_cached) / self._num_blocks
 
     @property
     def num_cached_blocks(self) -> int:
@@ -477,7 +495,7 @@ class EngineReplica:
         """
         d = self._d_n
         bs = self._block_size
-        slack = self._unhashed_free + len(self._lru)  # _d_alloc == need(k) here
+        slack = self._unhashed_free + self._free_cached  # _d_alloc == need(k) here
         cycles = slack // d
         base = k + cycles * bs  # need(base) = need(k) + cycles·d: one block each per cycle
         if base >= next_finish:
@@ -557,7 +575,7 @@ class EngineReplica:
         """
         need = self._decode_need(n)
         preempted = False
-        while need - self._d_alloc > self._unhashed_free + len(self._lru):
+        while need - self._d_alloc > self._unhashed_free + self._free_cached:
             victim = next(reversed(self._running.values()))
             if victim.state == _DECODE and victim.finish <= self._steps:
                 self._finish(victim, done)  # it produced its last token already
@@ -574,18 +592,63 @@ class EngineReplica:
         return preempted
 
     # --- block pool -----------------------------------------------------------------
+    #
+    # The LRU free queue is lazy. Freeing blocks appends (hash, mark) pairs to two
+    # parallel deques and stores ``mark`` as the blocks' refcount in ``_cached``: a
+    # ``0.0`` made for this freeing (falsy and equal to 0 like any free block's refcount,
+    # but a distinct object). An entry is valid while ``_cached[hash] is mark``. Touching
+    # a block (refcount 1) or freeing it again (a new mark at the back) leaves its old
+    # entry stale in place instead of unlinking it, and eviction skips stale entries as
+    # it pops the front. The valid entries are exactly vLLM's free queue, in the same
+    # order: the deques only save an ordered dict's per-block insert, unlink and node
+    # allocation, and a stale entry costs one skipped pop.
 
-    def _take_blocks(self, count: int) -> None:
-        """Take ``count`` free blocks: unhashed ones first, then evict from the LRU front."""
+    @property
+    def _lru(self) -> list[bytes]:
+        """The free cached blocks, LRU front (next evicted) first."""
+        get = self._cached.get
+        return [
+            h for h, mark in zip(self._lru_hashes, self._lru_marks, strict=True) if get(h) is mark
+        ]
+
+    def _take_blocks(self, n: int) -> None:
+        """Take ``n`` free blocks: unhashed ones first, then evict from the LRU front."""
         free = self._unhashed_free
-        if count <= free:
-            self._unhashed_free = free - count
+        if n <= free:
+            self._unhashed_free = free - n
             return
         self._unhashed_free = 0
-        count -= free
-        popped = map(_popitem, repeat(self._lru, count), repeat(False))  # LRU front first
-        _consume(map(self._cached.pop, map(_first, popped)))
-        self._evictions += count
+        n -= free
+        # Pop the front, skipping stale entries, until n valid ones are gone (islice stops
+        # right after the n-th: nothing behind it is popped).
+        cached = self._cached
+        front, probe = tee(iter(self._lru_hashes.popleft, None))
+        marks = iter(self._lru_marks.popleft, None)
+        valid = compress(front, map(is_, map(cached.get, probe), marks))
+        _consume(map(cached.__delitem__, islice(valid, n)))
+        self._free_cached -= n
+        self._evictions += n
+
+    def _to_lru(self, freed: list[bytes]) -> None:
+        """Put newly free blocks at the LRU back, in order, under one fresh mark."""
+        n = len(freed)
+        if not n:
+            return
+        mark = _free_mark()  # a new object: no live entry carries it yet
+        self._cached.update(zip(freed, repeat(mark)))
+        hashes = self._lru_hashes
+        hashes.extend(freed)
+        self._lru_marks.extend(repeat(mark, n))
+        self._free_cached += n
+        if len(hashes) > self._lru_limit:
+            self._compact_lru()
+
+    def _compact_lru(self) -> None:
+        """Drop the stale entries of the LRU queue (the valid ones keep their order)."""
+        hashes, marks = self._lru_hashes, self._lru_marks
+        valid = list(map(is_, map(self._cached.get, hashes), marks))
+        self._lru_hashes = deque(compress(hashes, valid))
+        self._lru_marks = deque(compress(marks, valid))
 
     def _admit(self, req: SimRequest, generated: int) -> _Seq | None:
         """Look the request up in the cache and allocate its prompt; None if it does not fit."""
@@ -595,21 +658,23 @@ class EngineReplica:
         partial = 1 if tokens - full * bs else 0
         hashes = req.block_hashes[:full]
         cached = self._cached
-        lru = self._lru
-        # One pass: refcount of each prompt block, _ABSENT if not cached (0 = in the LRU).
+        # One pass: refcount of each prompt block (0 = free), _ABSENT if not cached.
         counts = list(map(cached.get, hashes, repeat(_ABSENT)))
-        hits = counts.index(_ABSENT) if _ABSENT in counts else full  # first miss
+        absent = counts.count(_ABSENT)
+        hits = counts.index(_ABSENT) if absent else full  # first miss
         if hits == full and not partial and hits:
             hits -= 1  # vLLM caps a hit at num_tokens − 1: recompute the last block
-        touched_free = counts.count(0)
-        new_blocks = counts.count(_ABSENT) + partial
-        if new_blocks + touched_free > self._unhashed_free + len(lru):
+        # Referenced blocks get +1; touched free blocks and new ones start at 1.
+        refs = [c + 1 if c > 0 else 1 for c in counts]
+        touched_free = refs.count(1) - absent
+        new_blocks = absent + partial
+        if new_blocks + touched_free > self._unhashed_free + self._free_cached:
             return None
-        if touched_free:  # touch: referenced free blocks leave the LRU before allocating
-            _consume(map(lru.pop, compress(hashes, map(not_, counts))))
+        # Touch before allocating (a touched block's LRU entry goes stale), so a block this
+        # request hits is never evicted by its own allocation.
+        cached.update(zip(hashes, refs, strict=True))
+        self._free_cached -= touched_free
         self._take_blocks(new_blocks)
-        # Referenced blocks get +1, new ones start at 1 (abs(_ABSENT + 1) == 1).
-        cached.update(zip(hashes, map(abs, map(_inc, counts)), strict=True))
         self._in_use_unhashed += partial
         if req.cached_tokens is None:  # recorded once, at first admission (vLLM >= 0.27)
             req.cached_tokens = hits * bs
@@ -624,21 +689,25 @@ class EngineReplica:
         """Free a sequence's ``blocks`` tail first; full computed blocks keep a hash."""
         bs = self._block_size
         cached = self._cached
-        lru = self._lru
         hashes = seq.req.block_hashes
         held = seq.held
         full = min(kv_tokens // bs, blocks)
         # Everything past the held hashes was an unhashed in-use block.
         self._in_use_unhashed -= blocks - held
         self._unhashed_free += blocks - max(full, held)  # the partial tail
-        for h in reversed(hashes[held:full]):  # blocks the output completed
-            if h in cached:  # another copy is cached: keep one entry, refresh it
-                self._unhashed_free += 1
-                if not cached[h]:
-                    lru.move_to_end(h)
+        if full > held:  # blocks the output completed, tail first
+            rev = hashes[full - 1 : held - 1 if held else None : -1]
+            counts = list(map(cached.get, rev))
+            new = counts.count(None)
+            if new == len(rev):
+                self._to_lru(rev)
             else:
-                cached[h] = 0
-                lru[h] = None
+                # Another copy is cached: keep one entry (a free one is refreshed: it moves
+                # to the LRU back), and this block returns unhashed.
+                self._unhashed_free += len(rev) - new
+                not_in_use = list(map(not_, counts))  # None (new) or 0 (free)
+                self._free_cached -= not_in_use.count(True) - new  # re-added just below
+                self._to_lru(list(compress(rev, not_in_use)))
         if full < held:  # a preempted prefill: these blocks were never computed
             for h in reversed(hashes[full:held]):
                 count = cached[h] - 1
@@ -650,14 +719,14 @@ class EngineReplica:
             held = full
         if held:
             rev = hashes[held - 1 :: -1]
-            counts = list(map(cached.__getitem__, rev))
-            if counts.count(1) == held:  # nobody else holds them: all go to the LRU
-                cached.update(zip(rev, repeat(0)))
-                lru.update(zip(rev, repeat(None)))
+            # Held blocks are in use: int refcounts.
+            refs = cast("list[int]", list(map(cached.__getitem__, rev)))
+            if refs.count(1) == held:  # nobody else holds them: all go to the LRU
+                self._to_lru(rev)
             else:
-                counts = list(map(_dec, counts))
-                cached.update(zip(rev, counts, strict=True))
-                lru.update(zip(compress(rev, map(not_, counts)), repeat(None)))
+                refs = list(map(_dec, refs))
+                cached.update(zip(rev, refs, strict=True))
+                self._to_lru(list(compress(rev, map(not_, refs))))
 
     # --- request lifecycle ------------------------------------------------------------
 

@@ -421,10 +421,15 @@ class _Session:
 
 @dataclass(slots=True, eq=False)
 class _Node:
-    """Memoised chain state after a shareable prefix: digests so far + partial block."""
+    """Memoised chain state after a shareable prefix: digests so far + partial block.
+
+    ``digests`` is a tuple: a tuple of bytes is untracked by the cyclic garbage collector,
+    so the millions of digest references the memo holds are not rescanned by every
+    collection (a list would be).
+    """
 
     node_id: int
-    digests: list[bytes]
+    digests: tuple[bytes, ...]
     rest: bytes
 
 
@@ -514,7 +519,7 @@ class Workload:
         self._memo: OrderedDict[tuple[int, Hashable], _Node] = OrderedDict()
         self._memo_digests = 0
         self._next_node = 1
-        self._roots = {s: _Node(-i - 1, [], b"") for i, s in enumerate(dict.fromkeys(self._salts))}
+        self._roots = {s: _Node(-i - 1, (), b"") for i, s in enumerate(dict.fromkeys(self._salts))}
         self._blocks_hashed = 0
 
     # -- public -------------------------------------------------------------------------
@@ -757,7 +762,7 @@ class Workload:
                 before = len(digests)
                 rest = extend_chain(digests, rest, atoms[i][1], bs, salt)
                 self._blocks_hashed += len(digests) - before
-                memo[(node.node_id, keys[i])] = _Node(self._next_node, list(digests), rest)
+                memo[(node.node_id, keys[i])] = _Node(self._next_node, tuple(digests), rest)
                 self._next_node += 1
                 self._memo_digests += len(digests)
                 i += 1
