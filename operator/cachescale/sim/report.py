@@ -10,6 +10,7 @@ A window with no finished request has unknown signals (``None``), never zeros.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -63,9 +64,12 @@ class Windows:
         self.result = result
         self._full_hit_tokens = result.scenario.report.full_hit_max_computed_tokens
         self._finished = sorted(result.finished, key=lambda r: r.finished_s or 0.0)
+        self._finish_times = [r.finished_s or 0.0 for r in self._finished]
 
     def _requests(self, start_s: float, end_s: float) -> list[SimRequest]:
-        return [r for r in self._finished if start_s <= (r.finished_s or 0.0) < end_s]
+        low = bisect.bisect_left(self._finish_times, start_s)
+        high = bisect.bisect_left(self._finish_times, end_s)
+        return self._finished[low:high]
 
     def _samples(self, start_s: float, end_s: float) -> list[TimelineSample]:
         return [s for s in self.result.samples if start_s <= s.t_s < end_s]
