@@ -150,6 +150,11 @@ class EngineSignals:
     """Set when Prometheus could not be read at all; every signal is then unknown."""
     notes: tuple[str, ...] = ()
     """Facts about how the numbers were obtained (e.g. a mixed-version fleet)."""
+    context_tokens_per_request: Measured = Measured.unknown(
+        "not read by this source", Unit.TOKENS_PER_REQUEST
+    )
+    """Mean prompt plus generated tokens per finished request: the ``L_avg`` of the
+    cache-friendly batch ceiling."""
 
     def signals(self) -> dict[str, Measured]:
         """The fleet-level signals by field name, in declaration order."""
@@ -226,6 +231,7 @@ class EngineSignals:
             gpu_seconds_per_1k_requests=unknown("gpu_seconds_per_1k_requests"),
             failure=failure,
             notes=notes,
+            context_tokens_per_request=unknown("context_tokens_per_request"),
         )
 
 
@@ -244,5 +250,6 @@ SIGNAL_UNITS: dict[str, Unit] = {
     "running_requests_per_pod": Unit.REQUESTS,
     "kv_cache_usage_ratio": Unit.RATIO,
     "gpu_seconds_per_1k_requests": Unit.GPU_SECONDS_PER_1K_REQUESTS,
+    "context_tokens_per_request": Unit.TOKENS_PER_REQUEST,
 }
 """The unit of every fleet-level signal of ``EngineSignals``."""

@@ -36,12 +36,14 @@ def vllm_pod(
     reset_at: float | None = None,
     gauges: tuple[float, float, float] = (10, 2, 0.5),
 ) -> None:
-    """A vLLM pod at 2 req/s, 1000 prompt tokens/s looked up, 80% local hits; ``gauges``
+    """A vLLM pod at 2 req/s, 1000 prompt tokens/s looked up, 80% local hits, 200 output
+    tokens/s (600 context tokens per request); ``gauges``
     are running, waiting and KV usage."""
     s.counter("vllm:prefix_cache_queries_total", labels, 1000, times, reset_at)
     s.counter("vllm:prefix_cache_hits_total", labels, 800, times, reset_at)
     s.counter("vllm:external_prefix_cache_hits_total", labels, 100, times, reset_at)
     s.counter("vllm:prompt_tokens_total", labels, 1000, times, reset_at)
+    s.counter("vllm:generation_tokens_total", labels, 200, times, reset_at)
     success = {**labels, "finished_reason": "stop"}
     s.counter("vllm:request_success_total", success, 2, times, reset_at)
     aborted = {**labels, "finished_reason": "abort"}
@@ -67,11 +69,14 @@ def ksm_pod(s: Series, namespace: str, pod: str, ready_at: float, times: list[fl
 
 
 def sglang_pod(s: Series, labels: dict[str, str], times: list[float]) -> None:
-    """An SGLang pod: 1000 tokens/s, 60% local (device+host) and 10% storage hits."""
+    """An SGLang pod: 1000 tokens/s, 60% local (device+host) and 10% storage hits, 300
+    output tokens/s."""
     modes = {"input": 300, "device_hit": 500, "host_hit": 100, "storage_hit": 100}
     for mode, rate in modes.items():
         s.counter("sglang:prefill_effective_tokens_total", {**labels, "mode": mode}, rate, times)
     s.counter("sglang:num_requests_total", labels, 3, times)
+    s.counter("sglang:prompt_tokens_total", labels, 1000, times)
+    s.counter("sglang:generation_tokens_total", labels, 300, times)
     s.counter("sglang:num_retracted_requests_total", labels, 0.1, times)
     s.gauge("sglang:cache_hit_rate", labels, 0.99, times)
     s.histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)

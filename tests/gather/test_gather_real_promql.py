@@ -68,6 +68,7 @@ def test_vllm_0_13_signals_are_exact(client: PrometheusClient) -> None:
             "running_requests_per_pod": 7.0,  # (10 + 4) / 2 pods
             "kv_cache_usage_ratio": 0.3,
             "gpu_seconds_per_1k_requests": pytest.approx(1100.0, rel=0.01),
+            "context_tokens_per_request": 600.0,  # (1000 prompt + 200 output tokens/s) / 2
         }
     )
     assert snapshot.full_hit_max_computed_tokens == 200.0
@@ -123,6 +124,7 @@ def test_sglang_windowed_hit_rate_ignores_the_last_batch_gauge(client: Prometheu
             "running_requests_per_pod": 5.0,
             "kv_cache_usage_ratio": 0.4,
             "gpu_seconds_per_1k_requests": None,
+            "context_tokens_per_request": pytest.approx(1300 / 3),
         }
     )
 

@@ -57,6 +57,7 @@ def healthy() -> dict[QueryKey, list[Series]]:
         QueryKey.TTFT_P99: fleet(1.8),
         QueryKey.ITL_P95: fleet(0.05),
         QueryKey.KV_USAGE: fleet(0.5),
+        QueryKey.CONTEXT_TOKENS: fleet(2400),
         QueryKey.POD_SAMPLES: per_pod(a=21),
         QueryKey.POD_HITS: per_pod(a=800),
         QueryKey.POD_LOOKED_UP: per_pod(a=1000),

@@ -58,6 +58,7 @@ _LABELS = {
     "running_requests_per_pod": "running requests per pod",
     "kv_cache_usage_ratio": "KV cache usage",
     "gpu_seconds_per_1k_requests": "GPU-seconds per 1k requests",
+    "context_tokens_per_request": "context tokens per request (prompt + output)",
 }
 _POD_COLUMNS = (
     ("age", "age_seconds"),

@@ -221,6 +221,7 @@ class QueryKey(StrEnum):
     ITL_P95 = "itl_p95"
     KV_USAGE = "kv_usage"
     GPU_SECONDS = "gpu_seconds"
+    CONTEXT_TOKENS = "context_tokens"
     POD_SAMPLES = "pod_samples"
     POD_HITS = "pod_hits"
     POD_LOOKED_UP = "pod_looked_up"
@@ -259,6 +260,8 @@ class _Family:
     kv_usage: str
     waiting: str
     running: str
+    prompt_tokens: _Counter
+    generation_tokens: _Counter
 
 
 _VLLM = _Family(
@@ -272,6 +275,8 @@ _VLLM = _Family(
     kv_usage="vllm:kv_cache_usage_perc",
     waiting="vllm:num_requests_waiting",
     running="vllm:num_requests_running",
+    prompt_tokens=_Counter("vllm:prompt_tokens_total"),
+    generation_tokens=_Counter("vllm:generation_tokens_total"),
 )
 _SGLANG_EFFECTIVE = "sglang:prefill_effective_tokens_total"
 _SGLANG = _Family(
@@ -285,6 +290,8 @@ _SGLANG = _Family(
     kv_usage="sglang:token_usage",
     waiting="sglang:num_queue_reqs",
     running="sglang:num_running_reqs",
+    prompt_tokens=_Counter("sglang:prompt_tokens_total"),
+    generation_tokens=_Counter("sglang:generation_tokens_total"),
 )
 _VLLM_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
@@ -390,6 +397,10 @@ def build_queries(
         QueryKey.PREEMPTIONS: Query(b.rate(fam.preemptions), fam.preemptions.metric),
         QueryKey.ITL_P95: Query(b.quantile(0.95, fam.itl), fam.itl[0] + "_bucket"),
         QueryKey.KV_USAGE: Query(b.gauge(fam.kv_usage, "avg"), fam.kv_usage),
+        QueryKey.CONTEXT_TOKENS: Query(
+            f"{b.rate(fam.prompt_tokens)} + {b.rate(fam.generation_tokens)}",
+            f"{fam.prompt_tokens.metric} + {fam.generation_tokens.metric}",
+        ),
         QueryKey.POD_SAMPLES: Query(b.samples(fam.running), fam.running),
         QueryKey.POD_HITS: Query(b.rate(fam.hits_local, per_pod=True), fam.hits_local.metric),
         QueryKey.POD_LOOKED_UP: Query(b.rate(fam.looked_up, per_pod=True), fam.looked_up.metric),

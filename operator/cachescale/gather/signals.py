@@ -248,6 +248,14 @@ class _Computation:
             running_requests_per_pod=self._mean_per_pod(pods, "running_requests", pod_note),
             kv_cache_usage_ratio=self.fleet(QueryKey.KV_USAGE, Unit.RATIO),
             gpu_seconds_per_1k_requests=gate(self._gpu_seconds_per_1k(rps)),
+            context_tokens_per_request=gate(
+                _ratio(
+                    self.fleet(QueryKey.CONTEXT_TOKENS, Unit.TOKENS_PER_SECOND),
+                    rps,
+                    Unit.TOKENS_PER_REQUEST,
+                    "no requests finished in the window",
+                )
+            ),
             pods=pods,
             notes=notes + ((pod_note,) if pod_note else ()),
         )
