@@ -172,7 +172,7 @@ def make_emulator(
     scenario: dict[str, Any], engine: EngineKind = "vllm", base_port: int | None = None
 ) -> Emulator:
     """An in-process emulator on ``scenario`` (drive it with ``advance_to``; ``close`` it)."""
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     model = Scenario.model_validate(scenario)
     settings = EmulatorSettings(
         model_name="test-model", engine=engine, deployment=engine, base_port=base_port
@@ -306,6 +306,17 @@ class PrometheusServer:
         assert data["resultType"] == "vector", data
         result: list[dict[str, Any]] = data["result"]
         return result
+
+    def raw_samples(self, selector: str, at: float) -> dict[str, list[tuple[float, float]]]:
+        """The samples a range selector (``metric{...}[12s]``) holds at Unix time ``at``,
+        as ``(timestamp, value)`` pairs keyed by the ``pod`` label: exactly what a
+        ``rate()`` over the same range, evaluated at ``at``, reads."""
+        data = self.api("query", query=selector, time=f"{at:.3f}")
+        assert data["resultType"] == "matrix", data
+        return {
+            row["metric"]["pod"]: [(float(t), float(v)) for t, v in row["values"]]
+            for row in data["result"]
+        }
 
     def by_pod(self, promql: str) -> dict[str, float]:
         """An instant query's values keyed by their ``pod`` label."""

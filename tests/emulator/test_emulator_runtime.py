@@ -75,6 +75,7 @@ def test_each_ready_pod_serves_vllm_series_with_engine_labels_only(emulator: Emu
     targets = emulator.targets()
     assert [t.pod for t in targets] == ["vllm-engine-0", "vllm-engine-1"]
     base = emulator.settings.base_port
+    assert base is not None
     assert [t.address for t in targets] == [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]
     for target in targets:
         samples = scrape(target)
@@ -137,6 +138,29 @@ def test_values_move_with_simulated_time_and_match_the_truth(emulator: Emulator)
         value(late, "vllm:request_prefill_kv_computed_tokens_sum")
         == pod["finished_computed_tokens"]
     )
+
+
+def test_each_scrape_and_request_is_in_the_truth_as_served(emulator: Emulator) -> None:
+    emulator.advance_to(12.0)
+    target = emulator.targets()[0]
+    samples = scrape(target)
+    pod = emulator.truth_snapshot()["pods"][target.pod]
+    served = pod["recent_scrapes"][-1]
+    assert served["sim_time_s"] == 12.0
+    assert served["finished_requests"] == value(samples, "vllm:time_to_first_token_seconds_count")
+    assert served["prefix_cache_hits_tokens"] == value(samples, "vllm:prefix_cache_hits_total")
+    assert served["waiting"] == value(samples, "vllm:num_requests_waiting")
+    assert served["running"] == value(samples, "vllm:num_requests_running")
+    assert served["kv_usage"] == value(samples, "vllm:kv_cache_usage_perc")
+    requests = pod["recent_requests"]
+    assert requests["first_index"] == 0  # all within the default 60 s window
+    assert sum(requests["ttft_s"]) == pytest.approx(
+        value(samples, "vllm:time_to_first_token_seconds_sum")
+    )
+    steps = [tokens - 1 for tokens in requests["output_tokens"]]
+    observed = sum(itl * n for itl, n in zip(requests["itl_s"], steps, strict=True) if n)
+    assert sum(steps) == value(samples, "vllm:inter_token_latency_seconds_count")
+    assert observed == pytest.approx(value(samples, "vllm:inter_token_latency_seconds_sum"))
 
 
 def test_servers_follow_the_fleet_as_it_scales_and_rolls(emulator: Emulator) -> None:

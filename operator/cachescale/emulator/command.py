@@ -138,7 +138,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_duration,
         default=60.0,
         metavar="D",
-        help="wall-clock window of the truth's recent TTFT quantiles (default 1m)",
+        help="wall-clock window of the truth's recent requests, scrapes and TTFT (default 1m)",
     )
     parser.add_argument(
         "--linger",

@@ -14,13 +14,15 @@ SGLang server. Two departures, both deliberate:
 
 The collector reads live engine state on every scrape; :class:`LockedCollector` takes the
 emulator's lock around that read so a scrape never sees an engine halfway through a
-simulation step, and the serving threads never run the simulation themselves.
+simulation step, and the serving threads never run the simulation themselves. Under the
+same lock hold it tells the emulator a scrape was served, so the ground truth can record
+exactly the state that scrape exported.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -43,14 +45,19 @@ class _QuietHandler(WSGIRequestHandler):
 class LockedCollector(Collector):
     """Collects ``inner`` while holding ``lock`` (one consistent snapshot per scrape)."""
 
-    def __init__(self, inner: Collector, lock: threading.Lock) -> None:
+    def __init__(
+        self, inner: Collector, lock: threading.Lock, on_scrape: Callable[[], None]
+    ) -> None:
         self._inner = inner
         self._lock = lock
+        self._on_scrape = on_scrape
 
     def collect(self) -> Iterator[Metric]:
-        """The inner collector's families, all built before the lock is released."""
+        """The inner collector's families, all built before the lock is released; then
+        ``on_scrape`` runs, still under the lock, seeing the state just exported."""
         with self._lock:
             families = list(self._inner.collect())
+            self._on_scrape()
         return iter(families)
 
 
@@ -88,13 +95,16 @@ class PodEndpoint:
         self.thread.join()
 
 
-def serve(collector: Collector, lock: threading.Lock, port: int) -> PodEndpoint:
-    """Start serving ``collector`` on loopback ``port`` (0: any free port).
+def serve(
+    collector: Collector, lock: threading.Lock, port: int, on_scrape: Callable[[], None]
+) -> PodEndpoint:
+    """Start serving ``collector`` on loopback ``port`` (0: any free port); ``on_scrape``
+    runs under ``lock`` after every collection.
 
     Raises ``OSError`` when the port is taken.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LockedCollector(collector, lock))
+    registry.register(LockedCollector(collector, lock, on_scrape))
     app = text_format_only(make_wsgi_app(registry))
     server = make_server(LOOPBACK, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
     thread = threading.Thread(

@@ -4,7 +4,8 @@
 the simulation, registering new pods, feeding finished requests to the per-pod ledgers and
 taking a ground-truth snapshot all happen under the lock; every scrape collects under the
 same lock (see ``endpoints``), so Prometheus only ever sees states between two steps.
-Starting and stopping servers happens outside it. A pod is served from the moment it is
+Starting and stopping servers happens outside it; each scrape, under the lock, is noted in
+the pod's ground truth with what it exported. A pod is served from the moment it is
 ready (a real engine opens its port only once the weights are loaded) until it is gone
 (drained and deleted); that set is what the file_sd file lists.
 
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from prometheus_client.registry import Collector
@@ -55,7 +57,7 @@ class EmulatorSettings:
     speed: float = 1.0
     """Simulated seconds per wall second."""
     truth_window_s: float = 60.0
-    """Trailing window of the ground truth's recent TTFTs, in wall seconds."""
+    """Trailing window of the ground truth's recent requests and scrapes, in wall seconds."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,14 @@ class Emulator:
     def _start(self, state: _PodState) -> Target:
         base = self.settings.base_port
         port = 0 if base is None else base + state.pod.engine.replica_id
-        endpoint = serve(self._collector(state), self.lock, port)
+        endpoint = serve(self._collector(state), self.lock, port, partial(self._scraped, state))
         target = Target(self.settings.namespace, state.label, endpoint.address)
         self._endpoints[state.label] = (target, endpoint)
         return target
+
+    def _scraped(self, state: _PodState) -> None:
+        """Note a scrape of ``state``'s pod in its ground truth (called under the lock)."""
+        state.truth.record_scrape(self.simulation.now_s, time.time())
 
     def _stop(self, label: str) -> Target:
         target, endpoint = self._endpoints.pop(label)
