@@ -1,0 +1,271 @@
+"""Diagnosis: what is going on, named from the evidence (BRIEF §5).
+
+Several diagnoses can hold at once (a collapse usually puts the SLO at risk too); each
+comes with its evidence in words and numbers, and ``PRECEDENCE`` picks the one that leads
+the state shown by ``kubectl get``. The tests that decide them are written here once:
+
+- a *collapse* is the warm-pod token hit rate under ``threshold`` (a relative and an
+  absolute drop from the baseline, both required) for ``collapseWindows`` consecutive
+  evaluations, without the signature of eviction pressure. Pods younger than
+  ``podWarmupSeconds`` never count: a cold pod is expected to miss.
+- *eviction pressure* is preemptions (≥ 1 per 100 requests) or a full KV pool (≥ 95%)
+  while the running batch is near or above the cache-friendly ceiling B_max.
+- the collapse's clearing threshold sits halfway back to the baseline, so a hit rate
+  hovering at the threshold cannot raise and clear the alert on alternate evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cachescale.api.spec import CacheScalingPolicySpec, CacheSpec
+from cachescale.capacity import (
+    GIB,
+    cache_friendly_batch_ceiling,
+    free_kv_bytes,
+    kv_bytes_per_token,
+)
+from cachescale.decide import words
+from cachescale.decide.inputs import Snapshot
+from cachescale.decide.memory import BaselineMemory, Memory
+from cachescale.snapshot import Measured
+
+
+class Diagnosis(StrEnum):
+    """What an evaluation found (CamelCase: also the reason of conditions and Events)."""
+
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    PREFIX_COLLAPSE = "PrefixCollapse"
+    EVICTION_PRESSURE = "EvictionPressure"
+    SLO_AT_RISK = "SLOAtRisk"
+    OVER_BUDGET = "OverBudget"
+    COLD_FLEET = "ColdFleet"
+    DEMAND_GROWTH = "DemandGrowth"
+    HEALTHY = "Healthy"
+
+
+PRECEDENCE = tuple(Diagnosis)
+"""Which diagnosis leads when several hold: declaration order above. Missing data first
+(nothing else can be trusted), then the cache failures this operator exists for, then the
+SLO and the budget, then the expected or benign states."""
+
+PREEMPTIONS_PER_REQUEST_PRESSURE = 0.01
+"""Preemptions per finished request that count as sustained pressure (1 in 100)."""
+KV_USAGE_FULL = 0.95
+"""KV usage at which the pool is full: every admission evicts a cached block."""
+BATCH_NEAR_CEILING = 0.9
+"""A running batch at this share of the ceiling counts as near it."""
+LOW_HIT_RATE = 0.2
+"""Below this token hit rate the cache is not worth protecting (BRIEF §2)."""
+DEMAND_GROWTH_FACTOR = 1.2
+"""Request rate this far above baseline is demand growth..."""
+COST_STEADY_FACTOR = 1.15
+"""...when the cost per request stays within this factor of its baseline."""
+FLAT_DEMAND = 0.2
+"""A request rate within ±20% of baseline is called flat in a collapse message."""
+QUEUED_PER_POD = 1.0
+"""Mean waiting requests per pod at which the fleet counts as saturated."""
+PREFILL_UP_FACTOR = 1.5
+"""Prefill tokens per request this far above baseline point at a prompt change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One diagnosis and the evidence for it, in words a human can act on."""
+
+    diagnosis: Diagnosis
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class CollapseTest:
+    """The warm-pod hit rate against the baseline's collapse and clearing thresholds."""
+
+    warm_hit_rate: Measured
+    warm_pods: int
+    baseline: float | None
+    threshold: float | None
+    clear_threshold: float | None
+
+    @property
+    def below(self) -> bool:
+        """Under the collapse threshold (False when anything is unknown)."""
+        value = self.warm_hit_rate.value
+        return value is not None and self.threshold is not None and value < self.threshold
+
+    @property
+    def recovered(self) -> bool:
+        """Back above the clearing threshold (False when anything is unknown)."""
+        value = self.warm_hit_rate.value
+        return (
+            value is not None and self.clear_threshold is not None and value >= self.clear_threshold
+        )
+
+
+def collapse_thresholds(cache: CacheSpec, baseline: float) -> tuple[float, float]:
+    """``(collapse, clear)`` hit-rate thresholds for a baseline hit rate.
+
+    Both drops must be exceeded, so the collapse threshold is the lower of the two.
+    """
+    threshold = min(
+        baseline * (1 - cache.collapse_relative_drop), baseline - cache.collapse_absolute_drop
+    )
+    return threshold, (threshold + baseline) / 2
+
+
+def collapse_test(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> CollapseTest:
+    """Compare the warm pods' pooled hit rate with the learned baseline."""
+    warmup = float(spec.cache.pod_warmup_seconds)
+    warm = snapshot.signals.warm_token_hit_rate(warmup)
+    baseline = memory.baseline.token_hit_rate
+    threshold = clear = None
+    if baseline is not None:
+        threshold, clear = collapse_thresholds(spec.cache, baseline)
+    return CollapseTest(
+        warm_hit_rate=warm,
+        warm_pods=snapshot.workload.warm_replicas(warmup),
+        baseline=baseline,
+        threshold=threshold,
+        clear_threshold=clear,
+    )
+
+
+def batch_ceiling(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+    """B_max from the spec's model and GPU shape and the observed context length."""
+    batching = spec.batching
+    context = snapshot.signals.context_tokens_per_request.value
+    if batching.model is None or batching.gpu is None or not context:
+        return None
+    model, gpu = batching.model, batching.gpu
+    free = free_kv_bytes(
+        int(gpu.memory_gib * GIB), gpu.gpu_memory_utilization, int(model.weights_gib * GIB)
+    )
+    per_token = kv_bytes_per_token(
+        model.layers, model.kv_heads, model.head_dim, model.kv_dtype_bytes
+    )
+    return cache_friendly_batch_ceiling(
+        free, int(batching.cache_reserve_gib * GIB), context, per_token
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionTest:
+    """Preemptions and KV usage against the batch ceiling."""
+
+    held: bool
+    evidence: str
+
+
+def eviction_test(snapshot: Snapshot, ceiling: int | None) -> EvictionTest:
+    """Pressure = (preemptions ≥ 1/100 requests or KV ≥ 95%) with the batch near the
+    ceiling (B_max when known, else the engine's own ``--max-num-seqs``)."""
+    signals = snapshot.signals
+    preemptions = signals.preemptions_per_second.value
+    rps = signals.requests_per_second.value
+    kv = signals.kv_cache_usage_ratio.value
+    running = signals.running_requests_per_pod.value
+    limit = ceiling if ceiling is not None else snapshot.workload.max_num_seqs
+    preempting = (
+        preemptions is not None
+        and rps is not None
+        and rps > 0
+        and preemptions / rps >= PREEMPTIONS_PER_REQUEST_PRESSURE
+    )
+    full = kv is not None and kv >= KV_USAGE_FULL
+    near = running is not None and limit is not None and running >= BATCH_NEAR_CEILING * limit
+    if not ((preempting or full) and near):
+        return EvictionTest(False, "")
+    assert running is not None
+    assert limit is not None
+    parts = []
+    if preempting:
+        assert preemptions is not None
+        assert rps is not None
+        parts.append(f"{preemptions:.2g} preemptions/s ({preemptions / rps:.1%} of requests)")
+    if full:
+        assert kv is not None
+        parts.append(f"KV cache {kv:.0%} full")
+    name = "cache-friendly ceiling B_max" if ceiling is not None else "--max-num-seqs"
+    parts.append(f"running batch {running:.1f}/pod against a {name} of {limit}")
+    return EvictionTest(True, ", ".join(parts))
+
+
+def budget_replicas(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+    """Most replicas the GPU-s/1k budget allows at the observed request rate.
+
+    ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
+    unknown or zero (no cost per request can be computed, so no cap is derived from it).
+
+    While requests queue (``QUEUED_PER_POD`` or more waiting per pod) the finished-request
+    rate is what the fleet manages to serve, not the demand: removing saturated replicas
+    would not lower the cost per request, only serve fewer requests, and the lower rate
+    would then cap even lower. So a saturated fleet's cap never goes below its current
+    replicas: demand is unknown, and nothing scales down on unknown data.
+    """
+    signals = snapshot.signals
+    rps = signals.requests_per_second.value
+    gpus = snapshot.workload.gpus_per_pod
+    if rps is None or rps <= 0 or gpus <= 0:
+        return None
+    cap = math.floor(spec.budget.gpu_seconds_per_1k_requests * rps / (1000 * gpus) + 1e-9)
+    waiting = signals.waiting_requests_per_pod.value
+    if waiting is None or waiting >= QUEUED_PER_POD:
+        cap = max(cap, snapshot.workload.replicas)
+    return cap
+
+
+def collapse_evidence(test: CollapseTest, snapshot: Snapshot, memory: Memory, windows: int) -> str:
+    """The collapse message's evidence: hit rate, demand, prefill, preemptions, cause."""
+    baseline = memory.baseline
+    signals = snapshot.signals
+    assert test.warm_hit_rate.value is not None
+    assert test.baseline is not None
+    text = (
+        f"token hit rate {words.ratio(test.baseline)} → {words.ratio(test.warm_hit_rate.value)}"
+        f" over {windows} windows on {test.warm_pods} warm pods"
+    )
+    clauses = [_demand_clause(snapshot, memory, baseline)]
+    prefill = signals.prefill_tokens_per_request.value
+    if prefill is not None and baseline.prefill_tokens_per_request is not None:
+        verb = "rose" if prefill > baseline.prefill_tokens_per_request else "went"
+        clauses.append(
+            f"prefill tokens per request {verb} {words.tokens(baseline.prefill_tokens_per_request)}"
+            f" → {words.tokens(prefill)}"
+        )
+    preemptions = signals.preemptions_per_second.value
+    if preemptions is not None:
+        clauses.append(f"preemptions stayed at {preemptions:.2g}/s")
+    return text + " while " + " and ".join(c for c in clauses if c)
+
+
+def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory) -> str:
+    evidence = memory.collapse_evidence
+    rps = snapshot.signals.requests_per_second.value
+    if rps is None:
+        return ""
+    low = high = rps
+    if evidence is not None and evidence.requests_per_second_min is not None:
+        low = min(low, evidence.requests_per_second_min)
+        high = max(high, evidence.requests_per_second_max or rps)
+    base = baseline.requests_per_second
+    if base is not None and abs(rps / base - 1) > FLAT_DEMAND:
+        return f"req/s moved {words.rate(base)} → {words.rate(rps)}"
+    return f"req/s stayed {words.spread(low, high)}"
+
+
+def likely_cause(snapshot: Snapshot, baseline: BaselineMemory) -> str:
+    """What to check, named from the evidence (prefill up with flat demand: the prompt)."""
+    prefill = snapshot.signals.prefill_tokens_per_request.value
+    base = baseline.prefill_tokens_per_request
+    if prefill is not None and base is not None and prefill >= PREFILL_UP_FACTOR * base:
+        return (
+            "the prompts' shared prefixes changed: check recent prompt layout, chunking, "
+            "retrieval or template changes (anything that moves variable text ahead of "
+            "shared text)"
+        )
+    return (
+        "requests stopped sharing prefixes without more prefill per request: check routing "
+        "(a router that no longer keeps sessions on their pod) and cache_salt settings"
+    )

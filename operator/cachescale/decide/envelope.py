@@ -1,0 +1,236 @@
+"""The HPA envelope: min/max replicas and the queue target the HPA scales inside.
+
+cachescale does not replace the HPA; it reshapes the box the HPA moves in. The box is
+always inside ``budget.minReplicas..maxReplicas`` and never above what the GPU-s/1k budget
+allows at the observed request rate. On a confirmed prefix collapse with ``Hold`` the top
+is pinned at the pre-collapse level (scaled by any demand growth since), unless TTFT
+breaches the SLO, in which case the SLO guard lets the HPA use the budget.
+
+Against flapping:
+
+- maxReplicas is lowered only to the highest recommendation of the last
+  ``STABILIZATION_SECONDS`` (as the HPA's own scale-down stabilization);
+- after a change in one direction, a change in the other waits out the same window;
+- a confirmed collapse hold is exempt from both: it has already waited
+  ``collapseWindows`` evaluations, and every minute of delay buys replicas it exists to
+  prevent;
+- the target moves in 20% steps, down at most every second breaching evaluation, and
+  back up only after each full window of comfortable latency.
+
+On unknown data nothing here lowers anything: an unknown request rate means no budget cap
+is derived, and the current maxReplicas is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.decide.inputs import Snapshot
+from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
+
+STABILIZATION_SECONDS = 300.0
+"""Window for lowering maxReplicas and for reversing a change (the HPA's default)."""
+TARGET_STEP = 0.8
+"""The SLO guard lowers the HPA target by this factor per step (raising: its inverse)."""
+TARGET_FLOOR = 0.5
+"""The target never goes below half of the user's original."""
+SLO_BREACH_EVALUATIONS = 2
+"""Breaching evaluations before the SLO guard lowers the target."""
+BATCH_TARGET_SHARE = 0.75
+"""Most of the batch ceiling a running-requests HPA target may ask for (24 of 32)."""
+SLO_COMFORTABLE_SHARE = 0.7
+"""TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What the HPA should say: ``spec.minReplicas``, ``spec.maxReplicas`` and the target."""
+
+    min_replicas: int
+    max_replicas: int
+    target_average_value: float | None
+
+
+class Hold:
+    """Why the top of the envelope is below what the HPA would otherwise get."""
+
+    COLLAPSE = "CollapseHold"
+    BUDGET = "BudgetCap"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopePlan:
+    """The envelope decided, why it is held (if it is), and the memory it leaves."""
+
+    envelope: Envelope
+    budget_max: int | None
+    """Most replicas the budget allows now (None: request rate unknown or zero)."""
+    held_by: str | None
+    slo_guard: bool
+    """True when the SLO guard overrode a collapse hold or lowered the target."""
+    memory: Memory
+
+
+def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
+    """The envelope before cachescale first touched the HPA (recorded once)."""
+    if memory.original_envelope is not None:
+        return memory.original_envelope
+    hpa = snapshot.workload.hpa
+    return OriginalEnvelope(
+        min_replicas=hpa.min_replicas,
+        max_replicas=hpa.max_replicas,
+        target_average_value=hpa.target_average_value,
+    )
+
+
+def frozen_envelope(snapshot: Snapshot) -> Envelope:
+    """The HPA's envelope exactly as it is (nothing decided on missing data)."""
+    hpa = snapshot.workload.hpa
+    return Envelope(hpa.min_replicas, hpa.max_replicas, hpa.target_average_value)
+
+
+def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, current: int) -> int:
+    """Pre-collapse replicas, scaled up by demand growth since (never down); the current
+    replicas when no healthy evaluation was ever seen (nothing better to return to)."""
+    if mark is None:
+        return current
+    growth = 1.0
+    if requests_per_second is not None and mark.requests_per_second > 0:
+        growth = max(1.0, requests_per_second / mark.requests_per_second)
+    return math.ceil(mark.replicas * growth - 1e-9)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeInputs:
+    """The diagnosis facts the envelope depends on."""
+
+    collapse_held: bool
+    """A confirmed, unacknowledged collapse under ``onCollapse: Hold``."""
+    slo_breached: bool
+    budget_max: int | None
+    max_num_seqs: int | None = None
+    """The batch ceiling the pods will run with (after this decision's change, if any)."""
+
+
+def plan_envelope(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    now: datetime,
+    facts: EnvelopeInputs,
+) -> EnvelopePlan:
+    """Decide min/max/target from the budget, a collapse hold and the SLO guard."""
+    low, high = spec.budget.min_replicas, spec.budget.max_replicas
+    original = original_envelope(snapshot, memory)
+    current_max = snapshot.workload.hpa.max_replicas
+    budget_top = (
+        _clamp(current_max, low, high)
+        if facts.budget_max is None
+        else _clamp(facts.budget_max, low, high)
+    )
+    recommended, held_by, slo_guard = budget_top, None, False
+    if facts.budget_max is not None and facts.budget_max < high:
+        held_by = Hold.BUDGET
+    if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
+        rps = snapshot.signals.requests_per_second.value
+        level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
+        if facts.slo_breached:
+            slo_guard = True
+        elif level < budget_top:
+            recommended, held_by = level, Hold.COLLAPSE
+    immediate = held_by == Hold.COLLAPSE
+    max_replicas, memory = _stabilized_max(recommended, current_max, memory, now, immediate)
+    max_replicas = _clamp(max_replicas, low, high)
+    min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
+    target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
+    target = _within_batch(target, snapshot, facts.max_num_seqs)
+    memory = memory.model_copy(update={"original_envelope": original})
+    return EnvelopePlan(
+        envelope=Envelope(min_replicas, max_replicas, target),
+        budget_max=facts.budget_max,
+        held_by=held_by,
+        slo_guard=slo_guard or lowered,
+        memory=memory,
+    )
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def _stabilized_max(
+    recommended: int, current: int, memory: Memory, now: datetime, immediate: bool
+) -> tuple[int, Memory]:
+    """Apply the lowering window and the reversal window to a maxReplicas recommendation."""
+    marks = [
+        m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
+    ]
+    marks.append(EnvelopeMark(at=now, max_replicas=recommended))
+    candidate = recommended
+    if recommended < current and not immediate:
+        candidate = max(m.max_replicas for m in marks)
+    direction = (candidate > current) - (candidate < current)
+    last = memory.last_max_replicas_change_at
+    reversing = direction != 0 and direction == -memory.last_max_replicas_direction
+    hold_lowering = immediate and direction < 0
+    if (
+        reversing
+        and not hold_lowering
+        and last is not None
+        and (now - last).total_seconds() < STABILIZATION_SECONDS
+    ):
+        candidate, direction = current, 0
+    update: dict[str, object] = {"max_replicas_marks": marks}
+    if direction:
+        update |= {"last_max_replicas_change_at": now, "last_max_replicas_direction": direction}
+    return candidate, memory.model_copy(update=update)
+
+
+def _within_batch(
+    target: float | None, snapshot: Snapshot, max_num_seqs: int | None
+) -> float | None:
+    """An HPA on the running batch must target below the batch ceiling: a pod can never
+    run more than ``--max-num-seqs`` requests, so a target above ``BATCH_TARGET_SHARE`` of
+    it would stop the HPA from ever scaling out once the ceiling is lowered."""
+    metric = snapshot.workload.hpa.metric_name or ""
+    if target is None or max_num_seqs is None or "running" not in metric:
+        return target
+    return min(target, round(BATCH_TARGET_SHARE * max_num_seqs, 3))
+
+
+def _slo_target(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    original: OriginalEnvelope,
+    max_replicas: int,
+) -> tuple[float | None, Memory, bool]:
+    """The SLO guard's lever: lower the queue target while TTFT breaches the SLO and the
+    budget leaves room above the current replicas; relax it back once comfortable."""
+    if original.target_average_value is None:
+        return None, memory, False
+    factor = memory.target_factor
+    workload = snapshot.workload
+    # Room within the budget, and no capacity added within the window: while pods are
+    # starting, or the windowed TTFT still covers the time before they were ready, a
+    # lower target would only overshoot.
+    window = spec.metrics.window_seconds
+    settled = min(workload.pod_ages_seconds, default=0.0) >= window
+    room = (
+        workload.replicas < max_replicas
+        and workload.ready_replicas >= workload.replicas
+        and settled
+    )
+    window_evaluations = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
+    breach, comfortable = memory.streaks.slo_breach, memory.streaks.slo_comfortable
+    lowered = False
+    if breach >= SLO_BREACH_EVALUATIONS and breach % SLO_BREACH_EVALUATIONS == 0 and room:
+        lowered = factor > TARGET_FLOOR
+        factor = max(TARGET_FLOOR, factor * TARGET_STEP)
+    elif comfortable and comfortable % window_evaluations == 0 and factor < 1.0:
+        factor = min(1.0, factor / TARGET_STEP)
+    memory = memory.model_copy(update={"target_factor": factor})
+    return round(original.target_average_value * factor, 3), memory, lowered

@@ -1,0 +1,150 @@
+"""What one evaluation hands the next: the learned baseline, streaks, alerts, cooldowns.
+
+``decide`` is a pure function, so everything it must remember between evaluations lives in
+a ``Memory`` value it receives and returns. The operator persists it (in the policy's
+status) so a restart loses nothing: the baseline, when each symptom started, the last
+``--max-num-seqs`` change (the cooldown survives a restart) and the active alerts. It is a
+frozen pydantic model so it round-trips through JSON exactly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from cachescale.api.base import ApiModel
+
+BASELINE_SMOOTHING = 0.1
+"""Weight of the newest healthy evaluation in the baseline's moving average."""
+
+
+class BaselineMemory(ApiModel):
+    """What healthy looked like, learned only while healthy and frozen otherwise."""
+
+    token_hit_rate: float | None = None
+    """Token-weighted hit rate on warm pods."""
+    prefill_tokens_per_request: float | None = None
+    gpu_seconds_per_1k_requests: float | None = None
+    requests_per_second: float | None = None
+    updated_at: datetime | None = None
+    evaluations: int = 0
+    """Healthy evaluations folded into it."""
+
+    def learn(self, now: datetime, **observed: float | None) -> BaselineMemory:
+        """Fold one healthy evaluation in (each known value; unknown ones leave the old)."""
+        changes: dict[str, object] = {"updated_at": now, "evaluations": self.evaluations + 1}
+        for name, value in observed.items():
+            if value is None:
+                continue
+            old = getattr(self, name)
+            changes[name] = value if old is None else old + BASELINE_SMOOTHING * (value - old)
+        return self.model_copy(update=changes)
+
+
+class Streaks(ApiModel):
+    """Consecutive evaluations each symptom has held (0 when it did not hold last time)."""
+
+    collapse: int = 0
+    """Warm-pod hit rate under the collapse threshold."""
+    recovered: int = 0
+    """Warm-pod hit rate back above the clearing threshold (ends a collapse)."""
+    eviction: int = 0
+    """Preemptions or a full KV pool with the batch near the cache-friendly ceiling."""
+    low_hit: int = 0
+    """Token hit rate under the level where the cache is worth protecting."""
+    slo_breach: int = 0
+    slo_comfortable: int = 0
+    """TTFT p95 well inside the SLO (lets a lowered target relax back)."""
+    over_budget: int = 0
+
+
+class ReplicaMark(ApiModel):
+    """Replicas and demand at one moment (the level a collapse hold returns to)."""
+
+    replicas: int
+    requests_per_second: float
+    at: datetime
+
+
+class CollapseEvidence(ApiModel):
+    """Numbers gathered while a collapse builds, for the message a human reads."""
+
+    started_at: datetime
+    requests_per_second_min: float | None = None
+    requests_per_second_max: float | None = None
+
+    def saw(self, requests_per_second: float | None) -> CollapseEvidence:
+        """Widen the request-rate range with one more evaluation."""
+        if requests_per_second is None:
+            return self
+        low = self.requests_per_second_min
+        high = self.requests_per_second_max
+        return self.model_copy(
+            update={
+                "requests_per_second_min": (
+                    requests_per_second if low is None else min(low, requests_per_second)
+                ),
+                "requests_per_second_max": (
+                    requests_per_second if high is None else max(high, requests_per_second)
+                ),
+            }
+        )
+
+
+class AlertMemory(ApiModel):
+    """One active alert."""
+
+    reason: str
+    """The diagnosis that raised it, e.g. PrefixCollapse."""
+    since: datetime
+    message: str
+    acknowledged: bool = False
+    quiet_evaluations: int = 0
+    """Consecutive evaluations without its condition (it clears after a few)."""
+
+
+class EnvelopeMark(ApiModel):
+    """A maxReplicas recommendation (kept for the stabilization window)."""
+
+    at: datetime
+    max_replicas: int
+
+
+class OriginalEnvelope(ApiModel):
+    """The HPA's envelope before cachescale first touched it (restored on delete)."""
+
+    min_replicas: int
+    max_replicas: int
+    target_average_value: float | None = None
+
+
+class Memory(ApiModel):
+    """Everything carried from one evaluation to the next."""
+
+    data_since: datetime | None = None
+    """First evaluation with data after none (policy created, or metrics came back). Until
+    a full window has passed the windowed rates still cover blank time, so nothing is
+    decided from them."""
+    baseline: BaselineMemory = Field(default_factory=BaselineMemory)
+    streaks: Streaks = Field(default_factory=Streaks)
+    pre_collapse: ReplicaMark | None = None
+    """Last replicas and req/s while the cache was at its baseline."""
+    collapse_evidence: CollapseEvidence | None = None
+    alerts: list[AlertMemory] = Field(default_factory=list)
+    original_envelope: OriginalEnvelope | None = None
+    max_replicas_marks: list[EnvelopeMark] = Field(default_factory=list)
+    last_max_replicas_change_at: datetime | None = None
+    last_max_replicas_direction: int = 0
+    """+1 after a raise, −1 after a lowering, 0 before any change."""
+    target_factor: float = 1.0
+    """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
+    last_max_num_seqs_change_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+    """The last acknowledgement request handled."""
+    rebaselined_at: datetime | None = None
+    """The last rebaseline request handled."""
+
+    def alert(self, reason: str) -> AlertMemory | None:
+        """The active alert raised by ``reason``, if any."""
+        return next((a for a in self.alerts if a.reason == reason), None)

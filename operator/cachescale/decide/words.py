@@ -1,0 +1,41 @@
+"""Numbers as a human reads them in a condition message or an Event.
+
+Every decision message carries its evidence; these keep the formatting of that evidence
+uniform (two decimals for ratios, thousands separators for token counts, units always).
+"""
+
+from __future__ import annotations
+
+
+def ratio(value: float) -> str:
+    """A hit rate or share: ``0.85``."""
+    return f"{value:.2f}"
+
+
+def tokens(value: float) -> str:
+    """A token count: ``9,800``."""
+    return f"{value:,.0f}"
+
+
+def rate(value: float) -> str:
+    """Requests per second: ``32`` or ``0.42``."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def seconds(value: float) -> str:
+    """A latency: ``0.58 s``."""
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def cost(value: float) -> str:
+    """GPU-seconds per 1k requests: ``1,142``."""
+    return f"{value:,.0f}"
+
+
+def spread(low: float, high: float) -> str:
+    """A range as centre ± half-width: ``32 ± 1`` (whole numbers from 10 up, so a
+    half-width under 0.5 still reads ± 1 rather than ± 0)."""
+    centre, half = (low + high) / 2, (high - low) / 2
+    if centre >= 10:
+        return f"{centre:.0f} ± {max(1, round(half))}"
+    return f"{centre:.2g} ± {half:.1g}"

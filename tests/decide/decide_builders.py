@@ -1,0 +1,164 @@
+"""Snapshots, specs and memories for decision tests, healthy unless told otherwise.
+
+A healthy fleet: 11 ready 2-GPU pods, all warm, serving 32 req/s at a 0.85 token hit rate,
+TTFT p95 0.5 s, 680 GPU-s/1k against a 780 budget; the baseline already learned.
+Every test states only what differs from that.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.decide import HPAState, HumanRequests, Memory, Snapshot, WorkloadState
+from cachescale.decide.memory import BaselineMemory, ReplicaMark
+from cachescale.snapshot import EngineProfile, EngineSignals, Measured, PodSignals, Unit
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+INTERVAL = timedelta(seconds=30)
+
+
+def spec(**overrides: Any) -> CacheScalingPolicySpec:
+    """A Hold policy: SLO 1 s, budget 780 GPU-s/1k, replicas 4..40, wire-format overrides."""
+    wire: dict[str, Any] = {
+        "mode": "Enforce",
+        "target": {"deploymentName": "llm", "hpaName": "llm"},
+        "metrics": {"prometheusUrl": "http://prometheus:9090"},
+        "slo": {"ttftP95Seconds": 1.0},
+        "budget": {"gpuSecondsPer1kRequests": 780, "minReplicas": 4, "maxReplicas": 40},
+    }
+    for key, value in overrides.items():
+        wire[key] = {**wire.get(key, {}), **value} if isinstance(value, dict) else value
+    return CacheScalingPolicySpec.model_validate(wire)
+
+
+BATCHING = {
+    "manageMaxNumSeqs": True,
+    "minNumSeqs": 16,
+    "maxNumSeqs": 256,
+    "model": {"layers": 32, "kvHeads": 32, "headDim": 128, "weightsGiB": 12.55},
+    "gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 0.9},
+    "cacheReserveGiB": 9,
+}
+"""Llama-2-7B on an A100-80GB: B_max = 50 at 2,048 context tokens."""
+
+
+def known(value: float, unit: Unit) -> Measured:
+    return Measured.known(value, unit)
+
+
+def pod(name: str, age_s: float, hit_rate: float | None, volume: float = 1000.0) -> PodSignals:
+    rate = (
+        known(hit_rate, Unit.RATIO)
+        if hit_rate is not None
+        else Measured.unknown("only 1 sample(s) of this pod in the window", Unit.RATIO)
+    )
+    return PodSignals(
+        pod=name,
+        age_seconds=known(age_s, Unit.SECONDS),
+        token_hit_rate=rate,
+        prompt_tokens_looked_up_per_second=known(volume, Unit.TOKENS_PER_SECOND),
+        waiting_requests=known(0, Unit.REQUESTS),
+        running_requests=known(20, Unit.REQUESTS),
+        kv_cache_usage_ratio=known(0.5, Unit.RATIO),
+    )
+
+
+def signals(
+    *,
+    hit: float | None = 0.85,
+    warm_pods: int = 11,
+    cold_pods: int = 0,
+    cold_hit: float = 0.1,
+    at: datetime = T0,
+    **values: float | None,
+) -> EngineSignals:
+    """Healthy engine signals; ``values`` override fleet signals by field name (None:
+    unknown); ``hit`` is every warm pod's (and the fleet's) token hit rate."""
+    fleet: dict[str, float | None] = {
+        "token_hit_rate_local": hit,
+        "request_full_hit_share": 0.6,
+        "prefill_tokens_per_request": 400.0,
+        "ttft_p50_seconds": 0.2,
+        "ttft_p95_seconds": 0.5,
+        "ttft_p99_seconds": 0.8,
+        "itl_p95_seconds": 0.05,
+        "requests_per_second": 32.0,
+        "preemptions_per_second": 0.0,
+        "waiting_requests_per_pod": 0.0,
+        "running_requests_per_pod": 20.0,
+        "kv_cache_usage_ratio": 0.5,
+        "gpu_seconds_per_1k_requests": 680.0,
+        "context_tokens_per_request": 2048.0,
+    }
+    fleet.update(values)
+    base = EngineSignals.all_unknown("unset", observed_at=at, window_seconds=300)
+    measured = {
+        name: (
+            known(value, base.signals()[name].unit)
+            if value is not None
+            else Measured.unknown("series absent", base.signals()[name].unit)
+        )
+        for name, value in fleet.items()
+    }
+    pods = [pod(f"warm-{i}", 3600.0, hit) for i in range(warm_pods)]
+    pods += [pod(f"cold-{i}", 60.0, cold_hit) for i in range(cold_pods)]
+    return EngineSignals(
+        profile=EngineProfile.VLLM_0_13,
+        observed_at=at,
+        window_seconds=300,
+        token_hit_rate_with_external=Measured.unknown("no connector", Unit.RATIO),
+        full_hit_max_computed_tokens=200.0,
+        pods=tuple(pods),
+        **measured,  # type: ignore[arg-type]
+    )
+
+
+def workload(
+    *,
+    replicas: int = 11,
+    ready: int | None = None,
+    cold_pods: int = 0,
+    hpa: tuple[int, int, float] = (4, 40, 24.0),
+    max_num_seqs: int | None = 32,
+    rollout: bool = False,
+) -> WorkloadState:
+    ready = replicas if ready is None else ready
+    ages = (3600.0,) * (ready - cold_pods) + (60.0,) * cold_pods
+    return WorkloadState(
+        replicas=replicas,
+        ready_replicas=ready,
+        pod_ages_seconds=ages,
+        gpus_per_pod=2,
+        hpa=HPAState(hpa[0], hpa[1], hpa[2], "vllm:num_requests_running"),
+        max_num_seqs=max_num_seqs,
+        rollout_in_progress=rollout,
+    )
+
+
+def snapshot(
+    engine: EngineSignals | None = None,
+    fleet: WorkloadState | None = None,
+    human: HumanRequests | None = None,
+) -> Snapshot:
+    return Snapshot(engine or signals(), fleet or workload(), human or HumanRequests())
+
+
+def learned(**overrides: Any) -> Memory:
+    """A memory after an hour of healthy evaluations (baseline 0.85, 400 tokens, 32 req/s)."""
+    baseline = BaselineMemory(
+        token_hit_rate=0.85,
+        prefill_tokens_per_request=400.0,
+        gpu_seconds_per_1k_requests=680.0,
+        requests_per_second=32.0,
+        updated_at=T0 - INTERVAL,
+        evaluations=120,
+    )
+    fields: dict[str, Any] = {
+        "baseline": baseline,
+        "data_since": T0 - timedelta(hours=1),
+        "pre_collapse": ReplicaMark(replicas=11, requests_per_second=32.0, at=T0 - INTERVAL),
+    }
+    fields.update(overrides)
+    return Memory(**fields)

@@ -1,0 +1,220 @@
+"""What ``decide`` does about a diagnosis: the HPA envelope, the batch ceiling, the
+human controls, and the memory that carries it all across evaluations and restarts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from decide_builders import BATCHING, INTERVAL, T0, learned, signals, snapshot, spec, workload
+from test_diagnosis import condition, run
+
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import HumanRequests, Memory, decide
+from cachescale.decide.memory import BaselineMemory, ReplicaMark
+
+
+def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
+    # 780 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.48 → 12
+    (decision,) = run(spec(), [snapshot()])
+    assert decision.budget_max_replicas == 12
+    assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (4, 12)
+    assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, "BudgetCap")
+
+
+def test_a_saturated_fleet_is_never_capped_below_its_replicas() -> None:
+    # Requests queue: 27 req/s is what 15 pods manage, not the demand; the budget formula
+    # (10) would cut a saturated fleet further and serve even fewer requests.
+    engine = signals(requests_per_second=27.0, waiting_requests_per_pod=3.0)
+    (decision,) = run(spec(), [snapshot(engine, workload(replicas=15, hpa=(4, 15, 24.0)))])
+    assert decision.budget_max_replicas == 15
+    assert decision.envelope.max_replicas == 15
+
+
+def test_budget_range_bounds_the_envelope() -> None:
+    policy = spec(budget={"gpuSecondsPer1kRequests": 100_000, "minReplicas": 6, "maxReplicas": 20})
+    (decision,) = run(policy, [snapshot(fleet=workload(hpa=(2, 60, 24.0)))])
+    assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (6, 20)
+
+
+def collapse(on_collapse: str, p95: float = 0.5) -> list:  # type: ignore[type-arg]
+    policy = spec(
+        cache={"onCollapse": on_collapse}, budget={"gpuSecondsPer1kRequests": 1200}
+    )  # budget allows 19
+    engine = signals(hit=0.04, ttft_p95_seconds=p95, prefill_tokens_per_request=2000)
+    return run(policy, [snapshot(engine, workload(replicas=14))] * 3)
+
+
+@pytest.mark.parametrize(
+    ("action", "top", "held"),
+    [
+        ("Hold", 11, "CollapseHold"),
+        ("CapAtBudget", 19, "BudgetCap"),
+        ("ScaleAsUsual", 19, "BudgetCap"),
+    ],
+)
+def test_collapse_actions(action: str, top: int, held: str) -> None:
+    *_, decision = collapse(action)
+    assert decision.envelope.max_replicas == top
+    assert decision.alert_active("PrefixCollapse")  # every action alerts
+    assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, held)
+
+
+def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
+    *_, decision = collapse("Hold", p95=2.5)
+    assert decision.envelope.max_replicas == 19
+    message = decision.alerts[0].message
+    assert "TTFT breaches the SLO, so replicas may grow to the budget's 19" in message
+
+
+def test_hold_follows_demand_growth_since_the_mark() -> None:
+    memory = learned(pre_collapse=ReplicaMark(replicas=10, requests_per_second=20.0, at=T0))
+    policy = spec(budget={"gpuSecondsPer1kRequests": 1200})
+    engine = signals(hit=0.04, requests_per_second=32.0)
+    *_, decision = run(policy, [snapshot(engine)] * 3, memory)
+    assert decision.envelope.max_replicas == 16  # 10 × 32/20
+
+
+def test_lowering_waits_for_the_stabilization_window_and_never_reverses_inside_it() -> None:
+    # Demand dips: the budget allows 9 instead of 12, then recovers to 12 after 2 minutes.
+    rates = [32.0] * 2 + [24.0] * 4 + [32.0] * 2 + [24.0] * 12
+    snapshots = [
+        snapshot(signals(requests_per_second=r), workload(hpa=(4, 12, 24.0))) for r in rates
+    ]
+    tops = [d.envelope.max_replicas for d in run(spec(), snapshots)]
+    assert tops[:8] == [12] * 8  # the dip was shorter than the window: nothing lowered
+    assert tops[8:17] == [12] * 9  # 300 s of recommendations at 9 needed before lowering
+    assert tops[17:] == [9] * 3
+
+
+def test_slo_guard_lowers_the_target_in_steps_when_the_budget_has_room() -> None:
+    engine = signals(ttft_p95_seconds=1.5)
+    decisions = run(spec(), [snapshot(engine, workload(replicas=8))] * 6)
+    targets = [d.envelope.target_average_value for d in decisions]
+    assert targets == [24.0, 19.2, 19.2, 15.36, 15.36, 12.288]
+    assert decisions[1].reason == "ScaledForSLO"
+
+
+def test_slo_guard_waits_while_new_pods_warm() -> None:
+    engine = signals(ttft_p95_seconds=1.5)
+    decisions = run(spec(), [snapshot(engine, workload(replicas=8, cold_pods=2))] * 6)
+    assert {d.envelope.target_average_value for d in decisions} == {24.0}
+
+
+def test_slo_alert_names_the_trade_off_when_the_budget_forbids_scaling() -> None:
+    engine = signals(ttft_p95_seconds=1.5)
+    decisions = run(spec(), [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 3)
+    (raised,) = decisions[-1].raised
+    assert raised.reason == "SLOAtRisk"
+    assert "replicas at the 12 the budget of 780 GPU-s/1k allows" in raised.message
+
+
+# --- --max-num-seqs -------------------------------------------------------------------
+
+
+def pressured(seqs: int, running: float = 60.0) -> object:
+    engine = signals(hit=0.3, preemptions_per_second=1.0, running_requests_per_pod=running)
+    return snapshot(engine, workload(max_num_seqs=seqs))
+
+
+def test_sustained_eviction_lowers_by_at_most_a_quarter() -> None:
+    decisions = run(spec(batching=BATCHING), [pressured(128)] * 3)
+    assert [d.max_num_seqs for d in decisions] == [128, 128, 96]
+    assert decisions[-1].reason == "LoweredMaxNumSeqs"
+    assert "--max-num-seqs 128 → 96" in decisions[-1].message
+
+
+def test_never_below_b_max() -> None:
+    decisions = run(spec(batching=BATCHING), [pressured(60)] * 3)
+    assert decisions[-1].max_num_seqs == 50  # 25% would be 45; B_max is 50
+
+
+def test_one_change_per_cooldown_even_across_a_restart() -> None:
+    policy = spec(batching=BATCHING)
+    first = run(policy, [pressured(128)] * 3)[-1]
+    assert first.max_num_seqs == 96
+    # The operator restarts: the memory comes back from its JSON form.
+    restored = Memory.model_validate_json(first.memory.model_dump_json())
+    later = run(policy, [pressured(96)] * 3, restored, start=T0 + 3 * INTERVAL)
+    assert [d.max_num_seqs for d in later] == [96, 96, 96]
+    assert "cooldown" in later[-1].notes[0]
+    after = run(policy, [pressured(96)], later[-1].memory, start=T0 + timedelta(minutes=31))
+    assert after[0].max_num_seqs == 72
+
+
+def test_no_change_during_a_rollout() -> None:
+    engine = signals(hit=0.3, preemptions_per_second=1.0, running_requests_per_pod=60)
+    rolling = snapshot(engine, workload(max_num_seqs=128, rollout=True))
+    decisions = run(spec(batching=BATCHING), [rolling] * 3)
+    assert decisions[-1].max_num_seqs == 128
+    assert decisions[-1].notes == ("a rollout is in progress",)
+
+
+def test_a_cache_that_does_not_hit_buys_throughput() -> None:
+    busy = snapshot(signals(hit=0.1, waiting_requests_per_pod=2.0), workload(max_num_seqs=32))
+    memory = learned(baseline=BaselineMemory(token_hit_rate=0.1, evaluations=100))
+    decisions = run(spec(batching=BATCHING), [busy] * 21, memory)
+    assert [d.max_num_seqs for d in decisions].index(40) == 19  # 20 evaluations = 10 min
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [signals(hit=0.25, waiting_requests_per_pod=2.0), signals(hit=0.1, running_requests_per_pod=5)],
+)
+def test_no_raise_when_the_cache_hits_or_the_batch_is_idle(engine: object) -> None:
+    memory = learned(baseline=BaselineMemory(token_hit_rate=0.1, evaluations=100))
+    decisions = run(spec(batching=BATCHING), [snapshot(engine, workload())] * 25, memory)  # type: ignore[arg-type]
+    assert {d.max_num_seqs for d in decisions} == {32}
+
+
+def test_unmanaged_ceiling_is_never_changed_and_eviction_alerts_instead() -> None:
+    decisions = run(spec(), [pressured(128, running=120)] * 3)
+    assert {d.max_num_seqs for d in decisions} == {128}
+    assert decisions[-1].alert_active("EvictionPressure")
+    assert "not managed" in decisions[-1].alerts[-1].message
+
+
+def test_out_of_bounds_ceiling_is_clamped() -> None:
+    (decision,) = run(spec(batching=BATCHING), [snapshot(fleet=workload(max_num_seqs=512))])
+    assert decision.max_num_seqs == 256
+    assert decision.reason == "ClampedMaxNumSeqs"
+
+
+# --- humans and memory ----------------------------------------------------------------
+
+
+def collapsed_memory() -> Memory:
+    engine = signals(hit=0.04)
+    return run(spec(), [snapshot(engine)] * 3)[-1].memory
+
+
+def test_acknowledging_a_collapse_releases_the_hold_but_keeps_the_alert() -> None:
+    memory = collapsed_memory()
+    human = HumanRequests(acknowledge_at=T0 + 3 * INTERVAL)
+    later = T0 + 4 * INTERVAL
+    decision = decide(spec(), snapshot(signals(hit=0.04), human=human), memory, later)
+    assert decision.alert_active("PrefixCollapse")
+    assert decision.alerts[0].acknowledged
+    assert decision.envelope.max_replicas == 12  # the budget's, not the hold's 11
+    assert "collapse acknowledged" in decision.notes[0]
+
+
+def test_rebaseline_accepts_the_new_hit_rate() -> None:
+    memory = collapsed_memory()
+    human = HumanRequests(rebaseline_at=T0 + 3 * INTERVAL)
+    later = T0 + 4 * INTERVAL
+    decision = decide(spec(), snapshot(signals(hit=0.04), human=human), memory, later)
+    assert not decision.alert_active("PrefixCollapse")
+    assert decision.memory.baseline.token_hit_rate == pytest.approx(0.04)
+    again = decide(
+        spec(), snapshot(signals(hit=0.04), human=human), decision.memory, later + INTERVAL
+    )
+    assert again.memory.baseline.evaluations == 2  # the same request is not handled twice
+
+
+def test_memory_round_trips_through_json_exactly() -> None:
+    memory = collapsed_memory()
+    assert Memory.model_validate_json(memory.model_dump_json()) == memory
+    wire = memory.to_wire()
+    assert "streaks" in wire
+    assert Memory.model_validate(wire) == memory
