@@ -132,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
     simulate.add_argument(
         "--autoscaler",
-        choices=["hpa"],
+        choices=["hpa", "cachescale", "both"],  # sim.simulate.AUTOSCALER_CHOICES (tested)
         default="hpa",
-        help="autoscaler in the loop (the policy engine joins as 'cachescale' with the "
-        "decision layer)",
+        help="hpa: the HPA alone; cachescale: the same HPA with cachescale reshaping its "
+        "envelope and --max-num-seqs; both: the two runs side by side (same requests)",
     )
     simulate.add_argument("--seed", type=int, help="override the scenario's seed")
     simulate.add_argument("--duration", metavar="D", help="override the duration, e.g. 30m, 2h")

@@ -19,6 +19,8 @@ from cachescale.sim.simulate import SimulationRequest, simulate
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "batch-pressure",
+    "batch-pressure-loop",
+    "metrics-outage",
     "cold-dilution",
     "rag-rechunk",
     "rechunk-heals",

@@ -143,6 +143,16 @@ class Fleet:
         self.revision += 1
         self.reconcile(now_s)
 
+    def change_max_num_seqs(self, max_num_seqs: int, now_s: float) -> None:
+        """Edit ``--max-num-seqs`` in the pod template: every pod rolls to a new one."""
+        self.max_num_seqs = max_num_seqs
+        self.start_rolling_restart(now_s)
+
+    @property
+    def rollout_in_progress(self) -> bool:
+        """Whether pods of an older revision still exist (serving or draining)."""
+        return any(pod.revision < self.revision and pod.gone_s is None for pod in self.pods)
+
     def reconcile(self, now_s: float) -> None:
         """Move pods toward ``desired_replicas`` of the current revision, as a Deployment.
 

@@ -167,11 +167,88 @@ def run_json(result: RunResult) -> dict[str, Any]:
         "before": signals_dict(windows.signals(b0, b1)),
         "after": signals_dict(windows.signals(a0, a1)),
         "replicas_max": windows.replicas_max(),
-        "alerts": [],
-        "max_num_seqs": [{"at_s": 0.0, "value": result.scenario.fleet.max_num_seqs}],
+        "alerts": alert_spans(result),
+        "max_num_seqs": max_num_seqs_changes(result),
+        "envelope": envelope_changes(result),
         "dropped_requests": result.dropped,
         "timeline": timeline,
     }
+
+
+def alert_spans(result: RunResult) -> list[dict[str, Any]]:
+    """Each alert the policy raised: when, why, and when it cleared (None: still active)."""
+    spans: list[dict[str, Any]] = []
+    open_spans: dict[str, dict[str, Any]] = {}
+    for record in result.policy:
+        for reason in record.cleared:
+            span = open_spans.pop(reason, None)
+            if span is not None:
+                span["cleared_at_s"] = record.t_s
+        for raised in record.raised:
+            reason, _, message = raised.partition(": ")
+            span = {"reason": reason, "raised_at_s": record.t_s, "cleared_at_s": None}
+            span["message"] = message
+            open_spans[reason] = span
+            spans.append(span)
+    return spans
+
+
+def max_num_seqs_changes(result: RunResult) -> list[dict[str, Any]]:
+    """The batch ceiling at the start and after each change the policy made."""
+    changes = [{"at_s": 0.0, "value": result.scenario.fleet.max_num_seqs}]
+    for record in result.policy:
+        if record.max_num_seqs is not None and record.max_num_seqs != changes[-1]["value"]:
+            changes.append({"at_s": record.t_s, "value": record.max_num_seqs})
+    return changes
+
+
+def envelope_changes(result: RunResult) -> list[dict[str, Any]]:
+    """The HPA envelope (min, max, target) each time the policy changed it."""
+    changes: list[dict[str, Any]] = []
+    for record in result.policy:
+        entry = {
+            "min_replicas": record.min_replicas,
+            "max_replicas": record.max_replicas,
+            "target": record.target,
+        }
+        if not changes or {k: changes[-1][k] for k in entry} != entry:
+            changes.append({"at_s": record.t_s, **entry, "reason": record.reason})
+    return changes
+
+
+def policy_story(result: RunResult) -> str:
+    """What cachescale did, line by line: alerts raised and cleared, ceiling changes."""
+    if not result.policy:
+        return ""
+    lines = [f"cachescale: {len(result.policy)} evaluations"]
+    for span in alert_spans(result):
+        cleared = span["cleared_at_s"]
+        until = f", cleared at {_minutes(cleared)}" if cleared is not None else ", still active"
+        lines.append(
+            f"  {_minutes(span['raised_at_s'])} {span['reason']}{until}: {span['message']}"
+        )
+    for change in max_num_seqs_changes(result)[1:]:
+        lines.append(f"  {_minutes(change['at_s'])} --max-num-seqs → {change['value']}")
+    if len(lines) == 1:
+        lines.append("  no alert raised, no ceiling change")
+    return "\n".join(lines)
+
+
+def comparison(runs: dict[str, RunResult]) -> str:
+    """``both``: the HPA alone against the HPA with cachescale, after the change."""
+    rows = []
+    for name, result in runs.items():
+        windows = Windows(result)
+        (b0, b1), (a0, a1) = before_after(result)
+        before, after = windows.signals(b0, b1), windows.signals(a0, a1)
+        alerts = sorted({span["reason"] for span in alert_spans(result)})
+        rows.append(
+            f"  {name:<11} replicas {_fmt(before.replicas, '.1f')} → {_fmt(after.replicas, '.1f')}"
+            f" ({_pct_change(before.replicas, after.replicas)}), GPU-s/1k "
+            f"{_fmt(after.gpu_s_per_1k, ',.0f')}, TTFT p95 {_fmt(after.ttft_p95_s, '.2f')} s, "
+            f"alerts: {', '.join(alerts) if alerts else 'none'}"
+        )
+    return "\n".join(["side by side (before → last third of the run):", *rows])
 
 
 def sweep_json(points: list[tuple[dict[str, object], RunResult]]) -> list[dict[str, Any]]:

@@ -11,14 +11,14 @@ runs can share one seed — same requests, same arrivals, different decisions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from cachescale.sim.fleet import Fleet, Pod
-from cachescale.sim.hpa import HPAModel
+from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import HPAMetric, RollingRestart, Scenario
+from cachescale.sim.scenario import FLEET_EVENTS, HPAMetric, RollingRestart, Scenario
 from cachescale.sim.workload import Workload
 
 HPA_SYNC_PERIOD_S = 15.0
@@ -37,6 +37,13 @@ class FleetObservation:
     """Pods created but not ready yet: they export no engine metrics."""
     waiting_per_ready_pod: tuple[float, ...]
     running_per_ready_pod: tuple[float, ...]
+    pods: tuple[Pod, ...] = ()
+    """Pods that exist (starting, ready or draining): what a Prometheus could scrape. A
+    policy engine must read them only through a scrape model, never their ground truth."""
+    max_num_seqs: int = 0
+    """The Deployment's current ``--max-num-seqs`` (what new pods start with)."""
+    rollout_in_progress: bool = False
+    """Pods of an older revision still exist."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,31 @@ class ScaleDecision:
 
     desired_replicas: int
     reason: str
+    max_num_seqs: int | None = None
+    """A new ``--max-num-seqs`` for the Deployment (rolls every pod), or None."""
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    """One policy evaluation, as a report shows it (HPA-only runs have none)."""
+
+    t_s: float
+    state: str
+    reason: str
+    message: str
+    min_replicas: int
+    max_replicas: int
+    target: float | None
+    max_num_seqs: int | None
+    hit_rate_seen: float | None
+    """The windowed token hit rate the engine read (what Prometheus showed)."""
+    baseline_hit_rate: float | None
+    """The learned baseline after this evaluation."""
+    ceiling: int | None
+    """The cache-friendly batch ceiling B_max, when the policy can compute it."""
+    alerts: tuple[str, ...]
+    raised: tuple[str, ...]
+    cleared: tuple[str, ...]
 
 
 class Autoscaler(Protocol):
@@ -55,6 +87,11 @@ class Autoscaler(Protocol):
 
     def step(self, observation: FleetObservation) -> ScaleDecision:
         """Decide the replica count for this tick."""
+        ...
+
+    @property
+    def records(self) -> list[PolicyRecord]:
+        """Policy evaluations so far (empty for autoscalers without a policy)."""
         ...
 
 
@@ -68,8 +105,30 @@ class HPAAutoscaler:
         self._metric = metric
         self.sync_period_s = model.spec.sync_period_s
 
+    @property
+    def records(self) -> list[PolicyRecord]:
+        """The plain HPA evaluates no policy."""
+        return []
+
+    @property
+    def spec(self) -> HPASpec:
+        """The HPA object as the user wrote it."""
+        return self._model.spec
+
+    @property
+    def metric_name(self) -> str:
+        """The per-pod metric's name as Prometheus exposes it."""
+        return f"vllm:{self._metric}"
+
     def step(self, observation: FleetObservation) -> ScaleDecision:
         """One HPA sync."""
+        return self.step_within(observation, None)
+
+    def step_within(
+        self, observation: FleetObservation, envelope: tuple[int, int, float] | None
+    ) -> ScaleDecision:
+        """One HPA sync inside ``(min, max, target)`` set by a policy engine (None: spec)."""
+        low, high, target = envelope if envelope is not None else (None, None, None)
         decision = self._model.step(
             observation.now_s,
             observation.replicas,
@@ -79,6 +138,9 @@ class HPAAutoscaler:
                 else observation.running_per_ready_pod
             ),
             missing_pods=observation.starting_replicas,
+            min_replicas=low,
+            max_replicas=high,
+            target=target,
         )
         return ScaleDecision(decision.desired_replicas, decision.reason)
 
@@ -108,6 +170,7 @@ class RunResult:
     pods: list[Pod]
     samples: list[TimelineSample]
     dropped: int
+    policy: list[PolicyRecord] = field(default_factory=list)
 
 
 class Simulation:
@@ -131,7 +194,7 @@ class Simulation:
         workload = Workload(
             scenario.workload,
             seed=scenario.seed,
-            perturbations=[p for p in scenario.perturbations if not isinstance(p, RollingRestart)],
+            perturbations=[p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)],
             until_s=scenario.duration_s,
         )
         self._requests = iter(workload)
@@ -186,6 +249,7 @@ class Simulation:
             pods=self.fleet.pods,
             samples=self.samples,
             dropped=self.dropped,
+            policy=self.autoscaler.records if self.autoscaler else [],
         )
 
 
@@ -219,8 +283,13 @@ def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> Timeli
             starting_replicas=sum(1 for pod in live if pod.ready_s > now_s),
             waiting_per_ready_pod=tuple(float(pod.engine.num_waiting) for pod in ready),
             running_per_ready_pod=tuple(float(pod.engine.num_running) for pod in ready),
+            pods=tuple(pod for pod in fleet.pods if pod.gone_s is None),
+            max_num_seqs=fleet.max_num_seqs,
+            rollout_in_progress=fleet.rollout_in_progress,
         )
         decision = autoscaler.step(observation)
+        if decision.max_num_seqs is not None and decision.max_num_seqs != fleet.max_num_seqs:
+            fleet.change_max_num_seqs(decision.max_num_seqs, now_s)
         fleet.scale_to(decision.desired_replicas, now_s)
         reason = decision.reason
     return TimelineSample(

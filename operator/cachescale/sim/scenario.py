@@ -51,6 +51,23 @@ class RollingRestart(_Model):
     at_s: float = Field(ge=0, description="Simulated time the rollout starts, seconds.")
 
 
+class MetricsOutage(_Model):
+    """Prometheus cannot be read by the policy engine for ``duration_s`` from ``at_s``.
+
+    Only cachescale's view goes dark (no scrapes are stored, every query fails): the
+    engines keep serving and the HPA keeps its own metrics pipeline, as when the
+    operator's Prometheus is down or unreachable.
+    """
+
+    kind: Literal["metrics_outage"] = Field(default="metrics_outage", description="Tag.")
+    at_s: float = Field(ge=0, description="Simulated time the outage starts, seconds.")
+    duration_s: float = Field(gt=0, description="How long it lasts, seconds.")
+
+    def covers(self, t_s: float) -> bool:
+        """Whether ``t_s`` falls inside the outage."""
+        return self.at_s <= t_s < self.at_s + self.duration_s
+
+
 ScenarioPerturbation = Annotated[
     ChunkSizeChange
     | RetrievalAheadOfHistory
@@ -59,10 +76,14 @@ ScenarioPerturbation = Annotated[
     | SlidingWindow
     | RateChange
     | LayoutChange
-    | RollingRestart,
+    | RollingRestart
+    | MetricsOutage,
     Field(discriminator="kind"),
 ]
-"""A change at a point in simulated time: a workload change or a fleet rollout."""
+"""A change at a point in simulated time: a workload change, a fleet rollout, or an
+outage of the policy engine's metrics."""
+FLEET_EVENTS = (RollingRestart, MetricsOutage)
+"""Perturbations that are not workload changes (the workload generator skips them)."""
 
 
 class FleetSpec(_Model):
@@ -155,6 +176,20 @@ class Scenario(_Model):
     )
     perturbations: tuple[ScenarioPerturbation, ...] = Field(
         default=(), description="Changes at given times (workload or rollout)."
+    )
+    policy: dict[str, object] = Field(
+        default_factory=dict,
+        description="The CacheScalingPolicy spec cachescale runs with (--autoscaler "
+        "cachescale|both), in the CRD's camelCase. target and metrics.prometheusUrl are "
+        "filled in; slo and budget default to the report's SLO and budget.",
+    )
+    policy_start_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="When cachescale is installed (--autoscaler cachescale|both): before it, "
+        "the HPA runs alone while Prometheus already scrapes, as on a fleet that was running "
+        "before the operator arrived. The default skips the simulator's cold start, where "
+        "every pod starts empty under full traffic at once.",
     )
     report: ReportSpec = Field(default_factory=ReportSpec, description="Summary settings.")
     sweep: SweepSpec | None = Field(default=None, description="Settings to sweep, if any.")

@@ -16,8 +16,11 @@ from typing import Any
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.sim.hpa import HPAModel
+from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
 from cachescale.sim.present import (
+    comparison,
     on_call_table,
+    policy_story,
     run_json,
     sweep_json,
     sweep_table,
@@ -26,6 +29,13 @@ from cachescale.sim.present import (
 from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run
 from cachescale.sim.scenario import DEFAULT_SCENARIO, Scenario, load_builtin, load_file
 from cachescale.sim.sweep import run_sweep
+
+AUTOSCALER_CHOICES = {
+    "hpa": ("hpa",),
+    "cachescale": ("cachescale",),
+    "both": ("hpa", "cachescale"),
+}
+"""``--autoscaler`` values and the runs each one makes (same seed, same requests)."""
 
 
 @dataclass(frozen=True)
@@ -54,15 +64,19 @@ class SimulationRequest:
             updates["seed"] = seed
         if duration is not None:
             updates["duration_s"] = parse_duration_seconds(duration)
-        return cls(resolved.model_copy(update=updates), (autoscaler,))
+        names = AUTOSCALER_CHOICES[autoscaler]
+        return cls(resolved.model_copy(update=updates), names)
 
 
 def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
     """The named autoscaler configured by ``scenario`` (None when the fleet is fixed)."""
     if scenario.autoscaler is None:
         return None
+    hpa = HPAAutoscaler(HPAModel(scenario.autoscaler), scenario.autoscaler_metric)
     if name == "hpa":
-        return HPAAutoscaler(HPAModel(scenario.autoscaler), scenario.autoscaler_metric)
+        return hpa
+    if name == "cachescale":
+        return CachescaleAutoscaler(hpa, scenario_policy(scenario), scenario)
     raise ValueError(f"unknown autoscaler {name!r}")
 
 
@@ -98,6 +112,11 @@ class SimulationOutcome:
         ]
         for name, result in self.runs.items():
             lines += [f"autoscaler: {name}", on_call_table(result), "", verdict(result), ""]
+            story = policy_story(result)
+            if story:
+                lines += [story, ""]
+        if len(self.runs) > 1:
+            lines += [comparison(self.runs), ""]
         if self.sweep:
             lines += [sweep_table(sweep_json(self.sweep)), ""]
         return "\n".join(lines).rstrip()
