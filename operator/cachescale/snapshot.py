@@ -145,16 +145,14 @@ class EngineSignals:
     running_requests_per_pod: Measured
     kv_cache_usage_ratio: Measured
     gpu_seconds_per_1k_requests: Measured
+    context_tokens_per_request: Measured
+    """Mean prompt plus generated tokens per finished request: the ``L_avg`` of the
+    cache-friendly batch ceiling."""
     pods: tuple[PodSignals, ...] = ()
     failure: FetchFailure | None = None
     """Set when Prometheus could not be read at all; every signal is then unknown."""
     notes: tuple[str, ...] = ()
     """Facts about how the numbers were obtained (e.g. a mixed-version fleet)."""
-    context_tokens_per_request: Measured = Measured.unknown(
-        "not read by this source", Unit.TOKENS_PER_REQUEST
-    )
-    """Mean prompt plus generated tokens per finished request: the ``L_avg`` of the
-    cache-friendly batch ceiling."""
 
     def signals(self) -> dict[str, Measured]:
         """The fleet-level signals by field name, in declaration order."""
@@ -229,9 +227,9 @@ class EngineSignals:
             running_requests_per_pod=unknown("running_requests_per_pod"),
             kv_cache_usage_ratio=unknown("kv_cache_usage_ratio"),
             gpu_seconds_per_1k_requests=unknown("gpu_seconds_per_1k_requests"),
+            context_tokens_per_request=unknown("context_tokens_per_request"),
             failure=failure,
             notes=notes,
-            context_tokens_per_request=unknown("context_tokens_per_request"),
         )
 
 
