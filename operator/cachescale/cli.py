@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cachescale.gather.command import add_parser as add_signals_parser
 
     add_signals_parser(commands)
+
+    from cachescale.controller.command import add_parser as add_run_parser
+
+    add_run_parser(commands)
     return parser
 
 

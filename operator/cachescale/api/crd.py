@@ -96,6 +96,9 @@ def _unwrap_optional(node: Schema) -> Schema:
     return {**non_null[0], **outer}
 
 
+PRESERVE_UNKNOWN_FIELDS = "x-kubernetes-preserve-unknown-fields"
+
+
 def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
     """Convert one pydantic JSON-schema node into a structural OpenAPI v3.0 node."""
     node = _unwrap_optional(_resolve(node, defs))
@@ -104,6 +107,8 @@ def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
     for key, value in node.items():
         if key in ("title", "$defs") or (key == "additionalProperties" and value is False):
             continue
+        if key == "additionalProperties" and node.get(PRESERVE_UNKNOWN_FIELDS):
+            continue  # an opaque object: the API server keeps whatever it holds
         if key in ("exclusiveMinimum", "exclusiveMaximum"):
             out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
             out[key] = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -142,6 +143,20 @@ class DecisionRecord(ApiModel):
     """Whether it was applied (False in Advise mode or when nothing changed)."""
 
 
+class ActiveAlert(ApiModel):
+    """An alert raised by the policy and not yet cleared."""
+
+    reason: str = Field(max_length=64)
+    """What raised it: PrefixCollapse, EvictionPressure, OverBudget, SLOAtRisk or
+    MetricsUnavailable."""
+    since: datetime
+    """When it was raised."""
+    message: str = Field(max_length=4096)
+    """The evidence, with the numbers."""
+    acknowledged: bool = False
+    """A human acknowledged it (annotation cachescale.dev/acknowledge)."""
+
+
 class CacheScalingPolicyStatus(ApiModel):
     """Observed state of a CacheScalingPolicy."""
 
@@ -159,3 +174,11 @@ class CacheScalingPolicyStatus(ApiModel):
     """The most recent decision."""
     history: list[DecisionRecord] = Field(default_factory=list, max_length=DECISION_HISTORY_LIMIT)
     """Recent decisions that changed something, newest first."""
+    alerts: list[ActiveAlert] = Field(default_factory=list, max_length=8)
+    """Alerts active now (also exported as the cachescale_alert_active metric)."""
+    memory: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """The decision engine's memory between evaluations (baseline, streaks, cooldowns,
+    alerts), kept here so an operator restart loses nothing. Written by the operator;
+    do not edit."""

@@ -75,7 +75,9 @@ def plan_max_num_seqs(
         return BatchPlan(current, None, why)
     blocked = _blocked(spec, snapshot, memory, now)
     if blocked:
-        return BatchPlan(current, None, why, blocked=blocked)
+        return BatchPlan(
+            current, None, f"{why}; --max-num-seqs stays {current}: {blocked}", blocked
+        )
     message = f"--max-num-seqs {current} → {wanted}: {why}"
     return BatchPlan(wanted, reason, message)
 

@@ -1,0 +1,185 @@
+"""Acting on a decision: the HPA's envelope and the engine's batch ceiling.
+
+Only what the decision changed is written, with JSON patches that name the exact
+fields (``/spec/minReplicas``, ``/spec/maxReplicas``, the queue metric's
+``averageValue``, one token of the engine container's args), so every other field the
+user set stays as it was. Each patch carries a ``test`` of the resourceVersion it was
+built from: if someone else changed the object in between, the API server refuses it,
+and we re-read and rebuild (a bounded number of times). Before the first change the
+HPA's original envelope is recorded in an annotation on the HPA itself; deleting the
+policy puts it back. Blocking calls: run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from cachescale.api.spec import Engine, TargetSpec
+from cachescale.controller.engine_flags import rewritten
+from cachescale.controller.kube import ConflictError, KubeApi, NotFoundError, resource_version_test
+from cachescale.controller.workload import (
+    MAX_NUM_SEQS_CHANGED,
+    TargetError,
+    apps_path,
+    engine_container,
+    hpa_path,
+    queue_metric,
+)
+from cachescale.decide.envelope import Envelope
+
+ORIGINAL_ENVELOPE = "cachescale.dev/original-envelope"
+"""HPA annotation: the envelope before cachescale's first change (JSON)."""
+MANAGED_BY = "cachescale.dev/policy"
+"""HPA annotation: the policy (namespace/name) that reshapes it."""
+CONFLICT_RETRIES = 3
+
+
+def _escape(key: str) -> str:
+    """A JSON-pointer token (``/`` and ``~`` escaped)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def quantity_text(value: float) -> str:
+    """A float as a Kubernetes quantity: ``24`` or ``19200m``."""
+    milli = round(value * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def envelope_ops(
+    hpa: Mapping[str, Any], envelope: Envelope, metric_index: int | None, policy: str
+) -> list[dict[str, Any]]:
+    """JSON-patch ops moving ``hpa`` to ``envelope`` (empty when nothing differs)."""
+    spec = hpa.get("spec", {})
+    ops: list[dict[str, Any]] = []
+    if spec.get("minReplicas", 1) != envelope.min_replicas:
+        ops.append({"op": "add", "path": "/spec/minReplicas", "value": envelope.min_replicas})
+    if spec.get("maxReplicas") != envelope.max_replicas:
+        ops.append({"op": "replace", "path": "/spec/maxReplicas", "value": envelope.max_replicas})
+    if metric_index is not None and envelope.target_average_value is not None:
+        metric = spec["metrics"][metric_index]
+        source = "pods" if metric["type"] == "Pods" else "external"
+        wanted = quantity_text(envelope.target_average_value)
+        if str(metric[source]["target"].get("averageValue")) != wanted:
+            path = f"/spec/metrics/{metric_index}/{source}/target/averageValue"
+            ops.append({"op": "replace", "path": path, "value": wanted})
+    if not ops:
+        return []
+    annotations = hpa.get("metadata", {}).get("annotations")
+    if annotations is None:
+        ops.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {}})
+        annotations = {}
+    if ORIGINAL_ENVELOPE not in annotations:
+        original = _original(hpa, metric_index)
+        ops.append(_annotation_op(ORIGINAL_ENVELOPE, json.dumps(original, sort_keys=True)))
+        ops.append(_annotation_op(MANAGED_BY, policy))
+    return [resource_version_test(hpa), *ops]
+
+
+def _annotation_op(key: str, value: str) -> dict[str, Any]:
+    return {"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value}
+
+
+def _original(hpa: Mapping[str, Any], metric_index: int | None) -> dict[str, Any]:
+    spec = hpa.get("spec", {})
+    original: dict[str, Any] = {
+        "minReplicas": spec.get("minReplicas", 1),
+        "maxReplicas": spec.get("maxReplicas"),
+    }
+    if metric_index is not None:
+        metric = spec["metrics"][metric_index]
+        source = "pods" if metric["type"] == "Pods" else "external"
+        original["metricIndex"] = metric_index
+        original["averageValue"] = str(metric[source]["target"].get("averageValue"))
+    return original
+
+
+def restore_ops(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON-patch ops putting back the recorded original envelope (empty: none recorded)."""
+    annotations = hpa.get("metadata", {}).get("annotations", {})
+    recorded = annotations.get(ORIGINAL_ENVELOPE)
+    if recorded is None:
+        return []
+    original = json.loads(recorded)
+    ops: list[dict[str, Any]] = [
+        resource_version_test(hpa),
+        {"op": "add", "path": "/spec/minReplicas", "value": original["minReplicas"]},
+        {"op": "replace", "path": "/spec/maxReplicas", "value": original["maxReplicas"]},
+    ]
+    index = original.get("metricIndex")
+    metrics = hpa.get("spec", {}).get("metrics", [])
+    if index is not None and index < len(metrics):
+        source = "pods" if metrics[index]["type"] == "Pods" else "external"
+        path = f"/spec/metrics/{index}/{source}/target/averageValue"
+        ops.append({"op": "replace", "path": path, "value": original["averageValue"]})
+    for key in (ORIGINAL_ENVELOPE, MANAGED_BY):
+        if key in annotations:
+            ops.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
+    return ops
+
+
+def _with_retries(
+    read: Callable[[], Mapping[str, Any]],
+    build: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+    path: str,
+    api: KubeApi,
+) -> bool:
+    """Read, build a patch, apply it; on a conflict read again. True if something changed."""
+    for attempt in range(CONFLICT_RETRIES):
+        ops = build(read())
+        if not ops:
+            return False
+        try:
+            api.patch(path, ops)
+            return True
+        except ConflictError:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
+    return False  # pragma: no cover
+
+
+def apply_envelope(
+    api: KubeApi, namespace: str, target: TargetSpec, envelope: Envelope, policy: str
+) -> bool:
+    """Patch the HPA to ``envelope``; True when it changed."""
+    path = hpa_path(namespace, target.hpa_name)
+
+    def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return envelope_ops(hpa, envelope, queue_metric(hpa)[0], policy)
+
+    return _with_retries(lambda: api.get(path), build, path, api)
+
+
+def apply_max_num_seqs(
+    api: KubeApi, namespace: str, target: TargetSpec, value: int, now: datetime
+) -> bool:
+    """Set the engine container's batch-ceiling flag to ``value`` (rolls the pods)."""
+    path = apps_path(namespace, target.deployment_name)
+
+    def build(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
+        index, container, flag = engine_container(deployment, target)
+        if flag is None:
+            raise TargetError("TargetMismatch", f"no {target.engine} batch-ceiling flag to change")
+        if flag.value == value:
+            return []
+        tokens = rewritten(container[flag.field], flag, Engine(target.engine), value)
+        field = f"/spec/template/spec/containers/{index}/{flag.field}"
+        ops = [resource_version_test(deployment), {"op": "replace", "path": field, "value": tokens}]
+        if deployment.get("metadata", {}).get("annotations") is None:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        ops.append(_annotation_op(MAX_NUM_SEQS_CHANGED, now.isoformat()))
+        return ops
+
+    return _with_retries(lambda: api.get(path), build, path, api)
+
+
+def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
+    """Put the HPA's recorded original envelope back; False when none was recorded or the
+    HPA is gone."""
+    path = hpa_path(namespace, target.hpa_name)
+    try:
+        return _with_retries(lambda: api.get(path), restore_ops, path, api)
+    except NotFoundError:
+        return False

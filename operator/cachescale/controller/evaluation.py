@@ -1,0 +1,340 @@
+"""One policy's evaluation: gather → decide → act, and what it leaves behind.
+
+Everything here is one function of the policy object and the world, so a kopf daemon,
+a test and the benchmark run the same code. Any failure ends in a status a human can
+read and at most one Event — an invalid spec (``InvalidSpec``), a missing or foreign
+target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a Prometheus that
+cannot be read (the decision then freezes: ``MetricsUnavailable``), an API conflict
+while acting (``ApiConflict``) — and never in an exception that would stop the loop of
+this or any other policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from base64 import b64decode
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from threading import Lock
+from typing import Any
+
+from pydantic import ValidationError
+
+from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
+from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
+from cachescale.controller.events import EventRecorder, PolicyRef
+from cachescale.controller.kube import MERGE_PATCH, ConflictError, KubeApi, KubeError
+from cachescale.controller.metrics import OperatorMetrics
+from cachescale.controller.status import previous_status, render, render_problem
+from cachescale.controller.workload import Target, TargetError, read_target
+from cachescale.decide import Decision, HumanRequests, Memory, Snapshot, decide
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from cachescale.gather.promql import Selector
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+from cachescale.snapshot import EngineSignals, FetchFailure
+
+ACKNOWLEDGE = "cachescale.dev/acknowledge"
+"""Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""
+REBASELINE = "cachescale.dev/rebaseline"
+"""Policy annotation: an RFC 3339 time; accepts the current hit rate as the baseline."""
+
+log = logging.getLogger("cachescale.operator")
+
+
+@dataclass(frozen=True)
+class PolicyObject:
+    """The policy as the watch delivered it."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    status: Mapping[str, Any] | None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> PolicyObject:
+        """From a raw object (kopf's body or an API read)."""
+        meta = body.get("metadata", {})
+        return cls(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            generation=int(meta.get("generation", 0) or 0),
+            spec=dict(body.get("spec", {})),
+            annotations=dict(meta.get("annotations", {}) or {}),
+            status=dict(body["status"]) if body.get("status") else None,
+        )
+
+    @property
+    def ref(self) -> PolicyRef:
+        """For events."""
+        return PolicyRef(self.namespace, self.name, self.uid)
+
+    @property
+    def status_path(self) -> str:
+        """Its status subresource."""
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{self.name}/status"
+
+
+@dataclass
+class Operator:
+    """What every evaluation shares: the API, Prometheus clients, events, metrics."""
+
+    api: KubeApi
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    events: EventRecorder | None = None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    _clients: dict[str, PrometheusClient] = field(default_factory=dict)
+    _lock: Lock = field(default_factory=Lock)
+
+    def __post_init__(self) -> None:
+        if self.events is None:
+            self.events = EventRecorder(self.api)
+
+    def prometheus(self, config: PrometheusConfig) -> PrometheusClient:
+        """One client per distinct Prometheus endpoint and credentials, shared by the
+        policies that read it (connections are pooled per client)."""
+        key = hashlib.sha256(
+            json.dumps(
+                [config.url, config.bearer_token, config.ca_file, config.verify_tls]
+            ).encode()
+        ).hexdigest()
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = PrometheusClient(config)
+            return self._clients[key]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one evaluation did (for logs, tests and the benchmark)."""
+
+    reason: str
+    decision: Decision | None = None
+    applied: bool = False
+
+
+def evaluate(operator: Operator, policy: PolicyObject) -> Outcome:
+    """One full evaluation of ``policy`` (blocking; run it in a worker thread)."""
+    started = time.monotonic()
+    now = operator.clock()
+    try:
+        return _evaluate(operator, policy, now)
+    finally:
+        operator.metrics.evaluated(
+            policy.namespace, policy.name, time.monotonic() - started, now.timestamp()
+        )
+
+
+def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcome:
+    previous = previous_status(policy.status)
+    try:
+        spec = CacheScalingPolicySpec.model_validate(policy.spec)
+    except ValidationError as error:
+        message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        return _problem(operator, policy, previous, "InvalidSpec", f"invalid spec: {message}", now)
+    try:
+        target = read_target(operator.api, policy.namespace, spec.target, now)
+    except TargetError as error:
+        return _problem(operator, policy, previous, error.reason, error.message, now)
+    except KubeError as error:
+        return _problem(operator, policy, previous, "ApiError", f"reading the target: {error}", now)
+    signals = _signals(operator, policy, spec, target, now)
+    memory = _memory(previous.memory, target)
+    snapshot = Snapshot(signals, target.state, _human(policy.annotations))
+    decision = decide(spec, snapshot, memory, now)
+    applied, act_error = _act(operator, policy, spec, target, decision, now)
+    status = render(
+        previous,
+        decision,
+        snapshot,
+        generation=policy.generation,
+        now=now,
+        applied=applied,
+        warmup_seconds=float(spec.cache.pod_warmup_seconds),
+    )
+    _write_status(operator, policy, status)
+    _announce(operator, policy, decision, applied, now)
+    operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)
+    if act_error:
+        operator.metrics.failed(policy.namespace, policy.name, "ApiConflict")
+        _event(operator, policy, "Warning", "ApiConflict", act_error, now)
+    if signals.failure is not None:
+        operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
+    return Outcome(decision.reason, decision, applied)
+
+
+def _problem(
+    operator: Operator,
+    policy: PolicyObject,
+    previous: Any,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> Outcome:
+    status = render_problem(previous, reason, message, generation=policy.generation, now=now)
+    _write_status(operator, policy, status)
+    _event(operator, policy, "Warning", reason, message, now)
+    operator.metrics.failed(policy.namespace, policy.name, reason)
+    return Outcome(reason)
+
+
+def _signals(
+    operator: Operator,
+    policy: PolicyObject,
+    spec: CacheScalingPolicySpec,
+    target: Target,
+    now: datetime,
+) -> EngineSignals:
+    window = spec.metrics.window_seconds
+    try:
+        config = _prometheus_config(operator, policy.namespace, spec)
+        request = SignalRequest(
+            engine=spec.target.engine,
+            selector=Selector.of(spec.metrics.selector),
+            window_seconds=window,
+            gpus_per_pod=target.state.gpus_per_pod or None,
+            ready_replicas=target.state.ready_replicas,
+            pod_ages_seconds=target.pod_ages,
+        )
+        return gather_signals(operator.prometheus(config), request, now)
+    except PrometheusError as error:
+        return EngineSignals.all_unknown(
+            str(error), observed_at=now, window_seconds=window, failure=error.failure
+        )
+    except (AmbiguousSeriesError, KubeError, ValueError) as error:
+        failure = FetchFailure.QUERY_ERROR
+        return EngineSignals.all_unknown(
+            str(error), observed_at=now, window_seconds=window, failure=failure
+        )
+
+
+def _prometheus_config(
+    operator: Operator, namespace: str, spec: CacheScalingPolicySpec
+) -> PrometheusConfig:
+    auth = spec.metrics.auth
+    token = ca_file = None
+    if auth is not None and auth.bearer_token_secret_ref is not None:
+        token = _secret(operator.api, namespace, auth.bearer_token_secret_ref).strip()
+    if auth is not None and auth.ca_secret_ref is not None:
+        ca_file = _ca_file(_secret(operator.api, namespace, auth.ca_secret_ref))
+    verify = not (auth is not None and auth.insecure_skip_verify)
+    return PrometheusConfig(
+        url=spec.metrics.prometheus_url, bearer_token=token, ca_file=ca_file, verify_tls=verify
+    )
+
+
+def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:
+    secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{ref.name}")
+    value = secret.get("data", {}).get(ref.key)
+    if value is None:
+        raise ValueError(f"Secret {ref.name} has no key {ref.key!r}")
+    return b64decode(value).decode()
+
+
+def _ca_file(pem: str) -> str:
+    """The CA bundle as a file (requests wants a path), one per distinct content."""
+    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"cachescale-ca-{digest}.pem")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(pem)
+    return path
+
+
+def _memory(stored: Mapping[str, Any] | None, target: Target) -> Memory:
+    """The memory from status, with the Deployment's own record of the last ceiling
+    change folded in (survives a status write that never happened)."""
+    try:
+        memory = Memory.model_validate(stored or {})
+    except ValidationError:
+        memory = Memory()
+    changed = target.max_num_seqs_changed_at
+    last = memory.last_max_num_seqs_change_at
+    if changed is not None and (last is None or changed > last):
+        memory = memory.model_copy(update={"last_max_num_seqs_change_at": changed})
+    return memory
+
+
+def _human(annotations: Mapping[str, str]) -> HumanRequests:
+    return HumanRequests(
+        acknowledge_at=_rfc3339(annotations.get(ACKNOWLEDGE)),
+        rebaseline_at=_rfc3339(annotations.get(REBASELINE)),
+    )
+
+
+def _rfc3339(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
+
+
+def _act(
+    operator: Operator,
+    policy: PolicyObject,
+    spec: CacheScalingPolicySpec,
+    target: Target,
+    decision: Decision,
+    now: datetime,
+) -> tuple[bool, str]:
+    """Apply the decision in Enforce mode; (anything changed, problem text)."""
+    if spec.mode is not Mode.ENFORCE:
+        return False, ""
+    owner = f"{policy.namespace}/{policy.name}"
+    applied = False
+    try:
+        applied = apply_envelope(
+            operator.api, policy.namespace, spec.target, decision.envelope, owner
+        )
+        wanted = decision.max_num_seqs
+        if wanted is not None and wanted != target.state.max_num_seqs:
+            applied = (
+                apply_max_num_seqs(operator.api, policy.namespace, spec.target, wanted, now)
+                or applied
+            )
+    except (ConflictError, KubeError, TargetError) as error:
+        return applied, f"could not apply {decision.reason}: {error}"
+    return applied, ""
+
+
+def _write_status(operator: Operator, policy: PolicyObject, status: Mapping[str, Any]) -> None:
+    try:
+        operator.api.patch(policy.status_path, {"status": status}, MERGE_PATCH)
+    except KubeError as error:
+        log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
+
+
+def _announce(
+    operator: Operator, policy: PolicyObject, decision: Decision, applied: bool, now: datetime
+) -> None:
+    for change in decision.raised:
+        _event(operator, policy, "Warning", change.reason, change.message, now)
+    for change in decision.cleared:
+        _event(operator, policy, "Normal", f"{change.reason}Cleared", change.message, now)
+    if applied:
+        _event(operator, policy, "Normal", decision.reason, decision.message, now)
+
+
+def _event(
+    operator: Operator, policy: PolicyObject, kind: str, reason: str, message: str, now: datetime
+) -> None:
+    assert operator.events is not None
+    try:
+        operator.events.record(policy.ref, kind, reason, message, now)
+    except KubeError as error:
+        log.warning(
+            "event %s for %s/%s not posted: %s", reason, policy.namespace, policy.name, error
+        )

@@ -1,0 +1,130 @@
+"""The kopf side: one evaluation loop per policy, HPA restore on delete, probes.
+
+Each ``CacheScalingPolicy`` gets a daemon that evaluates it every ``spec.metrics.interval``
+(re-read each round, so an edit takes effect at the next one). The evaluation itself
+blocks on the Kubernetes and Prometheus APIs, so it runs in a bounded worker pool: the
+event loop never waits on I/O, and a slow Prometheus delays only the policies that read
+it. An exception in one policy's evaluation is logged, counted and retried next round;
+it never stops that loop or any other.
+
+kopf keeps its own bookkeeping (handler progress, the last-handled spec, the finalizer)
+in annotations under ``cachescale.dev``: the status schema is strict and written only by
+us, through the status subresource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from cachescale.api.durations import parse_duration_seconds
+from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.controller.actions import restore_envelope
+from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
+from cachescale.controller.kube import KubeError
+
+DEFAULT_INTERVAL_S = 30.0
+WORKERS = 16
+"""Evaluations running at once (each mostly waits on HTTP)."""
+ANNOTATION_PREFIX = "cachescale.dev"
+
+log = logging.getLogger("cachescale.operator")
+
+
+@dataclass
+class Runtime:
+    """Shared by every handler through kopf's ``memo``."""
+
+    operator: Operator
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="evaluate")
+    )
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings: annotation-based storage, quiet posting, a peering priority."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    # Peers with equal priorities all pause; distinct ones let exactly one act.
+    settings.peering.priority = random.randint(1, 32_767)
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+
+
+def interval_of(spec: Any) -> float:
+    """The policy's evaluation interval (the default when the spec cannot be read)."""
+    try:
+        return parse_duration_seconds(str(spec.get("metrics", {}).get("interval", "30s")))
+    except (ValueError, AttributeError):
+        return DEFAULT_INTERVAL_S
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    configure(settings)
+    runtime: Runtime = memo.runtime
+    runtime.ready.set()
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: Any, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    runtime.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Evaluate the policy every interval until it is deleted or the operator stops."""
+    runtime: Runtime = memo.runtime
+    loop = asyncio.get_running_loop()
+    while not stopped:
+        policy = PolicyObject.of(body)
+        try:
+            outcome = await loop.run_in_executor(
+                runtime.executor, evaluate, runtime.operator, policy
+            )
+            log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
+        except Exception:  # one policy's bug must not end its loop, nor anyone else's
+            log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
+            runtime.operator.metrics.failed(policy.namespace, policy.name, "Internal")
+        await stopped.wait(interval_of(body.get("spec", {})))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def restore_on_delete(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Put the HPA's original envelope back (unless the policy says keep), forget metrics."""
+    runtime: Runtime = memo.runtime
+    policy = PolicyObject.of(body)
+    runtime.operator.metrics.forget(policy.namespace, policy.name)
+    try:
+        spec = CacheScalingPolicySpec.model_validate(policy.spec)
+    except ValueError:
+        return  # never valid: it never changed anything
+    if not spec.restore_on_delete:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        restored = await loop.run_in_executor(
+            runtime.executor, restore_envelope, runtime.operator.api, policy.namespace, spec.target
+        )
+    except KubeError as error:
+        raise kopf.TemporaryError(
+            f"restoring HPA {spec.target.hpa_name}: {error}", delay=10
+        ) from error
+    if restored:
+        log.info(
+            "%s/%s deleted: HPA %s restored", policy.namespace, policy.name, spec.target.hpa_name
+        )

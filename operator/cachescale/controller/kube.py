@@ -1,0 +1,137 @@
+"""A small, raw-JSON Kubernetes API client with the retries an operator needs.
+
+The operator reads and patches a handful of objects by path (Deployments, Pods, HPAs,
+Secrets, its own policies' status, Events). Raw dicts keep those paths and patches
+explicit and let one client serve built-in kinds and the CRD alike; the official
+``kubernetes`` client does the transport, authentication and TLS (kubeconfig or
+in-cluster). Errors are typed so callers can tell "not there" from "someone else
+changed it" from "the API server is struggling"; 429 and 5xx are retried with backoff.
+Every call blocks: the evaluation loop runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes import client, config
+
+JsonPatch = Sequence[Mapping[str, Any]]
+
+RETRIES = 3
+BACKOFF_S = 0.5
+TIMEOUT_S = 10.0
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """An API error with the HTTP status and the server's message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class NotFoundError(KubeError):
+    """404: the object (or resource) does not exist."""
+
+
+class ConflictError(KubeError):
+    """409 (or 422 from a failed JSON-patch ``test``): the object changed underneath us."""
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client from ``kubeconfig``, ``$KUBECONFIG``/``~/.kube/config``, or in-cluster."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class KubeApi:
+    """GET/LIST/PATCH/POST by API path, returning parsed JSON."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._client = api_client
+
+    def get(self, path: str) -> dict[str, Any]:
+        """The object at ``path``."""
+        return self._call("GET", path)
+
+    def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The items of the collection at ``path``, optionally filtered by labels."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return list(self._call("GET", path, query=query).get("items", []))
+
+    def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> dict[str, Any]:
+        """Apply a JSON patch (default) or a merge patch to the object at ``path``."""
+        return self._call("PATCH", path, body=body, content_type=content_type)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object in the collection at ``path``."""
+        return self._call("POST", path, body=body)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        for attempt in range(RETRIES + 1):
+            status, data = self._send(method, path, query or [], body, content_type)
+            if status < 400:
+                return dict(json.loads(data)) if data else {}
+            if status in (429, 500, 502, 503, 504) and attempt < RETRIES:
+                time.sleep(BACKOFF_S * 2**attempt)
+                continue
+            raise _typed(status, _message(data, status))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(
+        self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
+    ) -> tuple[int, bytes]:
+        verb, url, headers, payload, _ = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._client.call_api(
+                verb, url, header_params=headers, body=payload, _request_timeout=TIMEOUT_S
+            )
+        except client.ApiException as error:  # transport failures and Retry-After responses
+            return int(error.status or 599), str(error.body or error.reason or "").encode()
+        response.read()  # type: ignore[no-untyped-call]
+        return int(response.status), bytes(response.data or b"")
+
+
+def _typed(status: int, message: str) -> KubeError:
+    if status == 404:
+        return NotFoundError(status, message)
+    if status == 409 or (status == 422 and "test" in message.lower()):
+        return ConflictError(status, message)
+    return KubeError(status, message)
+
+
+def _message(data: bytes, status: int) -> str:
+    try:
+        return str(json.loads(data).get("message") or f"HTTP {status}")
+    except (ValueError, AttributeError):
+        return data.decode(errors="replace")[:300] or f"HTTP {status}"
+
+
+def resource_version_test(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-patch op that fails (409/422) if ``obj`` changed since it was read."""
+    version = obj.get("metadata", {}).get("resourceVersion")
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": version}

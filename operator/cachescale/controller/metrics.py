@@ -1,0 +1,160 @@
+"""The operator's own Prometheus metrics (``/metrics``), per policy.
+
+Names and labels are the contract the Helm chart's alert rules and dashboard are built
+on (``docs/metrics.md``). A signal that is unknown is an absent series, never 0: its
+gauge is removed for that policy until it is known again. Deleting a policy removes all
+its series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.decide import Decision, Snapshot
+from cachescale.decide.diagnosis import Diagnosis
+
+ALERT_REASONS = (
+    Diagnosis.PREFIX_COLLAPSE,
+    Diagnosis.EVICTION_PRESSURE,
+    Diagnosis.OVER_BUDGET,
+    Diagnosis.SLO_AT_RISK,
+    Diagnosis.METRICS_UNAVAILABLE,
+)
+LABELS = ("namespace", "policy")
+
+
+class OperatorMetrics:
+    """Every series the operator exports, in its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._series: dict[tuple[str, str], set[tuple[MetricWrapperBase, tuple[str, ...]]]] = {}
+
+        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(name, doc, (*LABELS, *extra), registry=self.registry)
+
+        self._signals = {
+            "token_hit_rate": gauge(
+                "cachescale_token_hit_rate", "Token-weighted prefix-cache hit rate on warm pods."
+            ),
+            "request_full_hit_share": gauge(
+                "cachescale_request_hit_share", "Share of requests that skipped almost all prefill."
+            ),
+            "prefill_tokens_per_request": gauge(
+                "cachescale_prefill_tokens_per_request", "Prompt tokens computed per request."
+            ),
+            "ttft_p95_seconds": gauge(
+                "cachescale_ttft_p95_seconds", "Time to first token, 95th percentile, seconds."
+            ),
+            "gpu_seconds_per_1k_requests": gauge(
+                "cachescale_gpu_seconds_per_1k_requests",
+                "GPU-seconds per 1,000 successful requests.",
+            ),
+            "requests_per_second": gauge(
+                "cachescale_requests_per_second", "Successful requests per second."
+            ),
+            "preemptions_per_second": gauge(
+                "cachescale_preemptions_per_second", "Engine preemptions per second."
+            ),
+        }
+        self._slo = gauge(
+            "cachescale_slo_ttft_p95_seconds", "The policy's TTFT p95 objective, seconds."
+        )
+        self._budget = gauge(
+            "cachescale_budget_gpu_seconds_per_1k_requests",
+            "The policy's GPU-s per 1k requests budget.",
+        )
+        self._replicas = gauge("cachescale_replicas", "Current replicas of the Deployment.")
+        self._desired_max = gauge(
+            "cachescale_replicas_desired_max", "The maxReplicas cachescale decided."
+        )
+        self._hpa_wanted = gauge(
+            "cachescale_hpa_wanted_replicas", "Replicas the HPA's own metric asks for (estimate)."
+        )
+        self._max_num_seqs = gauge(
+            "cachescale_max_num_seqs", "The engine's batch ceiling (--max-num-seqs)."
+        )
+        self._alert = gauge(
+            "cachescale_alert_active", "1 while an alert of this reason is active.", ("reason",)
+        )
+        self._last = gauge(
+            "cachescale_last_evaluation_timestamp_seconds", "Unix time of the last evaluation."
+        )
+        self._decisions = Counter(
+            "cachescale_decisions",
+            "Decisions by reason.",
+            (*LABELS, "reason"),
+            registry=self.registry,
+        )
+        self._errors = Counter(
+            "cachescale_evaluation_errors",
+            "Evaluations that failed, by kind.",
+            (*LABELS, "kind"),
+            registry=self.registry,
+        )
+        self._duration = Histogram(
+            "cachescale_evaluation_duration_seconds",
+            "Time one evaluation took.",
+            LABELS,
+            registry=self.registry,
+        )
+
+    def observe(
+        self,
+        namespace: str,
+        name: str,
+        spec: CacheScalingPolicySpec,
+        snapshot: Snapshot,
+        decision: Decision,
+    ) -> None:
+        """Export one decision's numbers."""
+        key = (namespace, name)
+        signals = snapshot.signals
+        warm = signals.warm_token_hit_rate(float(spec.cache.pod_warmup_seconds))
+        values = {name_: m.value for name_, m in signals.signals().items()}
+        values["token_hit_rate"] = warm.value
+        for signal, metric in self._signals.items():
+            self._set_or_remove(metric, key, values.get(signal))
+        self._labels(self._slo, *key).set(spec.slo.ttft_p95_seconds)
+        self._labels(self._budget, *key).set(spec.budget.gpu_seconds_per_1k_requests)
+        self._labels(self._replicas, *key).set(snapshot.workload.replicas)
+        self._labels(self._desired_max, *key).set(decision.envelope.max_replicas)
+        self._set_or_remove(self._hpa_wanted, key, decision.hpa_wanted_replicas)
+        self._set_or_remove(self._max_num_seqs, key, decision.max_num_seqs)
+        active = {a.reason for a in decision.alerts}
+        for reason in ALERT_REASONS:
+            self._labels(self._alert, *key, reason.value).set(1 if reason.value in active else 0)
+        self._labels(self._decisions, *key, decision.reason).inc()
+
+    def evaluated(self, namespace: str, name: str, seconds: float, at: float) -> None:
+        """Record one evaluation's duration and time."""
+        self._labels(self._duration, namespace, name).observe(seconds)
+        self._labels(self._last, namespace, name).set(at)
+
+    def failed(self, namespace: str, name: str, kind: str) -> None:
+        """Count a failed evaluation."""
+        self._labels(self._errors, namespace, name, kind).inc()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted policy."""
+        for collector, labels in self._series.pop((namespace, name), set()):
+            with contextlib.suppress(KeyError):
+                collector.remove(*labels)
+
+    def _labels(self, collector: MetricWrapperBase, *labels: str) -> Any:
+        """``collector.labels(...)``, remembered so ``forget`` can remove it."""
+        self._series.setdefault((labels[0], labels[1]), set()).add((collector, labels))
+        return collector.labels(*labels)
+
+    def _set_or_remove(self, gauge: Gauge, key: tuple[str, str], value: float | None) -> None:
+        """Set the gauge, or remove its series when the value is unknown (never 0)."""
+        if value is None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key)
+        else:
+            self._labels(gauge, *key).set(value)

@@ -1,0 +1,192 @@
+"""What ``kubectl describe csp`` shows: the status rendered from one evaluation.
+
+Pure: previous status + decision (or a problem) in, the new status out. Conditions keep
+their ``lastTransitionTime`` unless their status flips; the observed signals are written
+only when known (the reason for every unknown one is listed); history keeps the
+decisions that changed something, newest first; the decision engine's memory rides
+along so a restarted operator picks up where it left off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from cachescale.api.status import (
+    DECISION_HISTORY_LIMIT,
+    ActiveAlert,
+    Baseline,
+    CacheScalingPolicyStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    DecisionRecord,
+    ObservedSignals,
+    UnknownSignal,
+)
+from cachescale.decide import Decision, Snapshot
+from cachescale.decide.engine import ConditionVerdict
+from cachescale.snapshot import Unit
+
+STATUS_FIELDS = {
+    "token_hit_rate_local": "tokenHitRate",
+    "request_full_hit_share": "requestHitShare",
+    "prefill_tokens_per_request": "prefillTokensPerRequest",
+    "ttft_p95_seconds": "ttftP95Seconds",
+    "ttft_p99_seconds": "ttftP99Seconds",
+    "gpu_seconds_per_1k_requests": "gpuSecondsPer1kRequests",
+    "requests_per_second": "requestsPerSecond",
+    "preemptions_per_second": "preemptionsPerSecond",
+    "kv_cache_usage_ratio": "kvCacheUsageRatio",
+}
+"""Engine signals shown in status (snapshot field → status field)."""
+
+
+def previous_status(raw: Mapping[str, Any] | None) -> CacheScalingPolicyStatus:
+    """The stored status, or an empty one if absent or unreadable (written by an older
+    version, edited by hand): the next write replaces it."""
+    try:
+        return CacheScalingPolicyStatus.model_validate(raw or {})
+    except ValueError:
+        return CacheScalingPolicyStatus()
+
+
+def merge_conditions(
+    previous: list[Condition], verdicts: list[ConditionVerdict], generation: int, now: datetime
+) -> list[Condition]:
+    """New conditions; a condition's transition time moves only when its status flips."""
+    before = {c.type: c for c in previous}
+    merged = []
+    for verdict in verdicts:
+        old = before.get(verdict.type)
+        flipped = old is None or old.status != verdict.status
+        merged.append(
+            Condition(
+                type=verdict.type,
+                status=verdict.status,
+                reason=verdict.reason,
+                message=verdict.message[:32_768],
+                last_transition_time=now if flipped else old.last_transition_time,  # type: ignore[union-attr]
+                observed_generation=generation,
+            )
+        )
+    kept = [c for c in previous if c.type not in {v.type for v in verdicts}]
+    return sorted(merged + kept, key=lambda c: list(ConditionType).index(c.type))
+
+
+def render(
+    previous: CacheScalingPolicyStatus,
+    decision: Decision,
+    snapshot: Snapshot,
+    *,
+    generation: int,
+    now: datetime,
+    applied: bool,
+    warmup_seconds: float,
+) -> dict[str, Any]:
+    """The status after an evaluation that reached a decision."""
+    ready = ConditionVerdict(
+        ConditionType.READY, ConditionStatus.TRUE, "Evaluated", "the last evaluation completed"
+    )
+    record = _record(decision, now, applied)
+    history = previous.history
+    if applied:
+        history = [record, *history][:DECISION_HISTORY_LIMIT]
+    status = CacheScalingPolicyStatus(
+        observed_generation=generation,
+        state=decision.state.value,
+        conditions=merge_conditions(
+            previous.conditions, [ready, *decision.conditions], generation, now
+        ),
+        signals=_signals(snapshot, now, warmup_seconds),
+        baseline=_baseline(decision),
+        last_decision=record,
+        history=history,
+        alerts=[
+            ActiveAlert(
+                reason=a.reason,
+                since=a.since,
+                message=a.message[:4096],
+                acknowledged=a.acknowledged,
+            )
+            for a in decision.alerts
+        ],
+        memory=decision.memory.model_dump(mode="json"),
+    )
+    return status.to_wire()
+
+
+def render_problem(
+    previous: CacheScalingPolicyStatus,
+    reason: str,
+    message: str,
+    *,
+    generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status when no decision could be made (invalid spec, target missing...):
+    Ready=False with the reason; everything else (memory included) is kept."""
+    verdict = ConditionVerdict(ConditionType.READY, ConditionStatus.FALSE, reason, message)
+    status = previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "state": reason,
+            "conditions": merge_conditions(previous.conditions, [verdict], generation, now),
+        }
+    )
+    return status.to_wire()
+
+
+def _record(decision: Decision, now: datetime, applied: bool) -> DecisionRecord:
+    envelope = decision.envelope
+    return DecisionRecord(
+        time=now,
+        diagnosis=decision.state.value,
+        reason=decision.reason,
+        message=decision.message[:4096],
+        min_replicas=envelope.min_replicas,
+        max_replicas=envelope.max_replicas,
+        max_num_seqs=decision.max_num_seqs,
+        applied=applied,
+    )
+
+
+def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> ObservedSignals:
+    signals = snapshot.signals
+    measured = signals.signals()
+    values: dict[str, Any] = {}
+    unknown = []
+    for name, field in STATUS_FIELDS.items():
+        value = measured[name]
+        if value.value is not None:
+            bounded = min(value.value, 1.0) if value.unit is Unit.RATIO else value.value
+            values[field] = max(0.0, bounded)
+        else:
+            unknown.append(UnknownSignal(signal=field, reason=str(value.reason)[:1024]))
+    warm = signals.warm_token_hit_rate(warmup_seconds)
+    if warm.value is not None:
+        values["tokenHitRate"] = warm.value
+    workload = snapshot.workload
+    return ObservedSignals.model_validate(
+        {
+            **values,
+            "replicas": workload.replicas,
+            "readyReplicas": workload.ready_replicas,
+            "warmReplicas": workload.warm_replicas(warmup_seconds),
+            "maxNumSeqs": workload.max_num_seqs,
+            "observedAt": now,
+            "unknownSignals": [u.to_wire() for u in unknown[:32]],
+        }
+    )
+
+
+def _baseline(decision: Decision) -> Baseline:
+    learned = decision.memory.baseline
+    return Baseline(
+        token_hit_rate=learned.token_hit_rate,
+        prefill_tokens_per_request=learned.prefill_tokens_per_request,
+        gpu_seconds_per_1k_requests=learned.gpu_seconds_per_1k_requests,
+        requests_per_second=learned.requests_per_second,
+        updated_at=learned.updated_at,
+    )

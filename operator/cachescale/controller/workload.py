@@ -1,0 +1,246 @@
+"""Reading the serving workload: the Deployment, its pods and its HPA.
+
+Turns three API reads into the ``WorkloadState`` the decision needs (replicas, ready
+pods and their ages, GPUs per pod, the batch ceiling in the engine's args, the HPA's
+envelope and queue metric, whether a rollout is in progress), or into a named problem
+a human can fix: the Deployment or HPA missing (``TargetNotFound``), an HPA that scales
+something else (``TargetMismatch``), an HPA owned by a KEDA ScaledObject that would
+overwrite every patch (``HPAManagedByKEDA``), a container or flag that is not there
+(``TargetMismatch``). Blocking calls: run in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity as _parse_quantity
+
+from cachescale.api.spec import Engine, TargetSpec
+from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
+from cachescale.controller.kube import KubeApi, NotFoundError
+from cachescale.decide import HPAState, WorkloadState
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+"""Extended resources counted as GPUs."""
+QUEUE_METRICS = (
+    "num_requests_waiting",
+    "num_requests_running",
+    "num_queue_reqs",
+    "num_running_reqs",
+)
+"""Engine gauges an HPA target may be reshaped on (vLLM and SGLang names, any prefix)."""
+MAX_NUM_SEQS_CHANGED = "cachescale.dev/max-num-seqs-changed-at"
+"""Deployment annotation written with every ceiling change (survives a lost status)."""
+
+
+class TargetError(Exception):
+    """The policy's target cannot be managed; ``reason`` is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Target:
+    """The objects read for one evaluation, and what was derived from them."""
+
+    deployment: dict[str, Any]
+    hpa: dict[str, Any]
+    state: WorkloadState
+    pod_ages: dict[str, float]
+    """Ready pod name → seconds since it became ready."""
+    container_index: int
+    flag: FlagLocation | None
+    metric_index: int | None
+    """Index in ``hpa.spec.metrics`` of the queue metric whose target is reshaped."""
+    max_num_seqs_changed_at: datetime | None
+
+
+def apps_path(namespace: str, name: str) -> str:
+    """API path of a Deployment."""
+    return f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+
+
+def hpa_path(namespace: str, name: str) -> str:
+    """API path of an autoscaling/v2 HorizontalPodAutoscaler."""
+    return f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
+
+
+def read_target(api: KubeApi, namespace: str, target: TargetSpec, now: datetime) -> Target:
+    """Read and check the Deployment, its HPA and its pods."""
+    deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
+    hpa = _get(api, hpa_path(namespace, target.hpa_name), "HorizontalPodAutoscaler", target)
+    _check_hpa(hpa, target)
+    index, container, flag = engine_container(deployment, target)
+    pods = api.items(f"/api/v1/namespaces/{namespace}/pods", _selector(deployment))
+    ages = _ready_ages(pods, now)
+    metric_index, metric_name, metric_target = queue_metric(hpa)
+    hpa_spec = hpa.get("spec", {})
+    state = WorkloadState(
+        replicas=int(deployment.get("spec", {}).get("replicas", 1)),
+        ready_replicas=int(deployment.get("status", {}).get("readyReplicas", 0) or 0),
+        pod_ages_seconds=tuple(ages.values()),
+        gpus_per_pod=_gpus(container),
+        hpa=HPAState(
+            min_replicas=int(hpa_spec.get("minReplicas", 1)),
+            max_replicas=int(hpa_spec["maxReplicas"]),
+            target_average_value=metric_target,
+            metric_name=metric_name,
+        ),
+        max_num_seqs=flag.value if flag is not None else None,
+        generation=int(deployment.get("metadata", {}).get("generation", 0)),
+        rollout_in_progress=_rolling(deployment),
+    )
+    changed = deployment.get("metadata", {}).get("annotations", {}).get(MAX_NUM_SEQS_CHANGED)
+    return Target(
+        deployment=deployment,
+        hpa=hpa,
+        state=state,
+        pod_ages=ages,
+        container_index=index,
+        flag=flag,
+        metric_index=metric_index,
+        max_num_seqs_changed_at=_timestamp(changed),
+    )
+
+
+def engine_container(
+    deployment: Mapping[str, Any], target: TargetSpec
+) -> tuple[int, dict[str, Any], FlagLocation | None]:
+    """The engine container's index, spec and batch-ceiling flag."""
+    template = deployment.get("spec", {}).get("template", {})
+    containers = template.get("spec", {}).get("containers", [])
+    index = next(
+        (i for i, c in enumerate(containers) if c.get("name") == target.container_name), None
+    )
+    if index is None:
+        names = ", ".join(c.get("name", "?") for c in containers)
+        raise TargetError(
+            "TargetMismatch",
+            f"Deployment {target.deployment_name} has no container {target.container_name!r} "
+            f"(it has: {names}); set spec.target.containerName",
+        )
+    container = containers[index]
+    return index, container, _flag(container, target.engine)
+
+
+def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, Any]:
+    try:
+        return api.get(path)
+    except NotFoundError:
+        name = target.deployment_name if kind == "Deployment" else target.hpa_name
+        raise TargetError(
+            "TargetNotFound", f"{kind} {name} not found in the policy's namespace"
+        ) from None
+
+
+def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec) -> None:
+    for owner in hpa.get("metadata", {}).get("ownerReferences", []):
+        if owner.get("kind") == "ScaledObject" or str(owner.get("apiVersion", "")).startswith(
+            "keda.sh"
+        ):
+            raise TargetError(
+                "HPAManagedByKEDA",
+                f"HorizontalPodAutoscaler {target.hpa_name} is owned by KEDA ScaledObject "
+                f"{owner.get('name')}, which would overwrite every change; point the policy at "
+                "an HPA you own, or let cachescale advise only",
+            )
+    ref = hpa.get("spec", {}).get("scaleTargetRef", {})
+    if ref.get("kind") != "Deployment" or ref.get("name") != target.deployment_name:
+        raise TargetError(
+            "TargetMismatch",
+            f"HorizontalPodAutoscaler {target.hpa_name} scales {ref.get('kind')} "
+            f"{ref.get('name')}, not Deployment {target.deployment_name}",
+        )
+
+
+def _flag(container: Mapping[str, Any], engine: Engine) -> FlagLocation | None:
+    try:
+        return find_flag(engine, container.get("command"), container.get("args"))
+    except FlagError as error:
+        raise TargetError("TargetMismatch", f"container {container.get('name')}: {error}") from None
+
+
+def _selector(deployment: Mapping[str, Any]) -> str:
+    """The Deployment's matchLabels (and simple matchExpressions) as a label selector."""
+    selector = deployment.get("spec", {}).get("selector", {})
+    parts = [f"{key}={value}" for key, value in selector.get("matchLabels", {}).items()]
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = (
+            expression["key"],
+            expression["operator"],
+            expression.get("values", []),
+        )
+        if operator in ("In", "NotIn"):
+            parts.append(f"{key} {operator.lower()} ({','.join(values)})")
+        else:
+            parts.append(key if operator == "Exists" else f"!{key}")
+    return ",".join(parts)
+
+
+def _ready_ages(pods: list[dict[str, Any]], now: datetime) -> dict[str, float]:
+    ages = {}
+    for pod in pods:
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        for condition in pod.get("status", {}).get("conditions", []):
+            if condition.get("type") == "Ready" and condition.get("status") == "True":
+                since = _timestamp(condition.get("lastTransitionTime"))
+                if since is not None:
+                    ages[pod["metadata"]["name"]] = max(0.0, (now - since).total_seconds())
+    return ages
+
+
+def _gpus(container: Mapping[str, Any]) -> float:
+    """GPUs the engine container requests (limits when requests are unset); 0 = unknown."""
+    resources = container.get("resources", {})
+    for section in ("requests", "limits"):
+        for name in GPU_RESOURCES:
+            value = resources.get(section, {}).get(name)
+            if value is not None:
+                return quantity(value)
+    return 0.0
+
+
+def queue_metric(hpa: Mapping[str, Any]) -> tuple[int | None, str | None, float | None]:
+    """The first per-pod engine gauge with an AverageValue target: (index, name, value)."""
+    for index, metric in enumerate(hpa.get("spec", {}).get("metrics", [])):
+        kind = metric.get("type")
+        source = metric.get(
+            "pods" if kind == "Pods" else "external" if kind == "External" else "", {}
+        )
+        name = source.get("metric", {}).get("name", "")
+        target = source.get("target", {})
+        if target.get("type") == "AverageValue" and any(name.endswith(m) for m in QUEUE_METRICS):
+            return index, name, quantity(target["averageValue"])
+    return None, None, None
+
+
+def quantity(text: object) -> float:
+    """A Kubernetes quantity (``24``, ``19200m``, ``1Gi``) as a float."""
+    return float(_parse_quantity(str(text)))  # type: ignore[no-untyped-call]
+
+
+def _rolling(deployment: Mapping[str, Any]) -> bool:
+    meta, spec, status = (deployment.get(k, {}) for k in ("metadata", "spec", "status"))
+    replicas = int(spec.get("replicas", 1))
+    updated = int(status.get("updatedReplicas", 0) or 0)
+    return (
+        int(status.get("observedGeneration", 0) or 0) < int(meta.get("generation", 0) or 0)
+        or updated < replicas
+        or int(status.get("replicas", 0) or 0) > updated
+    )
+
+
+def _timestamp(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None

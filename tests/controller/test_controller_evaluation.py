@@ -1,0 +1,262 @@
+"""One policy's gather → decide → act against a fake API server and a fake Prometheus.
+
+The Kubernetes side is kmock's stateful emulator over real HTTP; Prometheus is a
+scripted HTTP fake answering the gather layer's real queries. Time is a test clock, so
+minutes of evaluations take milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
+from engine_fake import EngineFake, EngineNumbers
+from gather_fakes import FakePrometheus
+
+from cachescale.controller.actions import ORIGINAL_ENVELOPE
+from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+
+POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
+HPAS = "autoscaling/v2/horizontalpodautoscalers"
+DEPLOYMENTS = "apps/v1/deployments"
+
+
+def stack(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    name: str = "vllm",
+    **policy_args: Any,
+) -> EngineNumbers:
+    """A Deployment of 11 pods, its HPA, the pods and a policy; healthy engine numbers."""
+    cluster.put(DEPLOYMENTS, deployment(name, replicas=11))
+    cluster.put(HPAS, hpa(name, target=name))
+    for pod in pods(name, 11, clock.now):
+        cluster.put("v1/pods", pod)
+    cluster.put(POLICIES, policy(name, prometheus_url=prometheus.url, **policy_args))
+    numbers = EngineNumbers(pods=tuple(f"{name}-{i}" for i in range(11)))
+    engines.set({"namespace": NAMESPACE, "model_name": name}, numbers)
+    return numbers
+
+
+def run(
+    operator: Operator, cluster: FakeCluster, clock: Clock, name: str = "vllm", rounds: int = 1
+) -> list[Outcome]:
+    """Evaluate ``rounds`` times, 10 s apart, re-reading the policy each time."""
+    outcomes = []
+    for _ in range(rounds):
+        body = cluster.get(POLICIES, name)
+        outcomes.append(evaluate(operator, PolicyObject.of(body)))
+        clock.advance(10)
+    return outcomes
+
+
+def conditions(cluster: FakeCluster, name: str = "vllm") -> dict[str, tuple[str, str]]:
+    status = cluster.get(POLICIES, name).get("status", {})
+    return {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions", [])}
+
+
+def events(cluster: FakeCluster) -> list[tuple[str, str]]:
+    return [
+        (e["type"], e["reason"])
+        for e in cluster.api.items(f"/api/v1/namespaces/{NAMESPACE}/events")
+    ]
+
+
+def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    before = cluster.get(HPAS, "vllm")
+    outcomes = run(operator, cluster, clock, rounds=8)
+    assert outcomes[0].reason == "WaitingForFullWindow"
+    after = cluster.get(HPAS, "vllm")
+    # 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12
+    assert after["spec"]["maxReplicas"] == 12
+    assert after["spec"]["minReplicas"] == 2
+    assert after["spec"]["metrics"] == before["spec"]["metrics"]
+    assert after["spec"]["behavior"] == before["spec"]["behavior"]
+    assert after["metadata"]["labels"] == {"team": "ml"}
+    assert '"maxReplicas": 40' in after["metadata"]["annotations"][ORIGINAL_ENVELOPE]
+    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+    assert conditions(cluster)["CacheHealthy"][0] in ("True", "Unknown")
+
+
+def test_advise_mode_writes_nothing_but_status_and_events(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock, mode="Advise")
+    run(operator, cluster, clock, rounds=8)
+    numbers.hit_rate = 0.04
+    run(operator, cluster, clock, rounds=4)
+    patched = {str(r.url.path) for r in cluster.requests("patch")}
+    assert patched == {
+        f"/apis/cachescale.dev/v1alpha1/namespaces/{NAMESPACE}/cachescalingpolicies/vllm/status"
+    }
+    created = {str(r.url.path) for r in cluster.requests("post")}
+    assert created == {f"/api/v1/namespaces/{NAMESPACE}/events"}
+    assert ("Warning", "PrefixCollapse") in events(cluster)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 40
+    status = cluster.get(POLICIES, "vllm")["status"]
+    assert status["lastDecision"]["maxReplicas"] == 11  # what Enforce would have held
+    assert status["lastDecision"]["applied"] is False
+
+
+def test_a_collapse_holds_the_hpa_and_says_why(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(
+        cluster, engines, prometheus, clock, extra={"budget": {"gpuSecondsPer1kRequests": 1200}}
+    )
+    run(operator, cluster, clock, rounds=8)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 19  # the budget's cap
+    numbers.hit_rate, numbers.running = 0.04, 30.0
+    run(operator, cluster, clock, rounds=3)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 11  # held at the pre-collapse 11
+    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
+    assert conditions(cluster)["ScalingHeld"] == ("True", "CollapseHold")
+    status = cluster.get(POLICIES, "vllm")["status"]
+    assert status["state"] == "PrefixCollapse"
+    (alert,) = status["alerts"]
+    assert "token hit rate 0.85 → 0.04 over 3 windows on 11 warm pods" in alert["message"]
+    assert ("Warning", "PrefixCollapse") in events(cluster)
+    assert ("Normal", "HeldForPrefixCollapse") in events(cluster)
+
+
+def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    invalid = policy(
+        "invalid",
+        prometheus_url=prometheus.url,
+        extra={"budget": {"minReplicas": 9, "maxReplicas": 3}},
+    )
+    missing = policy(
+        "missing", prometheus_url=prometheus.url, deployment_name="gone", hpa_name="vllm"
+    )
+    keda_owner = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "name": "so",
+        "uid": "1",
+    }
+    cluster.put(HPAS, hpa("keda", target="vllm", owner=keda_owner))
+    keda = policy("keda", prometheus_url=prometheus.url, hpa_name="keda")
+    foreign = policy("foreign", prometheus_url=prometheus.url, hpa_name="other")
+    cluster.put(HPAS, hpa("other", target="somebody-else"))
+    for body in (invalid, missing, keda, foreign):
+        cluster.put(POLICIES, body)
+    for _ in range(8):
+        for name in ("invalid", "missing", "keda", "foreign", "vllm"):
+            run(operator, cluster, clock, name)
+    assert conditions(cluster, "invalid")["Ready"] == ("False", "InvalidSpec")
+    assert conditions(cluster, "missing")["Ready"] == ("False", "TargetNotFound")
+    assert conditions(cluster, "keda")["Ready"] == ("False", "HPAManagedByKEDA")
+    assert conditions(cluster, "foreign")["Ready"] == ("False", "TargetMismatch")
+    assert conditions(cluster, "vllm")["Ready"] == ("True", "Evaluated")
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    assert cluster.get(HPAS, "keda")["spec"]["maxReplicas"] == 40  # never touched
+    warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
+    # Each problem is one event, not one per evaluation.
+    for reason in ("InvalidSpec", "TargetNotFound", "HPAManagedByKEDA", "TargetMismatch"):
+        assert warnings.count(reason) == 1, reason
+
+
+def test_prometheus_down_freezes_and_says_so(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=8)
+    engines.down = True
+    (outcome,) = run(operator, cluster, clock)
+    assert outcome.reason == "FrozenOnMissingMetrics"
+    assert conditions(cluster)["MetricsAvailable"] == ("False", "MetricsUnavailable")
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
+    assert any("bad response" in u["reason"] and "is down" in u["reason"] for u in unknown)
+
+
+BATCHING = {
+    "manageMaxNumSeqs": True,
+    "model": {"layers": 32, "kvHeads": 32, "headDim": 128, "weightsGiB": 12.55},
+    "gpu": {"memoryGiB": 80},
+    "cacheReserveGiB": 9,
+}
+
+
+def pressured_stack(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock, extra={"batching": BATCHING})
+    cluster.put(DEPLOYMENTS, deployment(replicas=11, args=["--model", "m", "--max-num-seqs=128"]))
+    numbers.hit_rate, numbers.preemptions_per_second, numbers.running = 0.3, 1.0, 60.0
+
+
+def ceiling(cluster: FakeCluster) -> list[str]:
+    return cluster.get(DEPLOYMENTS, "vllm")["spec"]["template"]["spec"]["containers"][1]["args"]
+
+
+def test_a_restarted_operator_keeps_the_cooldown(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    pressured_stack(cluster, engines, prometheus, clock)
+    run(Operator(cluster.api, clock=clock), cluster, clock, rounds=9)
+    assert ceiling(cluster) == ["--model", "m", "--max-num-seqs=96"]
+    deployment_patches = len([r for r in cluster.requests("patch") if "deployments" in str(r.url)])
+    assert deployment_patches == 1
+    # A new operator process: everything it knows comes from the cluster.
+    run(Operator(cluster.api, clock=clock), cluster, clock, rounds=30)
+    assert ceiling(cluster) == ["--model", "m", "--max-num-seqs=96"]
+    assert len([r for r in cluster.requests("patch") if "deployments" in str(r.url)]) == 1
+    message = cluster.get(POLICIES, "vllm")["status"]["lastDecision"]["message"]
+    assert "--max-num-seqs stays 96: cooldown" in message
+
+
+def test_the_deployment_remembers_a_change_the_status_lost(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    pressured_stack(cluster, engines, prometheus, clock)
+    run(Operator(cluster.api, clock=clock), cluster, clock, rounds=9)
+    assert ceiling(cluster)[-1] == "--max-num-seqs=96"
+    body = cluster.get(POLICIES, "vllm")
+    body["status"]["memory"]["lastMaxNumSeqsChangeAt"] = None  # the status write was lost
+    cluster.put(POLICIES, body)
+    run(Operator(cluster.api, clock=clock), cluster, clock, rounds=10)
+    assert ceiling(cluster)[-1] == "--max-num-seqs=96"
+
+
+def test_repeated_alerts_are_one_event(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=8)
+    numbers.ttft_p95_s = 3.0  # SLO breached with replicas at the budget's cap
+    cluster.put(DEPLOYMENTS, deployment(replicas=12))
+    run(operator, cluster, clock, rounds=20)
+    assert [reason for _, reason in events(cluster)].count("SLOAtRisk") == 1
