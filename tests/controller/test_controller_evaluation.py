@@ -17,6 +17,9 @@ from cachescale.controller.actions import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
+SETTLE = 40
+"""Rounds (10 s apart) for a new policy to fill its 1 m window and, after a 300 s
+stabilization window of lower recommendations, to lower maxReplicas."""
 HPAS = "autoscaling/v2/horizontalpodautoscalers"
 DEPLOYMENTS = "apps/v1/deployments"
 
@@ -73,7 +76,7 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
 ) -> None:
     stack(cluster, engines, prometheus, clock)
     before = cluster.get(HPAS, "vllm")
-    outcomes = run(operator, cluster, clock, rounds=8)
+    outcomes = run(operator, cluster, clock, rounds=SETTLE)
     assert outcomes[0].reason == "WaitingForFullWindow"
     after = cluster.get(HPAS, "vllm")
     # 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12
@@ -95,7 +98,7 @@ def test_advise_mode_writes_nothing_but_status_and_events(
     operator: Operator,
 ) -> None:
     numbers = stack(cluster, engines, prometheus, clock, mode="Advise")
-    run(operator, cluster, clock, rounds=8)
+    run(operator, cluster, clock, rounds=SETTLE)
     numbers.hit_rate = 0.04
     run(operator, cluster, clock, rounds=4)
     patched = {str(r.url.path) for r in cluster.requests("patch")}
@@ -121,7 +124,7 @@ def test_a_collapse_holds_the_hpa_and_says_why(
     numbers = stack(
         cluster, engines, prometheus, clock, extra={"budget": {"gpuSecondsPer1kRequests": 1200}}
     )
-    run(operator, cluster, clock, rounds=8)
+    run(operator, cluster, clock, rounds=SETTLE)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 19  # the budget's cap
     numbers.hit_rate, numbers.running = 0.04, 30.0
     run(operator, cluster, clock, rounds=3)
@@ -164,7 +167,7 @@ def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
     cluster.put(HPAS, hpa("other", target="somebody-else"))
     for body in (invalid, missing, keda, foreign):
         cluster.put(POLICIES, body)
-    for _ in range(8):
+    for _ in range(SETTLE):
         for name in ("invalid", "missing", "keda", "foreign", "vllm"):
             run(operator, cluster, clock, name)
     assert conditions(cluster, "invalid")["Ready"] == ("False", "InvalidSpec")
@@ -188,7 +191,7 @@ def test_prometheus_down_freezes_and_says_so(
     operator: Operator,
 ) -> None:
     stack(cluster, engines, prometheus, clock)
-    run(operator, cluster, clock, rounds=8)
+    run(operator, cluster, clock, rounds=SETTLE)
     engines.down = True
     (outcome,) = run(operator, cluster, clock)
     assert outcome.reason == "FrozenOnMissingMetrics"
@@ -255,7 +258,7 @@ def test_repeated_alerts_are_one_event(
     operator: Operator,
 ) -> None:
     numbers = stack(cluster, engines, prometheus, clock)
-    run(operator, cluster, clock, rounds=8)
+    run(operator, cluster, clock, rounds=SETTLE)
     numbers.ttft_p95_s = 3.0  # SLO breached with replicas at the budget's cap
     cluster.put(DEPLOYMENTS, deployment(replicas=12))
     run(operator, cluster, clock, rounds=20)

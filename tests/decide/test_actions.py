@@ -19,16 +19,30 @@ def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
     (decision,) = run(spec(), [snapshot()])
     assert decision.budget_max_replicas == 12
     assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (4, 12)
-    assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, "BudgetCap")
+    # The HPA's metric asks for 10 (11 pods × 20 running / 24): the cap does not bind.
+    assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.FALSE, "NotHeld")
+    busy = snapshot(signals(running_requests_per_pod=30.0))  # asks for 14
+    (held,) = run(spec(), [busy])
+    assert condition(held, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, "BudgetCap")
 
 
-def test_a_saturated_fleet_is_never_capped_below_its_replicas() -> None:
-    # Requests queue: 27 req/s is what 15 pods manage, not the demand; the budget formula
-    # (10) would cut a saturated fleet further and serve even fewer requests.
-    engine = signals(requests_per_second=27.0, waiting_requests_per_pod=3.0)
+def test_a_saturated_fleet_over_budget_is_held_at_its_replicas() -> None:
+    # Requests queue and each costs more than the budget: 27 req/s is what 15 pods manage,
+    # not the demand; the formula (10) would cut a saturated fleet and serve even fewer.
+    engine = signals(
+        requests_per_second=27.0, waiting_requests_per_pod=3.0, gpu_seconds_per_1k_requests=1111
+    )
     (decision,) = run(spec(), [snapshot(engine, workload(replicas=15, hpa=(4, 15, 24.0)))])
     assert decision.budget_max_replicas == 15
     assert decision.envelope.max_replicas == 15
+
+
+def test_a_saturated_fleet_within_budget_is_not_capped_by_what_it_serves() -> None:
+    # Demand grew at a steady cost: the queue says the HPA must scale, inside the budget.
+    engine = signals(requests_per_second=27.0, waiting_requests_per_pod=3.0)
+    (decision,) = run(spec(), [snapshot(engine, workload(replicas=10, hpa=(4, 10, 24.0)))])
+    assert decision.budget_max_replicas == 40
+    assert decision.envelope.max_replicas == 40  # the budget's range, not what it serves
 
 
 def test_budget_range_bounds_the_envelope() -> None:
@@ -41,7 +55,9 @@ def collapse(on_collapse: str, p95: float = 0.5) -> list:  # type: ignore[type-a
     policy = spec(
         cache={"onCollapse": on_collapse}, budget={"gpuSecondsPer1kRequests": 1200}
     )  # budget allows 19
-    engine = signals(hit=0.04, ttft_p95_seconds=p95, prefill_tokens_per_request=2000)
+    engine = signals(
+        hit=0.04, ttft_p95_seconds=p95, prefill_tokens_per_request=2000, running_requests_per_pod=40
+    )
     return run(policy, [snapshot(engine, workload(replicas=14))] * 3)
 
 
@@ -205,6 +221,7 @@ def test_rebaseline_accepts_the_new_hit_rate() -> None:
     later = T0 + 4 * INTERVAL
     decision = decide(spec(), snapshot(signals(hit=0.04), human=human), memory, later)
     assert not decision.alert_active("PrefixCollapse")
+    assert [c.reason for c in decision.cleared] == ["PrefixCollapse"]  # one Normal Event
     assert decision.memory.baseline.token_hit_rate == pytest.approx(0.04)
     again = decide(
         spec(), snapshot(signals(hit=0.04), human=human), decision.memory, later + INTERVAL

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from decide_builders import (
@@ -54,7 +54,8 @@ def test_healthy_fleet_is_healthy_and_learns() -> None:
         "HitRateAtBaseline",
     )
     baseline = decision.memory.baseline
-    assert baseline.token_hit_rate == pytest.approx(0.85 + 0.1 * (0.87 - 0.85))
+    # After 120 evaluations the baseline is a one-hour exponential average: 30 s / 3600 s.
+    assert baseline.token_hit_rate == pytest.approx(0.85 + (30 / 3600) * (0.87 - 0.85))
     assert baseline.evaluations == 121
 
 
@@ -257,7 +258,20 @@ def test_collapse_clears_only_after_recovering_past_the_midpoint() -> None:
 
 
 def test_baseline_is_frozen_while_unhealthy() -> None:
+    # 0.5 is under the clearing threshold (0.6375): not learned, even before a collapse.
     decisions = collapse_run([0.5, 0.04, 0.04, 0.04])
-    assert decisions[0].memory.baseline.token_hit_rate == pytest.approx(0.85 - 0.035)
-    frozen = {d.memory.baseline.token_hit_rate for d in decisions[1:]}
-    assert frozen == {decisions[0].memory.baseline.token_hit_rate}
+    assert {d.memory.baseline.token_hit_rate for d in decisions} == {0.85}
+
+
+def test_a_slow_decline_is_caught_not_learned() -> None:
+    # 0.85 → 0.04 over 40 minutes: the baseline barely moves, the collapse is raised.
+    hits = [0.85 - (0.81 * i / 80) for i in range(80)] + [0.04] * 4
+    decisions = collapse_run(hits)
+    assert decisions[-1].alert_active("PrefixCollapse")
+    assert decisions[-1].memory.baseline.token_hit_rate > 0.8
+
+
+def test_the_first_hour_is_a_plain_mean() -> None:
+    memory = Memory(data_since=T0 - timedelta(hours=1))
+    decisions = run(spec(), [snapshot(signals(hit=h)) for h in (0.8, 0.9)], memory)
+    assert decisions[-1].memory.baseline.token_hit_rate == pytest.approx(0.85)

@@ -199,19 +199,26 @@ def budget_replicas(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | N
     unknown or zero (no cost per request can be computed, so no cap is derived from it).
 
     While requests queue (``QUEUED_PER_POD`` or more waiting per pod) the finished-request
-    rate is what the fleet manages to serve, not the demand: removing saturated replicas
-    would not lower the cost per request, only serve fewer requests, and the lower rate
-    would then cap even lower. So a saturated fleet's cap never goes below its current
-    replicas: demand is unknown, and nothing scales down on unknown data.
+    rate is what the fleet manages to serve, not the demand, so the formula would cap
+    the fleet at what it already serves. Two cases: the cost per served request is over
+    budget (every request got more expensive, e.g. a collapse): the cap stays at the
+    current replicas — adding replicas cannot make requests cheaper, and removing
+    saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
+    the cap is the budget's ``maxReplicas`` — the HPA scales for the demand inside the
+    budget's range, as the BRIEF's demand-growth row says.
     """
     signals = snapshot.signals
     rps = signals.requests_per_second.value
     gpus = snapshot.workload.gpus_per_pod
     if rps is None or rps <= 0 or gpus <= 0:
         return None
-    cap = math.floor(spec.budget.gpu_seconds_per_1k_requests * rps / (1000 * gpus) + 1e-9)
+    budget = spec.budget.gpu_seconds_per_1k_requests
+    cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
     waiting = signals.waiting_requests_per_pod.value
     if waiting is None or waiting >= QUEUED_PER_POD:
+        cost = signals.gpu_seconds_per_1k_requests.value
+        if cost is not None and cost <= budget:
+            return spec.budget.max_replicas
         cap = max(cap, snapshot.workload.replicas)
     return cap
 
@@ -222,9 +229,17 @@ def collapse_evidence(test: CollapseTest, snapshot: Snapshot, memory: Memory, wi
     signals = snapshot.signals
     assert test.warm_hit_rate.value is not None
     assert test.baseline is not None
+    evidence = memory.collapse_evidence
+    span = (
+        f"over {windows} windows"
+        if windows
+        else f"since {evidence.started_at:%H:%M}"
+        if evidence is not None
+        else "since the collapse"
+    )
     text = (
         f"token hit rate {words.ratio(test.baseline)} → {words.ratio(test.warm_hit_rate.value)}"
-        f" over {windows} windows on {test.warm_pods} warm pods"
+        f" {span} on {test.warm_pods} warm pods"
     )
     clauses = [_demand_clause(snapshot, memory, baseline)]
     prefill = signals.prefill_tokens_per_request.value

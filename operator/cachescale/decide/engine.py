@@ -50,6 +50,7 @@ from cachescale.decide.envelope import (
     EnvelopePlan,
     Hold,
     frozen_envelope,
+    mark_unchanged,
     plan_envelope,
 )
 from cachescale.decide.inputs import Snapshot
@@ -126,7 +127,7 @@ def decide(
     spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
 ) -> Decision:
     """One evaluation: diagnose, reshape the envelope, manage the ceiling, alert."""
-    memory, notes = _human_requests(snapshot, memory, now)
+    memory, notes, rebaselined = _human_requests(snapshot, memory, now)
     missing = _missing(snapshot)
     if missing:
         memory = memory.model_copy(update={"data_since": None})
@@ -146,7 +147,7 @@ def decide(
             "still filling, so hit rates and costs describe the warm-up, not the workload"
         )
         return _waiting(spec, snapshot, memory, now, notes, "WaitingForWarmPods", wait)
-    return _evaluate(spec, snapshot, memory, now, notes)
+    return _evaluate(spec, snapshot, memory, now, notes, rebaselined)
 
 
 # --- human requests -----------------------------------------------------------------
@@ -154,9 +155,11 @@ def decide(
 
 def _human_requests(
     snapshot: Snapshot, memory: Memory, now: datetime
-) -> tuple[Memory, tuple[str, ...]]:
+) -> tuple[Memory, tuple[str, ...], bool]:
+    """Apply new acknowledge/rebaseline requests; True in the last place on a rebaseline."""
     human = snapshot.human
     notes: list[str] = []
+    rebaselined = False
     if human.rebaseline_at is not None and (
         memory.rebaselined_at is None or human.rebaseline_at > memory.rebaselined_at
     ):
@@ -165,12 +168,12 @@ def _human_requests(
                 "baseline": BaselineMemory(),
                 "streaks": memory.streaks.model_copy(update={"collapse": 0, "recovered": 0}),
                 "collapse_evidence": None,
-                "alerts": [a for a in memory.alerts if a.reason != Diagnosis.PREFIX_COLLAPSE],
                 "rebaselined_at": human.rebaseline_at,
                 "pre_collapse": None,
             }
         )
         notes.append("baseline reset on request; relearning from the current hit rate")
+        rebaselined = True
     if human.acknowledge_at is not None and (
         memory.acknowledged_at is None or human.acknowledge_at > memory.acknowledged_at
     ):
@@ -185,7 +188,7 @@ def _human_requests(
         )
         if any(a.reason == Diagnosis.PREFIX_COLLAPSE for a in alerts):
             notes.append("collapse acknowledged: replicas are no longer held")
-    return memory, tuple(notes)
+    return memory, tuple(notes), rebaselined
 
 
 # --- missing data -------------------------------------------------------------------
@@ -216,7 +219,10 @@ def _frozen(
     evidence = "; ".join(missing)
     reason = Diagnosis.METRICS_UNAVAILABLE
     message = f"not scaling on missing data, HPA envelope left as it is: {evidence}"
-    active, raised, cleared = _reconcile_alerts(memory.alerts, {reason: message}, set(), now)
+    active, raised, cleared = _reconcile_alerts(
+        memory.alerts, {reason: message}, set(), now, keep_counters=True
+    )
+    memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
     envelope = frozen_envelope(snapshot)
     conditions = (
@@ -259,11 +265,18 @@ def _waiting(
     tests = _run_tests(spec, snapshot, memory)
     findings = _findings(spec, snapshot, memory, tests, _collapse_active(memory, spec))
     active, raised, cleared = _reconcile_alerts(
-        memory.alerts, {}, set(), now, frozenset({Diagnosis.METRICS_UNAVAILABLE.value})
+        memory.alerts,
+        {},
+        set(),
+        now,
+        frozenset({Diagnosis.METRICS_UNAVAILABLE.value}),
+        keep_counters=True,
     )
+    memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
     message = f"{findings[0].evidence}; {wait} before changing anything"
     plan = EnvelopePlan(frozen_envelope(snapshot), None, None, False, memory)
+    hpa_wanted = _hpa_wanted(snapshot, snapshot.workload.hpa.target_average_value)
     return Decision(
         state=findings[0].diagnosis,
         findings=findings,
@@ -274,7 +287,7 @@ def _waiting(
         alerts=active,
         raised=raised,
         cleared=cleared,
-        conditions=_conditions(spec, snapshot, memory, tests, findings, plan, active),
+        conditions=_conditions(spec, snapshot, memory, tests, findings, plan, hpa_wanted),
         memory=memory,
         notes=notes,
     )
@@ -323,7 +336,10 @@ def _next_streaks(tests: _Tests, snapshot: Snapshot, streaks: Streaks) -> Streak
         return old + 1 if held else 0
 
     warm_known = tests.collapse.warm_hit_rate.is_known
-    hit = snapshot.signals.token_hit_rate_local.value
+    # Warm pods when known (cold ones miss by nature), else the fleet.
+    hit = tests.collapse.warm_hit_rate.value
+    if hit is None:
+        hit = snapshot.signals.token_hit_rate_local.value
     collapsing = tests.collapse.below and not tests.eviction.held
     return Streaks(
         collapse=count(collapsing, streaks.collapse) if warm_known else streaks.collapse,
@@ -344,6 +360,7 @@ def _evaluate(
     memory: Memory,
     now: datetime,
     notes: tuple[str, ...],
+    rebaselined: bool,
 ) -> Decision:
     tests = _run_tests(spec, snapshot, memory)
     streaks = _next_streaks(tests, snapshot, memory.streaks)
@@ -352,7 +369,7 @@ def _evaluate(
     windows = spec.cache.collapse_windows
     collapse_active = _collapse_active(memory, spec)
     findings = _findings(spec, snapshot, memory, tests, collapse_active)
-    memory = _learn(memory, snapshot, tests, findings, now)
+    memory = _learn(spec, memory, snapshot, tests, findings, now)
     acknowledged = any(
         a.acknowledged for a in memory.alerts if a.reason == Diagnosis.PREFIX_COLLAPSE
     )
@@ -380,6 +397,10 @@ def _evaluate(
     memory = plan.memory
     hpa_wanted = _hpa_wanted(snapshot, plan.envelope.target_average_value)
     rules = _alert_rules(spec, snapshot, memory, tests, findings, plan, batch, hpa_wanted)
+    if rebaselined:
+        rules = _AlertRules(
+            rules.wanted, rules.quiet, rules.clear_now | {Diagnosis.PREFIX_COLLAPSE}
+        )
     active, raised, cleared = _reconcile_alerts(
         memory.alerts, rules.wanted, rules.quiet, now, rules.clear_now
     )
@@ -399,7 +420,7 @@ def _evaluate(
         alerts=active,
         raised=raised,
         cleared=cleared,
-        conditions=_conditions(spec, snapshot, memory, tests, findings, plan, active),
+        conditions=_conditions(spec, snapshot, memory, tests, findings, plan, hpa_wanted),
         memory=memory,
         budget_max_replicas=plan.budget_max,
         hpa_wanted_replicas=hpa_wanted,
@@ -419,7 +440,10 @@ def _track_collapse_evidence(memory: Memory, snapshot: Snapshot, now: datetime) 
 
 
 def _collapse_active(memory: Memory, spec: CacheScalingPolicySpec) -> bool:
-    """Confirmed now, or confirmed earlier and not yet recovered."""
+    """Confirmed now, or confirmed earlier and not yet recovered (never without a
+    baseline: a rebaseline ends it)."""
+    if memory.baseline.token_hit_rate is None:
+        return False
     if memory.streaks.collapse >= spec.cache.collapse_windows:
         return True
     alert = memory.alert(Diagnosis.PREFIX_COLLAPSE)
@@ -437,7 +461,7 @@ def _findings(
     found: list[Finding] = []
     if collapse_active:
         evidence = (
-            collapse_evidence(tests.collapse, snapshot, memory, max(memory.streaks.collapse, 1))
+            collapse_evidence(tests.collapse, snapshot, memory, memory.streaks.collapse)
             if tests.collapse.warm_hit_rate.is_known and tests.collapse.baseline is not None
             else ("collapse confirmed earlier; the warm-pod hit rate is not measurable now")
         )
@@ -519,22 +543,49 @@ def _healthy_evidence(snapshot: Snapshot, tests: _Tests) -> str:
 
 
 def _learn(
-    memory: Memory, snapshot: Snapshot, tests: _Tests, findings: tuple[Finding, ...], now: datetime
+    spec: CacheScalingPolicySpec,
+    memory: Memory,
+    snapshot: Snapshot,
+    tests: _Tests,
+    findings: tuple[Finding, ...],
+    now: datetime,
 ) -> Memory:
-    """Fold a healthy evaluation into the baseline; mark the pre-collapse replica level."""
+    """Fold a healthy evaluation into the baseline; mark the pre-collapse replica level.
+
+    The cache half (hit rate, prefill per request) is learned while the cache looks
+    healthy — no cache finding, no collapse building or alerted, and the warm hit rate
+    not below the clearing threshold — even if the SLO or budget are in trouble; the cost
+    half (GPU-s/1k, req/s) only when nothing at all is wrong."""
+    cache_trouble = {Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE}
     benign = {Diagnosis.HEALTHY, Diagnosis.DEMAND_GROWTH, Diagnosis.COLD_FLEET}
     warm = tests.collapse.warm_hit_rate.value
     signals = snapshot.signals
     rps = signals.requests_per_second.value
     update: dict[str, object] = {}
-    healthy = all(f.diagnosis in benign for f in findings) and memory.streaks.collapse == 0
-    if healthy and warm is not None and not memory.alerts:
+    relearning = memory.baseline.token_hit_rate is None  # a collapse alert is about to clear
+    cache_alerted = any(
+        a.reason in cache_trouble and not (relearning and a.reason == Diagnosis.PREFIX_COLLAPSE)
+        for a in memory.alerts
+    )
+    below = tests.collapse.clear_threshold is not None and not tests.collapse.recovered
+    cache_ok = (
+        warm is not None
+        and memory.streaks.collapse == 0
+        and not cache_alerted
+        and not below
+        and not any(f.diagnosis in cache_trouble for f in findings)
+    )
+    if cache_ok:
+        all_ok = all(f.diagnosis in benign for f in findings) and not memory.alerts
         update["baseline"] = memory.baseline.learn(
             now,
+            spec.metrics.interval_seconds,
             token_hit_rate=warm,
             prefill_tokens_per_request=signals.prefill_tokens_per_request.value,
-            gpu_seconds_per_1k_requests=signals.gpu_seconds_per_1k_requests.value,
-            requests_per_second=rps,
+            gpu_seconds_per_1k_requests=(
+                signals.gpu_seconds_per_1k_requests.value if all_ok else None
+            ),
+            requests_per_second=rps if all_ok else None,
         )
     baseline = memory.baseline.token_hit_rate
     at_baseline = warm is not None and (baseline is None or warm >= AT_BASELINE_SHARE * baseline)
@@ -629,6 +680,8 @@ def _reconcile_alerts(
     quiet: set[str],
     now: datetime,
     clear_now: frozenset[str] = frozenset(),
+    *,
+    keep_counters: bool = False,
 ) -> tuple[tuple[AlertMemory, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:
     """Raise new alerts, refresh kept ones, clear the ones quiet long enough.
 
@@ -642,6 +695,8 @@ def _reconcile_alerts(
     cleared: list[AlertChange] = []
     for alert in active:
         quiet_for = alert.quiet_evaluations + 1 if alert.reason in quiet else 0
+        if keep_counters:
+            quiet_for = alert.quiet_evaluations
         if alert.reason in clear_now or quiet_for >= RECOVERY_EVALUATIONS:
             cleared.append(AlertChange(alert.reason, f"cleared: {alert.message}"))
             continue
@@ -659,7 +714,10 @@ def _reconcile_alerts(
 def _collapse_action(
     spec: CacheScalingPolicySpec, snapshot: Snapshot, plan: EnvelopePlan, hpa_wanted: int | None
 ) -> str:
-    wanted = f" instead of the {hpa_wanted} the HPA wanted" if hpa_wanted else ""
+    top = plan.envelope.max_replicas
+    wanted = (
+        f" instead of the {hpa_wanted} the HPA wanted" if hpa_wanted and hpa_wanted > top else ""
+    )
     top = plan.envelope.max_replicas
     if plan.held_by == Hold.COLLAPSE:
         return f"replicas held at {top}{wanted}"
@@ -721,7 +779,7 @@ def _conditions(
     tests: _Tests,
     findings: tuple[Finding, ...],
     plan: EnvelopePlan,
-    alerts: tuple[AlertMemory, ...],
+    hpa_wanted: int | None,
 ) -> tuple[ConditionVerdict, ...]:
     by = {f.diagnosis: f for f in findings}
     available = ConditionVerdict(
@@ -732,15 +790,15 @@ def _conditions(
     )
     return (
         available,
-        _cache_condition(by, tests, memory),
+        _cache_condition(spec, by, tests, memory),
         _slo_condition(spec, snapshot, by),
         _budget_condition(spec, snapshot, by),
-        _held_condition(plan),
+        _held_condition(plan, snapshot, hpa_wanted),
     )
 
 
 def _cache_condition(
-    by: dict[Diagnosis, Finding], tests: _Tests, memory: Memory
+    spec: CacheScalingPolicySpec, by: dict[Diagnosis, Finding], tests: _Tests, memory: Memory
 ) -> ConditionVerdict:
     kind = ConditionType.CACHE_HEALTHY
     for diagnosis in (Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE):
@@ -749,6 +807,15 @@ def _cache_condition(
     warm = tests.collapse.warm_hit_rate
     if warm.value is None:
         return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "NoWarmPods", str(warm.reason))
+    if memory.streaks.collapse and tests.collapse.threshold is not None:
+        return ConditionVerdict(
+            kind,
+            ConditionStatus.UNKNOWN,
+            "CollapseSuspected",
+            f"warm-pod token hit rate {words.ratio(warm.value)} under the collapse threshold "
+            f"{words.ratio(tests.collapse.threshold)} for {memory.streaks.collapse} of the "
+            f"{spec.cache.collapse_windows} windows a collapse needs",
+        )
     if memory.baseline.token_hit_rate is None:
         return ConditionVerdict(
             kind,
@@ -803,9 +870,14 @@ def _budget_condition(
     )
 
 
-def _held_condition(plan: EnvelopePlan) -> ConditionVerdict:
+def _held_condition(
+    plan: EnvelopePlan, snapshot: Snapshot, hpa_wanted: int | None
+) -> ConditionVerdict:
+    """True only while the top of the envelope binds: the HPA's metric asks for more, or
+    the Deployment already runs at the top."""
     kind = ConditionType.SCALING_HELD
     top = plan.envelope.max_replicas
+    binding = snapshot.workload.replicas >= top or (hpa_wanted is not None and hpa_wanted > top)
     if plan.held_by == Hold.COLLAPSE:
         return ConditionVerdict(
             kind,
@@ -813,11 +885,13 @@ def _held_condition(plan: EnvelopePlan) -> ConditionVerdict:
             Hold.COLLAPSE,
             f"maxReplicas held at the pre-collapse level {top}",
         )
-    if plan.held_by == Hold.BUDGET:
+    if plan.held_by == Hold.BUDGET and binding:
         return ConditionVerdict(
             kind,
             ConditionStatus.TRUE,
             Hold.BUDGET,
             f"maxReplicas capped at {top}, what the GPU-s/1k budget allows at the current req/s",
         )
-    return ConditionVerdict(kind, ConditionStatus.FALSE, "NotHeld", f"maxReplicas {top}")
+    return ConditionVerdict(
+        kind, ConditionStatus.FALSE, "NotHeld", f"maxReplicas {top} does not bind"
+    )

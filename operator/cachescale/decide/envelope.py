@@ -13,7 +13,8 @@ Against flapping:
 - after a change in one direction, a change in the other waits out the same window;
 - a confirmed collapse hold is exempt from both: it has already waited
   ``collapseWindows`` evaluations, and every minute of delay buys replicas it exists to
-  prevent;
+  prevent; so is releasing a hold (the SLO guard, an acknowledgement, recovery): a hold
+  is a deliberate state, and leaving it is not a flap;
 - the target moves in 20% steps, down at most every second breaching evaluation, and
   back up only after each full window of comfortable latency.
 
@@ -137,7 +138,7 @@ def plan_envelope(
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
         rps = snapshot.signals.requests_per_second.value
         level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
-        if facts.slo_breached:
+        if memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
             slo_guard = True
         elif level < budget_top:
             recommended, held_by = level, Hold.COLLAPSE
@@ -171,22 +172,40 @@ def _stabilized_max(
     marks.append(EnvelopeMark(at=now, max_replicas=recommended))
     candidate = recommended
     if recommended < current and not immediate:
-        candidate = max(m.max_replicas for m in marks)
+        # The highest recommendation of the window, but never above where it is now: the
+        # window slows a lowering down, it never turns one into a raise.
+        candidate = min(current, max(m.max_replicas for m in marks))
     direction = (candidate > current) - (candidate < current)
     last = memory.last_max_replicas_change_at
     reversing = direction != 0 and direction == -memory.last_max_replicas_direction
     hold_lowering = immediate and direction < 0
+    hold_release = direction > 0 and memory.last_max_replicas_was_hold
     if (
         reversing
-        and not hold_lowering
+        and not (hold_lowering or hold_release)
         and last is not None
         and (now - last).total_seconds() < STABILIZATION_SECONDS
     ):
         candidate, direction = current, 0
     update: dict[str, object] = {"max_replicas_marks": marks}
     if direction:
-        update |= {"last_max_replicas_change_at": now, "last_max_replicas_direction": direction}
+        update |= {
+            "last_max_replicas_change_at": now,
+            "last_max_replicas_direction": direction,
+            "last_max_replicas_was_hold": hold_lowering,
+        }
     return candidate, memory.model_copy(update=update)
+
+
+def mark_unchanged(memory: Memory, current_max: int, now: datetime) -> Memory:
+    """Record that maxReplicas stayed at ``current_max`` (an evaluation that decided
+    nothing): a lowering after a freeze or a wait still needs a window of lower
+    recommendations."""
+    marks = [
+        m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
+    ]
+    marks.append(EnvelopeMark(at=now, max_replicas=current_max))
+    return memory.model_copy(update={"max_replicas_marks": marks})
 
 
 def _within_batch(

@@ -15,8 +15,10 @@ from pydantic import Field
 
 from cachescale.api.base import ApiModel
 
-BASELINE_SMOOTHING = 0.1
-"""Weight of the newest healthy evaluation in the baseline's moving average."""
+BASELINE_TIME_CONSTANT_S = 3600.0
+"""How fast the baseline follows a healthy workload: a one-hour exponential average (a
+plain mean over the first hour). Slow on purpose: a hit rate that drifts down over tens
+of minutes must not become the new normal before it crosses the collapse threshold."""
 
 
 class BaselineMemory(ApiModel):
@@ -31,14 +33,17 @@ class BaselineMemory(ApiModel):
     evaluations: int = 0
     """Healthy evaluations folded into it."""
 
-    def learn(self, now: datetime, **observed: float | None) -> BaselineMemory:
-        """Fold one healthy evaluation in (each known value; unknown ones leave the old)."""
+    def learn(self, now: datetime, interval_s: float, **observed: float | None) -> BaselineMemory:
+        """Fold one healthy evaluation in (each known value; unknown ones leave the old):
+        the running mean at first, then an exponential average with a
+        ``BASELINE_TIME_CONSTANT_S`` time constant."""
+        weight = max(1.0 / (self.evaluations + 1), interval_s / BASELINE_TIME_CONSTANT_S)
         changes: dict[str, object] = {"updated_at": now, "evaluations": self.evaluations + 1}
         for name, value in observed.items():
             if value is None:
                 continue
             old = getattr(self, name)
-            changes[name] = value if old is None else old + BASELINE_SMOOTHING * (value - old)
+            changes[name] = value if old is None else old + weight * (value - old)
         return self.model_copy(update=changes)
 
 
@@ -137,6 +142,8 @@ class Memory(ApiModel):
     last_max_replicas_change_at: datetime | None = None
     last_max_replicas_direction: int = 0
     """+1 after a raise, −1 after a lowering, 0 before any change."""
+    last_max_replicas_was_hold: bool = False
+    """The last change was a collapse hold (releasing it is not a flap)."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None
