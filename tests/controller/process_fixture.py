@@ -23,11 +23,11 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+import kmock
 import kmock._internal.parsing as kmock_parsing
 from cluster import NAMESPACE, FakeCluster
 
@@ -56,9 +56,9 @@ def namespace_paths() -> Iterator[None]:
     them before it watches anything. The emulator runs in this process (a thread), so
     patching the module function reaches it.
     """
-    original: Callable[[str], Any] = kmock_parsing.parse_path
+    original = kmock_parsing.parse_path
 
-    def parse_path(path: str) -> Any:
+    def parse_path(path: str) -> kmock_parsing.ParsedPath:
         parts = path.split("?", 1)[0].strip("/").split("/")
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             name = parts[3] if len(parts) == 4 else None
@@ -85,12 +85,12 @@ def prepare_for_kopf(cluster: FakeCluster) -> None:
     policies = resources[POLICIES]
     policies.verbs = set(SERVED_VERBS)
     policies.subresources = {"status"}
-    resources["v1/namespaces"] = {"namespaced": False, "kind": "Namespace", "verbs": OBSERVED_VERBS}
-    resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = {
-        "namespaced": False,
-        "kind": "CustomResourceDefinition",
-        "verbs": OBSERVED_VERBS,
-    }
+    resources["v1/namespaces"] = kmock.ResourceInfo(
+        namespaced=False, kind="Namespace", verbs=OBSERVED_VERBS
+    )
+    resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
+        namespaced=False, kind="CustomResourceDefinition", verbs=OBSERVED_VERBS
+    )
     cluster.put(
         "v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     )
@@ -215,12 +215,9 @@ def run_operator(
         "--health-port",
         str(health_port),
     ]
-    env = {k: v for k, v in os.environ.items() if k not in IN_CLUSTER_ENV}
-    # WORKAROUND (operator bug, reported): `--kubeconfig` only reaches the operator's own
-    # KubeApi; kopf logs in through its default `login_via_client`, which reads
-    # $KUBECONFIG or ~/.kube/config, so without this the process exits 1 with "Cannot
-    # authenticate the client library neither in-cluster, nor via kubeconfig".
-    env["KUBECONFIG"] = str(kubeconfig)
+    # No $KUBECONFIG and no in-cluster variables: only --kubeconfig can lead the operator
+    # (and kopf's own login) to the fake API server.
+    env = {k: v for k, v in os.environ.items() if k not in (*IN_CLUSTER_ENV, "KUBECONFIG")}
     log = workdir / "operator.log"
     with log.open("wb") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env)

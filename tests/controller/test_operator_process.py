@@ -367,8 +367,13 @@ def check_collapse(watch: Watch) -> int:
     the held maxReplicas."""
     cluster = watch.cluster
 
+    suspected: list[str] = []
+
     def flipped() -> dict[str, Any] | None:
         current = status(cluster)
+        if not suspected and condition(current, "CacheHealthy") == ("Unknown", "CollapseSuspected"):
+            suspected.append(current["lastDecision"]["time"])
+            watch.mark("CacheHealthy=Unknown (CollapseSuspected): a collapse is building")
         return (
             current if condition(current, "CacheHealthy") == ("False", "PrefixCollapse") else None
         )
@@ -379,6 +384,7 @@ def check_collapse(watch: Watch) -> int:
     assert collapsed["lastDecision"]["reason"] == "HeldForPrefixCollapse"
     alerts = collapsed["alerts"]
     assert [a["reason"] for a in alerts] == ["PrefixCollapse"], alerts
+    watch.mark(f"alert: {alerts[0]['message']}")
     evidence = EVIDENCE.search(alerts[0]["message"])
     assert evidence is not None, alerts[0]["message"]
     before, after, windows, warm = evidence.groups()
@@ -404,7 +410,7 @@ def check_collapse(watch: Watch) -> int:
     assert mark["replicas"] == PODS, mark
     rps_now = collapsed["signals"]["requestsPerSecond"]
     assert rps_now <= mark["requests_per_second"], (rps_now, mark)
-    expected = max(2, math.ceil(PODS * max(1.0, rps_now / mark["requests_per_second"])))
+    expected = max(2, math.ceil(PODS * max(1.0, rps_now / mark["requests_per_second"]) - 1e-9))
     assert expected == 3
     held = cluster.api.get(hpa_path())
     assert held["spec"]["maxReplicas"] == expected
@@ -413,25 +419,15 @@ def check_collapse(watch: Watch) -> int:
     annotations = held["metadata"]["annotations"]
     assert json.loads(annotations[ORIGINAL_ENVELOPE])["maxReplicas"] == HPA_MAX
     assert annotations[MANAGED_BY] == f"{NAMESPACE}/{NAME}"
-    return expected
+    return int(expected)
 
 
 def check_delete_restores(watch: Watch, original: dict[str, Any], held: int) -> None:
     """``kubectl delete csp``: kopf's finalizer runs restore_on_delete, the HPA gets its
     own envelope back (every field as the user wrote it), the policy goes away."""
     cluster = watch.cluster
-    # WORKAROUND (operator race, reported): kopf runs the on-delete handler while the
-    # daemon is being stopped, and an evaluation already in a worker thread is not
-    # awaited; if it acts after the restore it re-applies the hold. Deleting just after
-    # an evaluation wrote its status leaves ~10 s before the next one.
-    last = status(cluster)["lastDecision"]["time"]
-    watch.until(
-        lambda: status(cluster)["lastDecision"]["time"] != last or None,
-        30.0,
-        "the next evaluation",
-    )
     assert cluster.api.get(hpa_path())["spec"]["maxReplicas"] == held  # still held
-    assert delete(cluster, policy_path()) == 200
+    assert delete(cluster, policy_path()) in (200, 202)
 
     def restored() -> bool | None:
         now = cluster.api.get(hpa_path())

@@ -59,7 +59,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
-    import cachescale.controller.handlers  # noqa: F401  (registers the kopf handlers)
+    from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
+
+    if args.kubeconfig:
+        path = args.kubeconfig
+
+        @kopf.on.login(id="kubeconfig")
+        def _login(**_: object) -> kopf.ConnectionInfo:
+            return kubeconfig_login(path)
 
     kopf.configure(
         verbose=args.verbose,

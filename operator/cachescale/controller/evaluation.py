@@ -30,7 +30,7 @@ from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
-from cachescale.controller.kube import MERGE_PATCH, ConflictError, KubeApi, KubeError
+from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import previous_status, render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
@@ -312,7 +312,8 @@ def _act(
 
 def _write_status(operator: Operator, policy: PolicyObject, status: Mapping[str, Any]) -> None:
     try:
-        operator.api.patch(policy.status_path, {"status": status}, MERGE_PATCH)
+        # Replace the whole status: a merge patch would keep a signal that became unknown.
+        operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
 

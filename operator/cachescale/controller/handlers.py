@@ -47,6 +47,12 @@ class Runtime:
         default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="evaluate")
     )
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    """Per policy (uid): an evaluation and the delete handler's restore never overlap."""
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        """The policy's lock (created on first use)."""
+        return self.locks.setdefault(uid, asyncio.Lock())
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -72,6 +78,34 @@ def interval_of(spec: Any) -> float:
         return DEFAULT_INTERVAL_S
 
 
+def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
+    """kopf's credentials from an explicit kubeconfig file (kopf's own login reads only
+    ``$KUBECONFIG`` and the default path)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=path, client_configuration=configuration
+    )
+    header = (
+        configuration.get_api_key_with_prefix("BearerToken")
+        or configuration.get_api_key_with_prefix("authorization")
+        or ""
+    )
+    scheme, _, token = header.partition(" ") if " " in header else ("Bearer", "", header)
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme if token else None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     configure(settings)
@@ -92,14 +126,17 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
     loop = asyncio.get_running_loop()
     while not stopped:
         policy = PolicyObject.of(body)
-        try:
-            outcome = await loop.run_in_executor(
-                runtime.executor, evaluate, runtime.operator, policy
-            )
-            log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
-        except Exception:  # one policy's bug must not end its loop, nor anyone else's
-            log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
-            runtime.operator.metrics.failed(policy.namespace, policy.name, "Internal")
+        async with runtime.lock(policy.uid):
+            if stopped or body.get("metadata", {}).get("deletionTimestamp"):
+                break  # being deleted: the restore must have the last word
+            try:
+                outcome = await loop.run_in_executor(
+                    runtime.executor, evaluate, runtime.operator, policy
+                )
+                log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
+            except Exception:  # one policy's bug must not end its loop, nor anyone else's
+                log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
+                runtime.operator.metrics.failed(policy.namespace, policy.name, "Internal")
         await stopped.wait(interval_of(body.get("spec", {})))
 
 
@@ -116,14 +153,20 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **_: Any) -> None:
     if not spec.restore_on_delete:
         return
     loop = asyncio.get_running_loop()
-    try:
-        restored = await loop.run_in_executor(
-            runtime.executor, restore_envelope, runtime.operator.api, policy.namespace, spec.target
-        )
-    except KubeError as error:
-        raise kopf.TemporaryError(
-            f"restoring HPA {spec.target.hpa_name}: {error}", delay=10
-        ) from error
+    async with runtime.lock(policy.uid):  # wait out an evaluation already under way
+        try:
+            restored = await loop.run_in_executor(
+                runtime.executor,
+                restore_envelope,
+                runtime.operator.api,
+                policy.namespace,
+                spec.target,
+            )
+        except KubeError as error:
+            raise kopf.TemporaryError(
+                f"restoring HPA {spec.target.hpa_name}: {error}", delay=10
+            ) from error
+    runtime.locks.pop(policy.uid, None)
     if restored:
         log.info(
             "%s/%s deleted: HPA %s restored", policy.namespace, policy.name, spec.target.hpa_name

@@ -45,11 +45,15 @@ class ConflictError(KubeError):
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, ``$KUBECONFIG``/``~/.kube/config``, or in-cluster."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    """An API client from ``kubeconfig`` when given, else in-cluster (a pod's
+    ServiceAccount), else ``$KUBECONFIG`` or ``~/.kube/config``."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     return client.ApiClient()
 
 
