@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+# The e2e suite reuses the test suite's real-component fixtures (Prometheus, emulator,
+# the operator process) and the controller test's collapse scenario.
+_TESTS = Path(__file__).resolve().parents[1] / "tests"
+for _helpers in (_TESTS, _TESTS / "controller", _TESTS / "gather", _TESTS / "api"):
+    sys.path.insert(0, str(_helpers))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
