@@ -6,5 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-for helper_dir in (Path(__file__).parent / "api", Path(__file__).parent / "gather"):
+for helper_dir in (
+    Path(__file__).parent / "api",
+    Path(__file__).parent / "gather",
+    Path(__file__).parent / "decide",
+):
     sys.path.insert(0, str(helper_dir))

@@ -1,0 +1,54 @@
+"""The operator's own metrics: the names the chart's rules and dashboard read, unknown
+signals as absent series (never 0), and a deleted policy's series gone."""
+
+from __future__ import annotations
+
+from decide_builders import learned, signals, snapshot, spec
+from prometheus_client import generate_latest
+
+from cachescale.controller.metrics import OperatorMetrics
+from cachescale.decide import decide
+
+
+def exposition(metrics: OperatorMetrics) -> str:
+    return generate_latest(metrics.registry).decode()
+
+
+def test_a_decision_becomes_the_documented_series() -> None:
+    metrics = OperatorMetrics()
+    state = snapshot(signals(hit=0.04))
+    memory = learned()
+    for _ in range(3):
+        decision = decide(spec(), state, memory, state.signals.observed_at)
+        memory = decision.memory
+    metrics.observe("llm", "vllm", spec(), state, decision)
+    metrics.evaluated("llm", "vllm", 0.25, 1_700_000_000.0)
+    text = exposition(metrics)
+    labels = 'namespace="llm",policy="vllm"'
+    for line in (
+        f"cachescale_token_hit_rate{{{labels}}} 0.04",
+        f"cachescale_gpu_seconds_per_1k_requests{{{labels}}} 680.0",
+        f"cachescale_budget_gpu_seconds_per_1k_requests{{{labels}}} 780.0",
+        f"cachescale_slo_ttft_p95_seconds{{{labels}}} 1.0",
+        f"cachescale_replicas{{{labels}}} 11.0",
+        f'cachescale_alert_active{{{labels},reason="PrefixCollapse"}} 1.0',
+        f'cachescale_alert_active{{{labels},reason="OverBudget"}} 0.0',
+        f"cachescale_last_evaluation_timestamp_seconds{{{labels}}} 1.7e+09",
+        f"cachescale_evaluation_duration_seconds_count{{{labels}}} 1.0",
+    ):
+        assert line in text, line
+    assert f'cachescale_decisions_total{{{labels},reason="{decision.reason}"}} 1.0' in text
+
+
+def test_unknown_is_absent_and_deletion_forgets() -> None:
+    metrics = OperatorMetrics()
+    state = snapshot(signals(ttft_p95_seconds=None))
+    decision = decide(spec(), state, learned(), state.signals.observed_at)
+    metrics.observe("llm", "vllm", spec(), state, decision)
+    metrics.failed("llm", "vllm", "PrometheusUnreachable")
+    text = exposition(metrics)
+    assert 'cachescale_ttft_p95_seconds{namespace="llm"' not in text
+    labels = 'namespace="llm",policy="vllm",kind="PrometheusUnreachable"'
+    assert f"cachescale_evaluation_errors_total{{{labels}}} 1.0" in text
+    metrics.forget("llm", "vllm")
+    assert 'policy="vllm"' not in exposition(metrics)
