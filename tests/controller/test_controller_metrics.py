@@ -48,7 +48,7 @@ def test_unknown_is_absent_and_deletion_forgets() -> None:
     metrics.failed("llm", "vllm", "PrometheusUnreachable")
     text = exposition(metrics)
     assert 'cachescale_ttft_p95_seconds{namespace="llm"' not in text
-    labels = 'namespace="llm",policy="vllm",kind="PrometheusUnreachable"'
+    labels = 'kind="PrometheusUnreachable",namespace="llm",policy="vllm"'  # sorted
     assert f"cachescale_evaluation_errors_total{{{labels}}} 1.0" in text
     metrics.forget("llm", "vllm")
     assert 'policy="vllm"' not in exposition(metrics)
