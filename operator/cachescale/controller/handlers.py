@@ -124,6 +124,9 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
     """Evaluate the policy every interval until it is deleted or the operator stops."""
     runtime: Runtime = memo.runtime
     loop = asyncio.get_running_loop()
+    # Spread the first evaluations over a third of the interval: 200 policies created (or
+    # an operator restarted) at once would otherwise come due together, every round.
+    await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
     while not stopped:
         policy = PolicyObject.of(body)
         async with runtime.lock(policy.uid):

@@ -112,7 +112,7 @@ def render(
             )
             for a in decision.alerts
         ],
-        memory=decision.memory.model_dump(mode="json"),
+        memory=decision.memory.model_dump(mode="json", by_alias=True),
     )
     return status.to_wire()
 
@@ -165,8 +165,8 @@ def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> Observ
         else:
             unknown.append(UnknownSignal(signal=field, reason=str(value.reason)[:1024]))
     warm = signals.warm_token_hit_rate(warmup_seconds)
-    if warm.value is not None:
-        values["tokenHitRate"] = warm.value
+    if warm.value is not None:  # rate() extrapolation can put a young pod's ratio above 1
+        values["tokenHitRate"] = min(1.0, max(0.0, warm.value))
     workload = snapshot.workload
     return ObservedSignals.model_validate(
         {

@@ -55,6 +55,10 @@ class Series:
     value: float
 
 
+POOL_CONNECTIONS_PER_QUERY_SLOT = 8
+"""Kept-alive connections per parallel query slot (several evaluations share a client)."""
+
+
 @dataclass(frozen=True)
 class PrometheusConfig:
     """Where Prometheus is and how to talk to it."""
@@ -158,7 +162,10 @@ class PrometheusClient:
         session.hooks["response"].append(self._raise_for_status)
         self._connect = PrometheusConnect(url=self._url, session=session)
         # Mounted after PrometheusConnect's own adapter so that this retry policy wins.
-        session.mount(self._url, HTTPAdapter(max_retries=self._retry()))
+        # Many evaluations share one client (one per Prometheus), each running up to
+        # max_parallel_queries at once: a pool of urllib3's default 10 would churn.
+        pool = POOL_CONNECTIONS_PER_QUERY_SLOT * config.max_parallel_queries
+        session.mount(self._url, HTTPAdapter(max_retries=self._retry(), pool_maxsize=pool))
         self._timeout = (config.connect_timeout_seconds, config.timeout_seconds)
 
     def _retry(self) -> Retry:
