@@ -263,3 +263,58 @@ def test_repeated_alerts_are_one_event(
     cluster.put(DEPLOYMENTS, deployment(replicas=12))
     run(operator, cluster, clock, rounds=20)
     assert [reason for _, reason in events(cluster)].count("SLOAtRisk") == 1
+
+
+def test_an_acknowledgement_annotation_releases_the_hold(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(
+        cluster, engines, prometheus, clock, extra={"budget": {"gpuSecondsPer1kRequests": 1200}}
+    )
+    run(operator, cluster, clock, rounds=SETTLE)
+    numbers.hit_rate, numbers.running = 0.04, 30.0
+    run(operator, cluster, clock, rounds=3)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 11
+    body = cluster.get(POLICIES, "vllm")
+    body["metadata"]["annotations"] = {"cachescale.dev/acknowledge": clock.now.isoformat()}
+    cluster.put(POLICIES, body)
+    run(operator, cluster, clock, rounds=1)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 19  # back to the budget's cap
+    (alert,) = cluster.get(POLICIES, "vllm")["status"]["alerts"]
+    assert alert["reason"] == "PrefixCollapse"
+    assert alert["acknowledged"] is True
+    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
+
+
+def test_conditions_move_their_transition_time_only_on_a_flip(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=SETTLE)
+
+    def transitions() -> dict[str, str]:
+        status = cluster.get(POLICIES, "vllm")["status"]
+        return {c["type"]: c["lastTransitionTime"] for c in status["conditions"]}
+
+    before = transitions()
+    run(operator, cluster, clock, rounds=3)
+    assert transitions() == before
+    numbers.ttft_p95_s = 3.0
+    run(operator, cluster, clock, rounds=1)
+    after = transitions()
+    assert after["SLOMet"] != before["SLOMet"]
+    assert {k: v for k, v in after.items() if k != "SLOMet"} == {
+        k: v for k, v in before.items() if k != "SLOMet"
+    }
+    generations = {
+        c["observedGeneration"] for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]
+    }
+    assert generations == {1}

@@ -192,7 +192,9 @@ def eviction_test(snapshot: Snapshot, ceiling: int | None) -> EvictionTest:
     return EvictionTest(True, ", ".join(parts))
 
 
-def budget_replicas(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+def budget_replicas(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, requests_got_dearer: bool = False
+) -> int | None:
     """Most replicas the GPU-s/1k budget allows at the observed request rate.
 
     ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
@@ -205,7 +207,9 @@ def budget_replicas(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | N
     current replicas — adding replicas cannot make requests cheaper, and removing
     saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
     the cap is the budget's ``maxReplicas`` — the HPA scales for the demand inside the
-    budget's range, as the BRIEF's demand-growth row says.
+    budget's range, as the BRIEF's demand-growth row says. ``requests_got_dearer`` (the
+    cache fell, or prefill per request rose) overrules a windowed cost that has not caught
+    up yet: then the fleet is held at its replicas too.
     """
     signals = snapshot.signals
     rps = signals.requests_per_second.value
@@ -217,7 +221,7 @@ def budget_replicas(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | N
     waiting = signals.waiting_requests_per_pod.value
     if waiting is None or waiting >= QUEUED_PER_POD:
         cost = signals.gpu_seconds_per_1k_requests.value
-        if cost is not None and cost <= budget:
+        if cost is not None and cost <= budget and not requests_got_dearer:
             return spec.budget.max_replicas
         cap = max(cap, snapshot.workload.replicas)
     return cap

@@ -63,6 +63,10 @@ from cachescale.decide.memory import (
     Streaks,
 )
 
+DEARER_PREFILL_FACTOR = 1.25
+"""Prefill tokens per request this far above baseline: requests got dearer, so a queue
+is not read as demand (lower than the collapse message's PREFILL_UP_FACTOR: it must
+react within a window, before the windowed cost shows it)."""
 AT_BASELINE_SHARE = 0.9
 """A warm hit rate at 90% of baseline or more still marks the pre-collapse replica level."""
 RECOVERY_EVALUATIONS = 2
@@ -308,6 +312,20 @@ class _Tests:
     cold_pods: int
 
 
+def _requests_got_dearer(collapse: CollapseTest, snapshot: Snapshot, memory: Memory) -> bool:
+    """Evidence that each request costs more than it did (so a queue is not demand): the
+    warm hit rate under its clearing threshold, or prefill per request well above its
+    baseline. The windowed cost lags both by most of a window."""
+    cache_down = collapse.clear_threshold is not None and collapse.warm_hit_rate.is_known
+    cache_down = cache_down and not collapse.recovered
+    prefill = snapshot.signals.prefill_tokens_per_request.value
+    base = memory.baseline.prefill_tokens_per_request
+    prefill_up = (
+        prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
+    )
+    return cache_down or prefill_up
+
+
 def _run_tests(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> _Tests:
     signals = snapshot.signals
     ceiling = batch_ceiling(spec, snapshot)
@@ -319,11 +337,14 @@ def _run_tests(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
     cost = signals.gpu_seconds_per_1k_requests.value
     warmup = float(spec.cache.pod_warmup_seconds)
     ages = snapshot.workload.pod_ages_seconds
+    collapse = collapse_test(spec, snapshot, memory)
     return _Tests(
-        collapse=collapse_test(spec, snapshot, memory),
+        collapse=collapse,
         eviction=eviction_test(snapshot, ceiling),
         ceiling=ceiling,
-        budget_max=budget_replicas(spec, snapshot),
+        budget_max=budget_replicas(
+            spec, snapshot, _requests_got_dearer(collapse, snapshot, memory)
+        ),
         slo_breach=breach,
         slo_comfortable=p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
         over_budget=cost is not None and cost > spec.budget.gpu_seconds_per_1k_requests,
