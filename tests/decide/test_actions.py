@@ -235,3 +235,20 @@ def test_memory_round_trips_through_json_exactly() -> None:
     wire = memory.to_wire()
     assert "streaks" in wire
     assert Memory.model_validate(wire) == memory
+
+
+def test_hold_and_slo_guard_do_not_alternate() -> None:
+    policy = spec(budget={"gpuSecondsPer1kRequests": 1200})  # allows 19
+    fleet = workload(replicas=14)
+
+    def at(p95: float) -> object:
+        return snapshot(signals(hit=0.04, ttft_p95_seconds=p95, running_requests_per_pod=40), fleet)
+
+    tops = [
+        d.envelope.max_replicas
+        for d in run(policy, [at(0.5)] * 3 + [at(2.5)] * 2 + [at(0.9)] * 3 + [at(0.5)] * 11)  # type: ignore[list-item]
+    ]
+    assert tops[2] == 11  # held
+    assert tops[4] == 19  # two breaching windows: released to the budget
+    assert tops[5:8] == [19, 19, 19]  # no breach, but not comfortable: stays released
+    assert tops[-1] == 11  # comfortable (p95 < 0.7 s) for a whole window: held again

@@ -19,8 +19,8 @@ import tempfile
 import time
 from base64 import b64decode
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
@@ -153,6 +153,11 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     snapshot = Snapshot(signals, target.state, _human(policy.annotations))
     decision = decide(spec, snapshot, memory, now)
     applied, act_error = _act(operator, policy, spec, target, decision, now)
+    if act_error and decision.max_num_seqs != target.state.max_num_seqs:
+        # The ceiling change did not happen: its cooldown must not start either.
+        kept = memory.last_max_num_seqs_change_at
+        unapplied = decision.memory.model_copy(update={"last_max_num_seqs_change_at": kept})
+        decision = replace(decision, memory=unapplied)
     status = render(
         previous,
         decision,
@@ -279,7 +284,7 @@ def _rfc3339(text: str | None) -> datetime | None:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
-    return value if value.tzinfo is not None else None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # no zone: UTC
 
 
 def _act(

@@ -312,12 +312,15 @@ class _Tests:
     cold_pods: int
 
 
-def _requests_got_dearer(collapse: CollapseTest, snapshot: Snapshot, memory: Memory) -> bool:
+def _requests_got_dearer(
+    collapse: CollapseTest, eviction: EvictionTest, snapshot: Snapshot, memory: Memory
+) -> bool:
     """Evidence that each request costs more than it did (so a queue is not demand): the
-    warm hit rate under its clearing threshold, or prefill per request well above its
-    baseline. The windowed cost lags both by most of a window."""
+    warm hit rate under its clearing threshold (unless eviction explains it: then more
+    replicas help), or prefill per request well above its baseline. The windowed cost
+    lags both by most of a window."""
     cache_down = collapse.clear_threshold is not None and collapse.warm_hit_rate.is_known
-    cache_down = cache_down and not collapse.recovered
+    cache_down = cache_down and not collapse.recovered and not eviction.held
     prefill = snapshot.signals.prefill_tokens_per_request.value
     base = memory.baseline.prefill_tokens_per_request
     prefill_up = (
@@ -338,12 +341,13 @@ def _run_tests(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
     warmup = float(spec.cache.pod_warmup_seconds)
     ages = snapshot.workload.pod_ages_seconds
     collapse = collapse_test(spec, snapshot, memory)
+    eviction = eviction_test(snapshot, ceiling)
     return _Tests(
         collapse=collapse,
-        eviction=eviction_test(snapshot, ceiling),
+        eviction=eviction,
         ceiling=ceiling,
         budget_max=budget_replicas(
-            spec, snapshot, _requests_got_dearer(collapse, snapshot, memory)
+            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, memory)
         ),
         slo_breach=breach,
         slo_comfortable=p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,

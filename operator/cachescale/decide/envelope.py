@@ -15,6 +15,9 @@ Against flapping:
   ``collapseWindows`` evaluations, and every minute of delay buys replicas it exists to
   prevent; so is releasing a hold (the SLO guard, an acknowledgement, recovery): a hold
   is a deliberate state, and leaving it is not a flap;
+- once the SLO guard has released a hold, the hold returns only after a whole window of
+  comfortable latency (not on the first evaluation without a breach), so hold and
+  release cannot alternate;
 - the target moves in 20% steps, down at most every second breaching evaluation, and
   back up only after each full window of comfortable latency.
 
@@ -138,7 +141,14 @@ def plan_envelope(
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
         rps = snapshot.signals.requests_per_second.value
         level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
+        released = memory.hold_released_for_slo
+        window = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
         if memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
+            released = True
+        elif released and memory.streaks.slo_comfortable >= window:
+            released = False  # latency comfortable for a whole window: hold again
+        memory = memory.model_copy(update={"hold_released_for_slo": released})
+        if released:
             slo_guard = True
         elif level < budget_top:
             recommended, held_by = level, Hold.COLLAPSE

@@ -144,6 +144,9 @@ class Memory(ApiModel):
     """+1 after a raise, −1 after a lowering, 0 before any change."""
     last_max_replicas_was_hold: bool = False
     """The last change was a collapse hold (releasing it is not a flap)."""
+    hold_released_for_slo: bool = False
+    """The SLO guard released a collapse hold; it stays released until latency has been
+    comfortable for a stabilization window."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None
