@@ -377,7 +377,7 @@ def stack_objects(
             hpa_name=name,
             extra={"metrics": metrics},
         )
-        body["status"] = {"memory": {"data_since": since}}  # as the operator writes it
+        body["status"] = {"memory": {"dataSince": since}}  # as the operator writes it
         objects.append(("apps/v1/deployments", deployment(name, replicas=PODS)))
         objects.append(("autoscaling/v2/horizontalpodautoscalers", hpa(name, target=name)))
         objects.extend(("v1/pods", pod) for pod in pods(name, PODS, now))

@@ -232,7 +232,7 @@ class Watch:
         current = status(self.cluster)
         brief = {key: current.get(key) for key in ("state", "conditions", "signals", "alerts")}
         brief["lastDecision"] = current.get("lastDecision")
-        brief["memory.pre_collapse"] = current.get("memory", {}).get("pre_collapse")
+        brief["memory.preCollapse"] = current.get("memory", {}).get("preCollapse")
         brief["baseline"] = current.get("baseline")
         try:
             hpa_spec = self.cluster.api.get(hpa_path())
@@ -406,11 +406,11 @@ def check_collapse(watch: Watch) -> int:
     # hit rate was still at baseline, and req/s has fallen since (the release dips the
     # traffic 12 → 10 req/s), so the growth factor is 1 and the level is exactly 3. A
     # collapse hold is exempt from the stabilization window, so 40 → 3 at once.
-    mark = collapsed["memory"]["pre_collapse"]
+    mark = collapsed["memory"]["preCollapse"]
     assert mark["replicas"] == PODS, mark
     rps_now = collapsed["signals"]["requestsPerSecond"]
-    assert rps_now <= mark["requests_per_second"], (rps_now, mark)
-    expected = max(2, math.ceil(PODS * max(1.0, rps_now / mark["requests_per_second"]) - 1e-9))
+    assert rps_now <= mark["requestsPerSecond"], (rps_now, mark)
+    expected = max(2, math.ceil(PODS * max(1.0, rps_now / mark["requestsPerSecond"]) - 1e-9))
     assert expected == 3
     held = cluster.api.get(hpa_path())
     assert held["spec"]["maxReplicas"] == expected
