@@ -97,6 +97,7 @@ from cachescale.controller.handlers import WORKERS  # noqa: E402
 from cachescale.controller.kube import KubeApi  # noqa: E402
 from cachescale.gather.prometheus import PrometheusClient  # noqa: E402
 from prometheus_fixture import (  # noqa: E402
+    JOB,
     PROMETHEUS,
     PrometheusServer,
     fixed_fleet_scenario,
@@ -104,11 +105,11 @@ from prometheus_fixture import (  # noqa: E402
     http_get,
     wait_for,
 )
+from prometheus_fixture import run_prometheus as start_prometheus  # noqa: E402
 
 PODS = 2
 """Emulated vLLM pods (each policy's Deployment has this many)."""
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
-JOB = "cachescale-emulator"
 SEQUENTIAL = 20
 """Evaluations run one at a time after the pool phase."""
 POLL_S = 2.0
@@ -272,19 +273,6 @@ def run_emulator(workdir: Path, duration_s: float) -> Iterator[tuple[int, list[s
         stop_process(process)
 
 
-PROMETHEUS_CONFIG = """\
-global:
-  scrape_interval: {scrape}s
-  scrape_timeout: {timeout}s
-  evaluation_interval: 1m
-scrape_configs:
-  - job_name: {job}
-    file_sd_configs:
-      - files: ["{file_sd}"]
-        refresh_interval: 5s
-"""
-
-
 def file_sd_groups(names: Sequence[str], addresses: Sequence[str], same_series: bool) -> list[Any]:
     """Every emulated pod once per policy (distinct series), or once (shared series)."""
     models = ["shared"] if same_series else list(names)
@@ -300,42 +288,12 @@ def file_sd_groups(names: Sequence[str], addresses: Sequence[str], same_series: 
 
 @contextmanager
 def run_prometheus(workdir: Path, groups: list[Any], scrape_s: float) -> Iterator[PrometheusServer]:
+    """The test suite's Prometheus, scraping ``groups`` (written as file_sd) every
+    ``scrape_s`` seconds."""
     file_sd = workdir / "targets.json"
     file_sd.write_text(json.dumps(groups), encoding="utf-8")
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        PROMETHEUS_CONFIG.format(
-            scrape=f"{scrape_s:g}", timeout=f"{min(10.0, scrape_s):g}", job=JOB, file_sd=file_sd
-        ),
-        encoding="utf-8",
-    )
-    port = free_port()
-    log = workdir / "prometheus.log"
-    command = [
-        str(PROMETHEUS),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    with log.open("wb") as stream:
-        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT)
-    server = PrometheusServer(process, port, log)
-
-    def ready() -> bool | None:
-        if process.poll() is not None:
-            raise RuntimeError(log.read_text())
-        try:
-            http_get(f"{server.url}/-/ready", timeout_s=1.0)
-        except OSError:
-            return None
-        return True
-
-    try:
-        wait_for(ready, 30.0, "Prometheus /-/ready")
+    with start_prometheus(workdir, file_sd, scrape_interval_s=scrape_s) as server:
         yield server
-    finally:
-        stop_process(process)
 
 
 def wait_for_data(prometheus: PrometheusServer, series: int, timeout_s: float) -> None:

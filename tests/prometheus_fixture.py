@@ -340,8 +340,8 @@ class PrometheusServer:
 
 PROMETHEUS_CONFIG = """\
 global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
+  scrape_interval: {scrape}s
+  scrape_timeout: {timeout}s
   evaluation_interval: 1s
 scrape_configs:
   - job_name: {job}
@@ -352,11 +352,16 @@ scrape_configs:
 
 
 @contextmanager
-def run_prometheus(workdir: Path, file_sd: Path) -> Iterator[PrometheusServer]:
-    """Start Prometheus scraping the targets in ``file_sd`` every second; wait until ready."""
+def run_prometheus(
+    workdir: Path, file_sd: Path, scrape_interval_s: float = 1.0
+) -> Iterator[PrometheusServer]:
+    """Start Prometheus scraping the targets in ``file_sd`` (every second by default);
+    wait until ready."""
     binary = prometheus_binary()
     config = workdir / "prometheus.yml"
-    config.write_text(PROMETHEUS_CONFIG.format(job=JOB, file_sd=file_sd), encoding="utf-8")
+    scrape, timeout = f"{scrape_interval_s:g}", f"{min(10.0, scrape_interval_s):g}"
+    text = PROMETHEUS_CONFIG.format(scrape=scrape, timeout=timeout, job=JOB, file_sd=file_sd)
+    config.write_text(text, encoding="utf-8")
     port = free_port()
     log = workdir / "prometheus.log"
     command = [
