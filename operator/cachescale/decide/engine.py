@@ -828,7 +828,7 @@ def _cache_condition(
     kind = ConditionType.CACHE_HEALTHY
     for diagnosis in (Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE):
         if diagnosis in by:
-            return ConditionVerdict(kind, ConditionStatus.FALSE, diagnosis, by[diagnosis].evidence)
+            return _failing(kind, by[diagnosis])
     warm = tests.collapse.warm_hit_rate
     if warm.value is None:
         return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "NoWarmPods", str(warm.reason))
@@ -857,14 +857,17 @@ def _cache_condition(
     )
 
 
+def _failing(kind: ConditionType, finding: Finding) -> ConditionVerdict:
+    """A condition that is False because of ``finding``: its diagnosis is the reason."""
+    return ConditionVerdict(kind, ConditionStatus.FALSE, finding.diagnosis, finding.evidence)
+
+
 def _slo_condition(
     spec: CacheScalingPolicySpec, snapshot: Snapshot, by: dict[Diagnosis, Finding]
 ) -> ConditionVerdict:
     kind = ConditionType.SLO_MET
     if Diagnosis.SLO_AT_RISK in by:
-        return ConditionVerdict(
-            kind, ConditionStatus.FALSE, Diagnosis.SLO_AT_RISK, by[Diagnosis.SLO_AT_RISK].evidence
-        )
+        return _failing(kind, by[Diagnosis.SLO_AT_RISK])
     p95 = snapshot.signals.ttft_p95_seconds.value
     assert p95 is not None  # a required signal
     return ConditionVerdict(
@@ -880,9 +883,7 @@ def _budget_condition(
 ) -> ConditionVerdict:
     kind = ConditionType.WITHIN_BUDGET
     if Diagnosis.OVER_BUDGET in by:
-        return ConditionVerdict(
-            kind, ConditionStatus.FALSE, Diagnosis.OVER_BUDGET, by[Diagnosis.OVER_BUDGET].evidence
-        )
+        return _failing(kind, by[Diagnosis.OVER_BUDGET])
     cost = snapshot.signals.gpu_seconds_per_1k_requests
     if cost.value is None:
         return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "CostUnknown", str(cost.reason))
