@@ -6,11 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import celpy
 import kubernetes_validate
 import pytest
 import yaml
 
 from cachescale.api.crd import build_crd, render_crd_yaml
+from cachescale.api.spec import BatchingSpec, CacheSpec
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED_CRD = REPO / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
@@ -93,3 +95,29 @@ def test_exclusive_bounds_use_openapi_v3_form(schema: dict[str, Any]) -> None:
     budget = schema["properties"]["spec"]["properties"]["budget"]["properties"]
     assert budget["gpuSecondsPer1kRequests"]["minimum"] == 0
     assert budget["gpuSecondsPer1kRequests"]["exclusiveMinimum"] is True
+
+
+def test_every_rule_holds_on_its_schema_default(schema: dict[str, Any]) -> None:
+    """The API server evaluates each CEL rule against the schema's ``default`` as written,
+    without applying the nested defaults inside it, and refuses the whole CRD when a rule
+    fails there (``batching: {}`` did: "no such key: minNumSeqs"). So every default must
+    be complete enough for its own rules, with nothing filled in."""
+    checked = 0
+    for path, node in walk(schema):
+        if "default" not in node:
+            continue
+        for rule in node.get("x-kubernetes-validations", ()):
+            env = celpy.Environment()
+            program = env.program(env.compile(rule["rule"]))
+            value = program.evaluate({"self": celpy.json_to_cel(node["default"])})
+            assert value is True or value == celpy.celtypes.BoolType(True), (
+                f"{path}: rule {rule['rule']!r} fails on the default {node['default']!r}: {value}"
+            )
+            checked += 1
+    assert checked >= 2, "batching's two rules, at least, are checked on its default"
+
+
+def test_object_defaults_are_the_models_defaults(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    assert spec["batching"]["default"] == BatchingSpec().to_wire()
+    assert spec["cache"]["default"] == CacheSpec().to_wire()

@@ -11,8 +11,12 @@ API server wants a *structural* OpenAPI v3.0 schema, so the conversion:
   ``exclusiveMinimum: true``;
 - drops ``title`` and ``additionalProperties: false`` (unknown fields are pruned by the API
   server and rejected by ``kubectl apply --validate=strict``);
-- gives optional sub-objects whose fields all have defaults a ``default: {}``, so the API
-  server fills those defaults in.
+- gives optional sub-objects whose fields all have defaults a ``default`` that spells out
+  every one of those defaults (``batching: {minNumSeqs: 8, maxNumSeqs: 256, ...}``), so
+  the API server fills them in. Not ``default: {}``: the API server evaluates the CEL rules
+  against a schema's ``default`` itself, without applying the nested defaults inside it,
+  so ``{}`` fails every rule that reads a defaulted field ("no such key: minNumSeqs")
+  and the CRD is refused.
 """
 
 from __future__ import annotations
@@ -128,10 +132,13 @@ def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
 
 
 def _with_object_default(prop: Schema, required: bool) -> Schema:
-    """Optional sub-objects that need nothing default to ``{}`` so their defaults apply.
+    """Optional sub-objects that need nothing default to the object of their defaults.
 
-    A sub-object with required fields of its own (``auth``, ``model``) stays absent
-    unless the user writes it: defaulting it to ``{}`` would make every policy invalid.
+    The default is built from the properties' own (already converted) defaults, so it is
+    the pydantic model's default instance, field by field, and every CEL rule on the
+    object can read every field it names. A sub-object with required fields of its own
+    (``auth``, ``model``) stays absent unless the user writes it: defaulting it would make
+    every policy invalid.
     """
     if (
         not required
@@ -139,8 +146,17 @@ def _with_object_default(prop: Schema, required: bool) -> Schema:
         and "properties" in prop
         and not prop.get("required")
     ):
-        prop.setdefault("default", {})
+        prop.setdefault("default", _defaults_of(prop))
     return prop
+
+
+def _defaults_of(node: Schema) -> Schema:
+    """``{field: default}`` for every property of an object schema that has a default."""
+    return {
+        name: child["default"]
+        for name, child in node["properties"].items()
+        if "default" in child
+    }
 
 
 def _model_schema(model: type[CacheScalingPolicySpec] | type[CacheScalingPolicyStatus]) -> Schema:
