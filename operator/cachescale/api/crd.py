@@ -153,9 +153,7 @@ def _with_object_default(prop: Schema, required: bool) -> Schema:
 def _defaults_of(node: Schema) -> Schema:
     """``{field: default}`` for every property of an object schema that has a default."""
     return {
-        name: child["default"]
-        for name, child in node["properties"].items()
-        if "default" in child
+        name: child["default"] for name, child in node["properties"].items() if "default" in child
     }
 
 
