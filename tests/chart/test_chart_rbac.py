@@ -1,7 +1,8 @@
 """RBAC: exactly the permissions the operator uses, in each mode, and nothing else.
 
 The contract (docs/install.md#permissions): every write is a patch, only Events are
-created, nothing is deleted or updated, Secrets are read by name only, and the cluster-wide
+created, nothing is deleted or updated, no Secret is readable unless listed by name in
+``rbac.prometheusSecrets`` (then in its namespace only), and the cluster-wide
 extras (namespaces, CRD discovery) and the peering objects appear only where kopf needs them.
 """
 
@@ -22,7 +23,6 @@ NAMESPACED_RULES: Permissions = {
     ("apps", "deployments"): READ_PATCH,
     ("autoscaling", "horizontalpodautoscalers"): READ_PATCH,
     ("", "pods"): frozenset({"get", "list", "watch"}),
-    ("", "secrets"): frozenset({"get"}),
     ("", "events"): frozenset({"create", "patch"}),
     ("events.k8s.io", "events"): frozenset({"create", "patch"}),
 }
@@ -39,6 +39,7 @@ def permissions(role: Manifest) -> Permissions:
     found: Permissions = {}
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
+        assert "secrets" not in rule["resources"], "Secrets only through prometheusSecrets"
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 key = (group, resource)
@@ -66,7 +67,7 @@ def test_cluster_role_is_exactly_the_contract(
 ) -> None:
     manifests = render(values)
     assert permissions(one(manifests, "ClusterRole")) == expected
-    assert not by_kind(manifests, "Role")
+    assert not by_kind(manifests, "Role"), "no Secret access unless rbac.prometheusSecrets"
     assert not by_kind(manifests, "RoleBinding")
     binding = one(manifests, "ClusterRoleBinding")
     role = one(manifests, "ClusterRole")
@@ -128,8 +129,6 @@ def test_no_wildcards_and_no_destructive_verbs() -> None:
             assert not verbs & {"delete", "deletecollection", "update", "escalate", "bind"}
             if "create" in verbs:
                 assert resource == "events", (group, resource)
-            if resource == "secrets":
-                assert verbs == {"get"}, "list/watch would expose every Secret"
 
 
 def test_every_rule_is_commented_by_why() -> None:
@@ -144,3 +143,38 @@ def test_every_rule_is_commented_by_why() -> None:
         assert above.startswith(("#", "{{")) or (
             below_a_sibling and "events" in lines[index + 1]
         ), f"rbac.yaml line {index + 1} has no comment"
+
+
+@pytest.mark.parametrize("namespaced", [False, True], ids=["cluster", "namespaced"])
+def test_prometheus_secrets_are_readable_by_name_in_their_namespace_only(
+    namespaced: bool,
+) -> None:
+    values = {
+        "watchNamespaces": ["llm"],
+        "rbac": {
+            "namespaced": namespaced,
+            "prometheusSecrets": [{"namespace": "llm", "names": ["prom-token", "prom-ca"]}],
+        },
+    }
+    manifests = render(values, namespace="cachescale-system")
+    secret_roles = [r for r in by_kind(manifests, "Role") if "secrets" in str(r["rules"])]
+    assert len(secret_roles) == 1
+    role = secret_roles[0]
+    assert role["metadata"]["namespace"] == "llm"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["prom-token", "prom-ca"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = next(
+        b
+        for b in by_kind(manifests, "RoleBinding")
+        if b["roleRef"]["name"] == role["metadata"]["name"]
+    )
+    assert binding["metadata"]["namespace"] == "llm"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "cachescale", "namespace": "cachescale-system"}
+    ]
