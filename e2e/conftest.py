@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.cluster import Cluster, session_cluster, why_no_cluster
+from harness.cluster import Cluster, session_cluster, tool, why_no_cluster
+from harness.release import Release, install_cycle, uninstall
 
 # The e2e suite reuses the test suite's real-component fixtures (Prometheus, emulator,
 # the operator process) and the controller test's collapse scenario.
@@ -62,3 +63,14 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     assert created.returncode == 0, created.stderr
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def release(cluster: Cluster) -> Iterator[Release]:
+    """The chart installed with its default values after a full install → upgrade →
+    uninstall → install cycle (each step recorded); uninstalled when the session ends."""
+    if tool("helm") is None:
+        pytest.skip("helm is not in .tools/bin (make tools) nor on PATH")
+    installed = install_cycle(cluster)
+    yield installed
+    uninstall(cluster, installed)

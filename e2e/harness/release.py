@@ -1,0 +1,97 @@
+"""The chart installed the way a user installs it, once per session, with a record of how.
+
+:func:`install_cycle` runs the whole life of a release with the default values —
+``helm install --wait``, ``helm upgrade``, ``helm uninstall`` — then installs it again
+under the same name and namespace (adopting the CRD the uninstall kept) and leaves it
+installed: the operator tests run as its ServiceAccount. Each step's exit code, output
+and duration is kept in :class:`Release` for e2e/test_helm_chart.py to assert on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from harness.cluster import REPO, Cluster
+
+CHART = REPO / "charts" / "cachescale"
+NAME = "cachescale"
+NAMESPACE = "cachescale-system"
+CRD = "customresourcedefinition/cachescalingpolicies.cachescale.dev"
+WAIT = ("--wait", "--timeout", "3m")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One helm (or kubectl) command: what ran, its result, how long it took."""
+
+    command: str
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@dataclass
+class Release:
+    """The session's release and the steps that made it."""
+
+    name: str = NAME
+    namespace: str = NAMESPACE
+    steps: dict[str, Step] = field(default_factory=dict)
+
+    @property
+    def service_account(self) -> str:
+        """The operator's ServiceAccount (the release's full name, default values)."""
+        return self.name
+
+    def run(self, key: str, action: subprocess.CompletedProcess[str], started: float) -> Step:
+        """Record one finished command under ``key``."""
+        step = Step(
+            " ".join(str(a) for a in action.args[3:]),
+            action.returncode,
+            action.stdout,
+            action.stderr,
+            time.monotonic() - started,
+        )
+        self.steps[key] = step
+        return step
+
+
+def _helm(release: Release, cluster: Cluster, key: str, *args: str) -> Step:
+    started = time.monotonic()
+    return release.run(key, cluster.helm(*args), started)
+
+
+def install_cycle(cluster: Cluster) -> Release:
+    """Install, upgrade, uninstall, check the CRD stayed, install again (see module doc)."""
+    release = Release()
+    where = ("-n", release.namespace)
+    _helm(
+        release,
+        cluster,
+        "install",
+        "install",
+        NAME,
+        str(CHART),
+        *where,
+        "--create-namespace",
+        *WAIT,
+    )
+    _helm(release, cluster, "manifest", "get", "manifest", NAME, *where)
+    _helm(release, cluster, "notes", "get", "notes", NAME, *where)
+    _helm(
+        release, cluster, "upgrade",
+        "upgrade", NAME, str(CHART), *where, "--set", "operator.logFormat=text", *WAIT,
+    )  # fmt: skip
+    _helm(release, cluster, "uninstall", "uninstall", NAME, *where, "--wait", "--timeout", "2m")
+    started = time.monotonic()
+    release.run("crd-after-uninstall", cluster.kubectl("get", CRD, "-o", "name"), started)
+    _helm(release, cluster, "reinstall", "install", NAME, str(CHART), *where, *WAIT)
+    return release
+
+
+def uninstall(cluster: Cluster, release: Release) -> None:
+    """Remove the session's release (the CRD stays, as always)."""
+    cluster.helm("uninstall", release.name, "-n", release.namespace, "--wait", "--timeout", "1m")

@@ -1,0 +1,106 @@
+"""Point 1: the chart installs, upgrades and uninstalls on a real API server.
+
+Every object the chart renders must be accepted by the API server itself (admission,
+RBAC escalation checks, CRD validation), not only by a schema checker. The default-values
+cycle (install → upgrade → uninstall → install) runs once per session in the ``release``
+fixture (e2e/harness/release.py); the namespaced variant runs here as its own release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from harness.cluster import Cluster
+from harness.release import CHART, CRD, Release
+from kube_helpers import get, until
+
+WAIT = ("--wait", "--timeout", "3m")
+
+
+def _objects(manifest: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(manifest) if doc]
+
+
+def _exists(cluster: Cluster, obj: dict[str, Any], namespace: str) -> bool:
+    meta = obj["metadata"]
+    where = ("-n", meta.get("namespace", namespace))
+    kind = (
+        f"{obj['kind']}.{obj['apiVersion'].split('/')[0]}"
+        if "/" in obj["apiVersion"]
+        else obj["kind"]
+    )
+    return cluster.kubectl("get", kind, meta["name"], *where, "-o", "name").returncode == 0
+
+
+def test_default_values_install_upgrade_uninstall_keep_the_crd(
+    cluster: Cluster, release: Release
+) -> None:
+    steps = release.steps
+    for key in ("install", "manifest", "notes", "upgrade", "uninstall", "reinstall"):
+        assert steps[key].returncode == 0, f"helm {steps[key].command}:\n{steps[key].stderr}"
+    print({key: round(step.seconds, 1) for key, step in steps.items()})
+    # NOTES.txt rendered, with the release's own facts.
+    notes = steps["notes"].stdout
+    assert f'is installed as release "{release.name}" in namespace "{release.namespace}"' in notes
+    assert "One operator pod runs standalone." in notes
+    assert "every namespace" in notes
+    # Uninstall kept the CRD (helm.sh/resource-policy: keep), and reinstalling adopted it.
+    kept = steps["crd-after-uninstall"]
+    assert kept.returncode == 0, kept.stderr
+    assert "cachescalingpolicies.cachescale.dev" in kept.stdout
+    # Every object the chart rendered exists on the server now.
+    objects = _objects(steps["manifest"].stdout)
+    kinds = {obj["kind"] for obj in objects}
+    assert {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"} <= kinds
+    assert {"Deployment", "ServiceAccount"} <= kinds
+    missing = [
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in objects
+        if not _exists(cluster, o, release.namespace)
+    ]
+    assert not missing, f"rendered but not on the server: {missing}"
+    # The operator's Deployment rolled out (its pod made Ready by the node stand-in, or a
+    # kubelet on a real cluster): `--wait` already required it.
+    deployment = get(cluster, "deployment", release.name, "-n", release.namespace)
+    assert deployment["status"].get("availableReplicas") == 1
+
+
+def test_namespaced_rbac_install_upgrade_uninstall(cluster: Cluster, namespace: str) -> None:
+    name, home = "cs-ns", f"{namespace}-op"
+    full = f"{name}-cachescale"  # the chart's <release>-<chart> resource names
+    where = ("-n", home)
+    values = (
+        "--set", "crds.install=false",
+        "--set", "rbac.namespaced=true",
+        "--set", f"watchNamespaces={{{namespace}}}",
+    )  # fmt: skip
+    try:
+        installed = cluster.helm(
+            "install", name, str(CHART), *where, "--create-namespace", *values, *WAIT
+        )
+        assert installed.returncode == 0, installed.stderr
+        assert f"the namespaces {namespace}" in installed.stdout, "NOTES name the namespace"
+        role = get(cluster, "role", full, "-n", namespace)
+        assert role is not None, "a Role in the watched namespace"
+        assert get(cluster, "clusterrole", full) is None, "no cluster-wide access"
+        assert get(cluster, "rolebinding", full, "-n", namespace) is not None
+        # Upgrade to two replicas: the KopfPeering the pods elect through is created.
+        upgraded = cluster.helm(
+            "upgrade", name, str(CHART), *where, *values, "--set", "replicaCount=2", *WAIT
+        )
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert get(cluster, "kopfpeering", full, "-n", namespace) is not None
+        deployment = get(cluster, "deployment", full, "-n", home)
+        assert deployment["status"].get("availableReplicas") == 2
+        removed = cluster.helm("uninstall", name, *where, "--wait", "--timeout", "2m")
+        assert removed.returncode == 0, removed.stderr
+        until(
+            lambda: True if get(cluster, "role", full, "-n", namespace) is None else None,
+            "the Role to go with the release",
+            30,
+        )
+        assert cluster.kubectl("get", CRD, "-o", "name").returncode == 0
+    finally:
+        cluster.helm("uninstall", name, *where, "--timeout", "1m")
+        cluster.kubectl("delete", "namespace", home, "--wait=false")
