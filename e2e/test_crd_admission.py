@@ -1,49 +1,101 @@
-"""The CRD on a real API server: it installs, and it rejects a bad policy readably."""
+"""Point 4: admission on a real API server, against the CRD the chart installed.
+
+Every file in examples/invalid/ is rejected, and the server's message names the same
+rule that ``cachescale validate`` names (the CEL rule's message, the OpenAPI bound, the
+unknown field). The example policy and the whole examples/stack/ are accepted: the stack
+is applied for real, with a minimal stand-in CRD for the Prometheus Operator's PodMonitor
+(its schema is not what is under test here).
+"""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import pytest
+from harness.cluster import REPO, Cluster
+from harness.release import Release
+
+INVALID = REPO / "examples" / "invalid"
+RULES = {
+    "bad-selector.yaml": ("spec.metrics", "Prometheus label name"),
+    "bad-window.yaml": ("spec.metrics.window", "window"),
+    "managed-without-shape.yaml": ("spec.batching", "model and gpu"),
+    "min-above-max-replicas.yaml": ("spec.budget", "must be less than or equal to maxReplicas"),
+    "negative-budget.yaml": ("spec.budget.gpuSecondsPer1kRequests", "greater than 0"),
+    "num-seqs-inverted.yaml": ("spec.batching", "must be less than or equal to maxNumSeqs"),
+    "p99-below-p95.yaml": ("spec.slo", "must be at least ttftP95Seconds"),
+    "unknown-field.yaml": ("spec.slo.ttftP95", "unknown field"),
+}
+"""Per file: the field path both must name, and the rule's words both must say."""
+
+PODMONITOR_STAND_IN = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: podmonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PodMonitor, listKind: PodMonitorList, plural: podmonitors, singular: podmonitor}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
 
 
-def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, check=False)
-
-
-def test_crd_installs_and_is_established() -> None:
-    applied = kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-    assert applied.returncode == 0, applied.stderr
-    waited = kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/cachescalingpolicies.cachescale.dev",
+def validate(path: Path) -> str:
+    """What ``cachescale validate`` says about ``path`` (it must refuse it)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "cachescale.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert waited.returncode == 0, waited.stderr
+    assert run.returncode != 0, f"cachescale validate accepted {path.name}"
+    return run.stdout + run.stderr
 
 
-def test_good_policy_accepted_by_dry_run() -> None:
-    result = kubectl(
-        "apply",
-        "--dry-run=server",
-        "-n",
-        "default",
-        "-f",
-        str(REPO / "examples" / "policy-vllm.yaml"),
+def test_every_invalid_example_has_its_rule() -> None:
+    assert sorted(p.name for p in INVALID.glob("*.yaml")) == sorted(RULES)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_invalid_example_rejected_for_the_rule_validate_names(
+    cluster: Cluster, release: Release, namespace: str, name: str
+) -> None:
+    path, words = RULES[name]
+    offline = validate(INVALID / name)
+    server = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(INVALID / name)
     )
-    assert result.returncode == 0, result.stderr
+    assert server.returncode != 0, f"the API server accepted {name}"
+    print(f"{name}: validate: {offline.strip()}\n{name}: server: {server.stderr.strip()}")
+    for text, who in ((offline, "cachescale validate"), (server.stderr, "the API server")):
+        assert path in text, f"{who} does not name {path}: {text}"
+        assert words in text, f"{who} does not say {words!r}: {text}"
+    # Only that rule: the server stops at the first schema error, so nothing else may fail.
+    assert "some validation rules were not checked" not in server.stderr
 
 
-def test_min_above_max_rejected_with_message() -> None:
-    result = kubectl(
-        "apply",
-        "--dry-run=server",
-        "-n",
-        "default",
-        "-f",
-        str(REPO / "examples" / "invalid" / "min-above-max-replicas.yaml"),
-    )
-    assert result.returncode != 0
-    assert "minReplicas must be less than or equal to maxReplicas" in result.stderr
+def test_example_stack_and_policy_accepted(cluster: Cluster, release: Release) -> None:
+    stand_in = cluster.kubectl("apply", "-f", "-", stdin=PODMONITOR_STAND_IN)
+    assert stand_in.returncode == 0, stand_in.stderr
+    established = cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/podmonitors.monitoring.coreos.com",
+    )  # fmt: skip
+    assert established.returncode == 0, established.stderr
+    try:
+        applied = cluster.kubectl("apply", "-f", str(REPO / "examples" / "stack"))
+        assert applied.returncode == 0, applied.stderr
+        assert "cachescalingpolicy.cachescale.dev/llama3-8b-chat created" in applied.stdout
+        policy = cluster.kubectl(
+            "apply", "--dry-run=server", "-f", str(REPO / "examples" / "policy-vllm.yaml")
+        )
+        assert policy.returncode == 0, policy.stderr
+    finally:
+        cluster.kubectl("delete", "namespace", "llm", "--wait=false")
