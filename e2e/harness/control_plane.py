@@ -12,6 +12,10 @@ No process outlives the run: each binary runs in its own process group, asks the
 to kill it when the process that started it dies (``PR_SET_PDEATHSIG``: covers a
 ``kill -9`` of pytest), and :meth:`ControlPlane.stop` (also registered with ``atexit``)
 kills each group and waits for it.
+
+The API server keeps an audit log of every write (verb, user, object; no bodies) in
+``audit.log``: tests count an operator's patches and status writes from the server's
+own record (:meth:`ControlPlane.writes`), not from the operator's logs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -29,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from harness.api import Api, ApiError, Credentials
 from harness.certs import Certificates, Pair, make_certificates
@@ -41,6 +46,21 @@ READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 BINARIES = ("etcd", "kube-apiserver")
 OPTIONAL = "kube-controller-manager"
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    verbs: [get, list, watch]
+  - level: None
+    resources: [{group: coordination.k8s.io, resources: [leases]}]
+  - level: Metadata
+"""
+"""Every write, at Metadata level (who, what, which object, the answer's code)."""
+WRITES = ("create", "update", "patch", "delete")
 
 
 class StartError(RuntimeError):
@@ -200,6 +220,28 @@ class ControlPlane:
             )
         )
 
+    def writes(self, user: str, resource: str, namespace: str) -> list[dict[str, Any]]:
+        """Successful writes by ``user`` to ``resource`` (``hpa`` plural, or
+        ``plural/subresource``) in ``namespace``, from the API server's audit log."""
+        found = []
+        log = self.directory / "audit.log"
+        lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+        for line in lines:
+            event = json.loads(line)
+            ref = event.get("objectRef", {})
+            written = ref.get("resource", "") + (
+                f"/{ref['subresource']}" if ref.get("subresource") else ""
+            )
+            if (
+                event.get("verb") in WRITES
+                and event.get("user", {}).get("username") == user
+                and written == resource
+                and ref.get("namespace") == namespace
+                and event.get("responseStatus", {}).get("code", 0) < 300
+            ):
+                found.append(event)
+        return found
+
     # -- components -------------------------------------------------------------------
 
     def _launch(self, name: str, args: list[str]) -> Component:
@@ -248,6 +290,8 @@ class ControlPlane:
         assert certs is not None
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
+        audit_policy = self.directory / "audit-policy.yaml"
+        audit_policy.write_text(AUDIT_POLICY, encoding="utf-8")
         apiserver = self._launch(
             "kube-apiserver",
             [
@@ -273,6 +317,10 @@ class ControlPlane:
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 f"--proxy-client-cert-file={certs.front_proxy_client.cert}",
                 f"--proxy-client-key-file={certs.front_proxy_client.key}",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.directory / 'audit.log'}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
                 "--v=0",
             ],
         )
