@@ -1,0 +1,130 @@
+"""Point 7: two operator replicas with kopf peering, as the chart runs them.
+
+The session's release is upgraded to ``replicaCount=2``: the chart then creates the
+ClusterKopfPeering and grants access to it. Two ``cachescale run --peering <release>``
+processes (cluster-wide, like the chart's pods) then run as the chart's ServiceAccount
+against the same API server. Exactly one evaluates: counted from each process's log and
+from the API server's audit log of status writes. When the active one is killed
+(``kill -9``: no goodbye in the peering object), the other takes over once the dead
+peer's record expires: within kopf's peering lifetime (60 s) plus one evaluation
+interval (docs/install.md, Leader election).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from cluster import policy as policy_body
+from harness.cluster import Cluster
+from harness.release import CHART, Release
+from kube_helpers import apply, get, until
+from operators import operator_process
+from process_fixture import OperatorProcess
+from serving import APP, create_stack
+
+from prometheus_fixture import free_port
+
+INTERVAL_S = 10.0
+PEERING_LIFETIME_S = 60.0
+TAKEOVER_LIMIT_S = PEERING_LIFETIME_S + 2 * INTERVAL_S
+WAIT = ("--wait", "--timeout", "3m")
+PAUSED = "Pausing operations in favour of"
+
+
+def evaluations(operator: OperatorProcess, namespace: str) -> int:
+    """How many evaluations of the policy this process logged."""
+    return len(re.findall(rf"{re.escape(namespace)}/{APP}: ", operator.output()))
+
+
+def test_two_replicas_one_acts_and_the_other_takes_over(
+    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
+) -> None:
+    where = ("-n", release.namespace)
+    upgraded = cluster.helm(
+        "upgrade",
+        release.name,
+        str(CHART),
+        *where,
+        "--reuse-values",
+        "--set",
+        "replicaCount=2",
+        *WAIT,
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "2 operator pods elect an active one" in upgraded.stdout, "NOTES say so"
+    try:
+        assert get(cluster, "clusterkopfpeering", release.name) is not None
+        kubeconfig = cluster.token_kubeconfig(
+            tmp_path / "operator.kubeconfig", release.namespace, release.service_account
+        )
+        create_stack(cluster, namespace, "peering-model", 2)
+        # Nothing listens at this Prometheus: every round reports MetricsAvailable=False,
+        # a status write per evaluation, and nothing else.
+        body = policy_body(
+            APP,
+            prometheus_url=f"http://127.0.0.1:{free_port()}",
+            extra={"metrics": {"selector": {"namespace": namespace}}},
+        )
+        body["metadata"] = {"name": APP}
+        apply(cluster, namespace, body)
+        with ExitStack() as stack:
+            peers = [
+                stack.enter_context(
+                    operator_process(tmp_path / name, kubeconfig, peering=release.name)
+                )
+                for name in ("a", "b")
+            ]
+            # The later peer may start alone for a moment and evaluate once; from the
+            # moment one of them pauses in favour of the other, only one may act.
+            paused = until(
+                lambda: next((p for p in peers if PAUSED in p.output()), None),
+                "one peer to pause in favour of the other",
+                60,
+            )
+            active = peers[1] if paused is peers[0] else peers[0]
+            standby, start = paused, [evaluations(p, namespace) for p in (active, paused)]
+            until(
+                lambda: True if evaluations(active, namespace) >= start[0] + 4 else None,
+                "four evaluations by the active peer",
+                90,
+            )
+            counts = [
+                evaluations(p, namespace) - n
+                for p, n in zip((active, standby), start, strict=False)
+            ]
+            assert counts[1] == 0, f"the paused peer evaluated too: {counts}"
+            if cluster.plane is not None:
+                user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
+                writes = cluster.plane.writes(user, "cachescalingpolicies/status", namespace)
+                total = sum(start) + counts[0]
+                assert len(writes) <= total, (len(writes), total)
+                print(
+                    f"evaluations active/standby since the pause {counts}; status writes "
+                    f"(audit log) {len(writes)} for {total} evaluations in all"
+                )
+            active.process.kill()
+            active.process.wait()
+            killed, before = time.monotonic(), evaluations(standby, namespace)
+            until(
+                lambda: True if evaluations(standby, namespace) > before else None,
+                "the standby's first evaluation",
+                TAKEOVER_LIMIT_S + 30,
+            )
+            takeover = time.monotonic() - killed
+            print(f"takeover after kill -9: {takeover:.1f}s")
+            assert takeover <= TAKEOVER_LIMIT_S, takeover
+            assert "Traceback" not in standby.output()
+    finally:
+        cluster.helm(
+            "upgrade",
+            release.name,
+            str(CHART),
+            *where,
+            "--reuse-values",
+            "--set",
+            "replicaCount=1",
+            *WAIT,
+        )
