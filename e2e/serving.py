@@ -72,6 +72,11 @@ def write_targets(path: Path, namespace: str, base_port: int, pods: list[str]) -
         }
         for index, pod in enumerate(pods)
     ]
+    _write_json(path, groups)
+
+
+def _write_json(path: Path, groups: list[dict[str, Any]]) -> None:
+    """Replace ``path`` atomically (Prometheus may read it at any moment)."""
     partial = path.with_suffix(".tmp")
     partial.write_text(json.dumps(groups), encoding="utf-8")
     partial.replace(path)
@@ -87,9 +92,13 @@ class Metrics:
     base_port: int
     namespace: str
 
-    def rename(self, pods: list[str]) -> None:
-        """Point emulated engine N at real pod N (after a rollout replaced the pods)."""
-        write_targets(self.targets, self.namespace, self.base_port, pods)
+    def point(self, pairs: list[tuple[int, str]]) -> None:
+        """Scrape the emulated engine on each port as the named real pod."""
+        groups = [
+            {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": self.namespace, "pod": pod}}
+            for port, pod in pairs
+        ]
+        _write_json(self.targets, groups)
 
 
 @contextmanager
