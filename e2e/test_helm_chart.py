@@ -8,12 +8,19 @@ fixture (e2e/harness/release.py); the namespaced variant runs here as its own re
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import yaml
+from cluster import policy as policy_body
 from harness.cluster import Cluster
 from harness.release import CHART, CRD, Release
-from kube_helpers import get, until
+from kube_helpers import apply, get, until
+from operators import operator_process
+from serving import APP
+
+from prometheus_fixture import free_port
 
 WAIT = ("--wait", "--timeout", "3m")
 
@@ -66,7 +73,10 @@ def test_default_values_install_upgrade_uninstall_keep_the_crd(
     assert deployment["status"].get("availableReplicas") == 1
 
 
-def test_namespaced_rbac_install_upgrade_uninstall(cluster: Cluster, namespace: str) -> None:
+def test_namespaced_rbac_install_upgrade_uninstall(
+    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
+) -> None:
+    """crds.install=false: the CRD is the session release's (one owner per CRD)."""
     name, home = "cs-ns", f"{namespace}-op"
     full = f"{name}-cachescale"  # the chart's <release>-<chart> resource names
     where = ("-n", home)
@@ -85,6 +95,7 @@ def test_namespaced_rbac_install_upgrade_uninstall(cluster: Cluster, namespace: 
         assert role is not None, "a Role in the watched namespace"
         assert get(cluster, "clusterrole", full) is None, "no cluster-wide access"
         assert get(cluster, "rolebinding", full, "-n", namespace) is not None
+        check_the_namespaced_operator(cluster, namespace, home, full, tmp_path)
         # Upgrade to two replicas: the KopfPeering the pods elect through is created.
         upgraded = cluster.helm(
             "upgrade", name, str(CHART), *where, *values, "--set", "replicaCount=2", *WAIT
@@ -103,4 +114,48 @@ def test_namespaced_rbac_install_upgrade_uninstall(cluster: Cluster, namespace: 
         assert cluster.kubectl("get", CRD, "-o", "name").returncode == 0
     finally:
         cluster.helm("uninstall", name, *where, "--timeout", "1m")
-        cluster.kubectl("delete", "namespace", home, "--wait=false")
+        cluster.kubectl("delete", "namespace", home, f"{namespace}-other", "--wait=false")
+
+
+def check_the_namespaced_operator(
+    cluster: Cluster, watched: str, home: str, account: str, workdir: Path
+) -> None:
+    """The operator as the namespaced release's ServiceAccount: it acts in the watched
+    namespace, and a policy elsewhere is outside its watch scope (docs/install.md):
+    ignored, with no error per round; the server refuses it everything outside."""
+    other = f"{watched}-other"
+    assert cluster.kubectl("create", "namespace", other).returncode == 0
+    kubeconfig = cluster.token_kubeconfig(workdir / "ns.kubeconfig", home, account)
+    as_operator = ("--kubeconfig", str(kubeconfig))
+    for verb, resource, where, allowed in [
+        ("patch", "deployments", watched, "yes"),
+        ("patch", "deployments", other, "no"),
+        ("get", "secrets", watched, "no"),
+        ("list", "namespaces", watched, "no"),
+    ]:
+        can = cluster.kubectl(*as_operator, "auth", "can-i", verb, resource, "-n", where)
+        assert can.stdout.strip() == allowed, (verb, resource, where, can.stdout, can.stderr)
+    denied = cluster.kubectl(*as_operator, "get", "deployments", "-n", other)
+    assert "Forbidden" in denied.stderr, denied.stderr
+    for where in (watched, other):
+        body = policy_body(APP, prometheus_url=f"http://127.0.0.1:{free_port()}")
+        body["metadata"] = {"name": APP}
+        apply(cluster, where, body)
+    started = time.monotonic()
+    with operator_process(workdir / "operator", kubeconfig, (watched,)) as operator:
+        print(f"namespaced operator ready after {time.monotonic() - started:.1f}s")
+        until(
+            lambda: (get(cluster, "csp", APP, "-n", watched) or {}).get("status") or None,
+            "the watched policy's first status",
+            60,
+        )
+        print(f"first status after {time.monotonic() - started:.1f}s")
+        time.sleep(12)  # at least one more round (interval 10 s)
+        assert operator.process.poll() is None, operator.tail()
+        ignored = get(cluster, "csp", APP, "-n", other)
+        assert "status" not in ignored, "outside the watch scope: never evaluated"
+        assert not ignored["metadata"].get("finalizers"), "nor taken over by kopf"
+        output = operator.output()
+        assert "Traceback" not in output, operator.tail()
+        assert other not in output, operator.tail()
+        assert f"{watched}/{APP}: " in output
