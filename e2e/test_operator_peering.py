@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cluster import policy as policy_body
 from harness.cluster import Cluster
-from harness.release import CHART, Release
+from harness.release import CHART, Release, wait_flags
 from kube_helpers import apply, get, until
 from operators import operator_process
 from process_fixture import OperatorProcess
@@ -30,7 +30,6 @@ from prometheus_fixture import free_port
 INTERVAL_S = 10.0
 PEERING_LIFETIME_S = 60.0
 TAKEOVER_LIMIT_S = PEERING_LIFETIME_S + 2 * INTERVAL_S
-WAIT = ("--wait", "--timeout", "3m")
 PAUSED = "Pausing operations in favour of"
 
 
@@ -51,7 +50,7 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
         "--reuse-values",
         "--set",
         "replicaCount=2",
-        *WAIT,
+        *wait_flags(cluster),
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert "2 operator pods elect an active one" in upgraded.stdout, "NOTES say so"
@@ -126,5 +125,5 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
             "--reuse-values",
             "--set",
             "replicaCount=1",
-            *WAIT,
+            *wait_flags(cluster),
         )
