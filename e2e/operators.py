@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from process_fixture import IN_CLUSTER_ENV, OperatorProcess, cachescale_command
 
@@ -26,6 +27,7 @@ def operator_process(
     kubeconfig: Path,
     namespaces: tuple[str, ...] = (),
     peering: str | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Iterator[OperatorProcess]:
     """Start ``cachescale run`` (killed on the way out, whatever happened)."""
     health_port = free_port_block(1)
@@ -37,6 +39,7 @@ def operator_process(
         "--health-port", str(health_port),
         *(("--peering", peering) if peering else ("--standalone",)),
         *(arg for namespace in namespaces for arg in ("--namespace", namespace)),
+        *flags,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in (*IN_CLUSTER_ENV, "KUBECONFIG")}
     workdir.mkdir(parents=True, exist_ok=True)
@@ -51,3 +54,11 @@ def operator_process(
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+def chart_flags(deployment: dict[str, Any]) -> tuple[str, ...]:
+    """The chart's own ``cachescale run`` flags that shape what the operator may touch
+    (``--no-scanning``), read from its installed Deployment: the process under test runs
+    with the flags the chart gives its pods."""
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return tuple(arg for arg in container["args"] if arg == "--no-scanning")

@@ -37,8 +37,8 @@ RESTART_AT_WALL_S = 80.0
 WARMUP_S = 30
 """The policy's podWarmupSeconds: the first pods are warm by the time of the change, the
 new ones are not."""
-WATCH_S = 45.0
-"""How long the rollout is watched after the change: four to five evaluations."""
+WATCH_S = 30.0
+"""How long the rollout is watched after the change: three evaluations."""
 SHAPE = {
     "model": {"layers": 32, "kvHeads": 8, "headDim": 128, "kvDtypeBytes": 2, "weightsGiB": 16},
     "gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 0.9},

@@ -30,7 +30,6 @@ from prometheus_fixture import free_port
 INTERVAL_S = 10.0
 PEERING_LIFETIME_S = 60.0
 TAKEOVER_LIMIT_S = PEERING_LIFETIME_S + 2 * INTERVAL_S
-PAUSED = "Pausing operations in favour of"
 
 
 def evaluations(operator: OperatorProcess, namespace: str) -> int:
@@ -76,32 +75,35 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
                 )
                 for name in ("a", "b")
             ]
-            # The later peer may start alone for a moment and evaluate once; from the
-            # moment one of them pauses in favour of the other, only one may act.
-            paused = until(
-                lambda: next((p for p in peers if PAUSED in p.output()), None),
-                "one peer to pause in favour of the other",
-                60,
-            )
-            active = peers[1] if paused is peers[0] else peers[0]
-            standby, start = paused, [evaluations(p, namespace) for p in (active, paused)]
-            until(
-                lambda: True if evaluations(active, namespace) >= start[0] + 4 else None,
-                "four evaluations by the active peer",
-                90,
-            )
-            counts = [
-                evaluations(p, namespace) - n
-                for p, n in zip((active, standby), start, strict=False)
-            ]
-            assert counts[1] == 0, f"the paused peer evaluated too: {counts}"
+
+            # The first peer may act alone for a moment. Once the peering object lists
+            # both, the lower priority pauses (or stays paused from its start, silently):
+            # from then on exactly one may evaluate.
+            def both_listed() -> bool | None:
+                peering = get(cluster, "clusterkopfpeering", release.name) or {}
+                return True if len(peering.get("status") or {}) >= 2 else None
+
+            until(both_listed, "both peers in the ClusterKopfPeering", 60)
+            time.sleep(2.0)  # the peering event reaches both watchers
+            start = [evaluations(p, namespace) for p in peers]
+
+            def three_more() -> bool | None:
+                done = sum(evaluations(p, namespace) for p in peers)
+                return True if done >= sum(start) + 3 else None
+
+            until(three_more, "three more evaluations", 90)
+            grown = [evaluations(p, namespace) - n for p, n in zip(peers, start, strict=True)]
+            assert sorted(grown)[0] == 0, f"both peers evaluated: {grown}"
+            index = 0 if grown[0] else 1
+            active, standby = peers[index], peers[1 - index]
+            counts = [grown[index], grown[1 - index]]
             if cluster.plane is not None:
                 user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
                 writes = cluster.plane.writes(user, "cachescalingpolicies/status", namespace)
                 total = sum(start) + counts[0]
                 assert len(writes) <= total, (len(writes), total)
                 print(
-                    f"evaluations active/standby since the pause {counts}; status writes "
+                    f"evaluations active/standby once both peered {counts}; status writes "
                     f"(audit log) {len(writes)} for {total} evaluations in all"
                 )
             active.process.kill()

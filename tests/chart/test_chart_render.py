@@ -384,3 +384,15 @@ def test_chart_files_are_commented() -> None:
             assert text.lstrip().startswith(("#", "{{")), f"{path} has no leading comment"
             if path.parent.name == "templates" and path.suffix == ".yaml":
                 assert re.search(r"^\s*#|\{\{-? ?/\*", text, re.MULTILINE), path
+
+
+def test_namespaced_rbac_turns_kopf_scanning_off() -> None:
+    """Roles grant no namespace or CRD list: kopf must not try (it would retry for ~1 min)."""
+
+    def args(values: dict[str, object]) -> list[str]:
+        deployment = one(render(values), "Deployment")
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--no-scanning" not in args({})
+    assert "--no-scanning" not in args({"watchNamespaces": ["llm"]})
+    assert "--no-scanning" in args({"watchNamespaces": ["llm"], "rbac": {"namespaced": True}})

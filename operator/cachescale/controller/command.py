@@ -52,6 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     peering.add_argument(
         "--standalone", action="store_true", help="no peering: a single replica (default)"
     )
+    parser.add_argument(
+        "--no-scanning",
+        action="store_true",
+        help=(
+            "never list or watch namespaces and CRDs: serve the --namespace list and the "
+            "CRDs present at start (RBAC without cluster-wide access: rbac.namespaced=true)"
+        ),
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run)
@@ -72,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
-    runtime = Runtime(Operator(KubeApi(load_config(args.kubeconfig))))
+    runtime = Runtime(
+        Operator(KubeApi(load_config(args.kubeconfig))), scanning=not args.no_scanning
+    )
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     asyncio.run(_main(args, runtime))

@@ -49,14 +49,19 @@ class Runtime:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     """Per policy (uid): an evaluation and the delete handler's restore never overlap."""
+    scanning: bool = True
+    """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
+    (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
+    a minute before it serves anything, and keeps logging the 403s."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The policy's lock (created on first use)."""
         return self.locks.setdefault(uid, asyncio.Lock())
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
-    """kopf settings: annotation-based storage, quiet posting, a peering priority."""
+def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
+    """kopf settings: annotation-based storage, quiet posting, a peering priority, and
+    namespace/CRD scanning only where RBAC allows it."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
@@ -68,6 +73,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.peering.priority = random.randint(1, 32_767)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    settings.scanning.disabled = not scanning
 
 
 def interval_of(spec: Any) -> float:
@@ -108,8 +114,8 @@ def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
 
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-    configure(settings)
     runtime: Runtime = memo.runtime
+    configure(settings, runtime.scanning)
     runtime.ready.set()
 
 
