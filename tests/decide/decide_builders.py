@@ -11,9 +11,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide import HPAState, HumanRequests, Memory, Snapshot, WorkloadState
-from cachescale.decide.memory import BaselineMemory, ReplicaMark
-from cachescale.snapshot import EngineProfile, EngineSignals, Measured, PodSignals, Unit
+from cachescale.decide.memory import BaselineMemory, Memory, ReplicaMark
+from cachescale.snapshot import (
+    EngineProfile,
+    EngineSignals,
+    HPAState,
+    HumanRequests,
+    Measured,
+    PodSignals,
+    Snapshot,
+    Unit,
+    WorkloadState,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INTERVAL = timedelta(seconds=30)

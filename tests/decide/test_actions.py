@@ -10,8 +10,9 @@ from decide_builders import BATCHING, INTERVAL, T0, learned, signals, snapshot, 
 from test_diagnosis import condition, run
 
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import HumanRequests, Memory, decide
+from cachescale.decide import Memory, decide
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
+from cachescale.snapshot import HumanRequests
 
 
 def test_budget_caps_max_replicas_at_the_observed_rate() -> None:

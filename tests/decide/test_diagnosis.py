@@ -17,11 +17,12 @@ from decide_builders import (
     workload,
 )
 
+from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Diagnosis, Memory, Snapshot, decide
+from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.diagnosis import collapse_thresholds
-from cachescale.snapshot import EngineSignals, FetchFailure
+from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 
 
 def run(

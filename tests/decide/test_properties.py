@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachescale.api.status import ConditionType
-from cachescale.decide import Decision, Memory, Snapshot, decide
-from cachescale.decide.envelope import STABILIZATION_SECONDS
+from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.memory import BaselineMemory
+from cachescale.decide.thresholds import STABILIZATION_SECONDS
+from cachescale.snapshot import Snapshot
 
 POLICY = spec(
     budget={"gpuSecondsPer1kRequests": 900, "minReplicas": 3, "maxReplicas": 30},

@@ -34,11 +34,11 @@ from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import previous_status, render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
-from cachescale.decide import Decision, HumanRequests, Memory, Snapshot, decide
+from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from cachescale.gather.promql import Selector
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
-from cachescale.snapshot import EngineSignals, FetchFailure
+from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
 
 ACKNOWLEDGE = "cachescale.dev/acknowledge"
 """Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""

@@ -14,9 +14,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide import Decision, Snapshot
-from cachescale.decide.diagnosis import Diagnosis
+from cachescale.decide import Decision
+from cachescale.snapshot import Snapshot
 
 ALERT_REASONS = (
     Diagnosis.PREFIX_COLLAPSE,

@@ -25,9 +25,9 @@ from cachescale.api.status import (
     ObservedSignals,
     UnknownSignal,
 )
-from cachescale.decide import Decision, Snapshot
-from cachescale.decide.engine import ConditionVerdict
-from cachescale.snapshot import Unit
+from cachescale.decide import Decision
+from cachescale.decide.conditions import ConditionVerdict
+from cachescale.snapshot import Snapshot, Unit
 
 STATUS_FIELDS = {
     "token_hit_rate_local": "tokenHitRate",

@@ -21,7 +21,7 @@ from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
 from cachescale.controller.kube import KubeApi, NotFoundError
-from cachescale.decide import HPAState, WorkloadState
+from cachescale.snapshot import HPAState, WorkloadState
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 """Extended resources counted as GPUs."""

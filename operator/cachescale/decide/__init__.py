@@ -2,24 +2,21 @@
 
 No I/O, no clock, no Kubernetes or Prometheus imports (import-linter enforces it): the
 operator and the simulator feed it the same values, and tests can state any situation
-by hand. Start at ``engine.decide``; ``docs/decisions.md`` explains it for users.
+by hand. Start at ``engine.decide``; ``docs/decisions.md`` explains it for users. What it
+reads is ``cachescale.snapshot.Snapshot``; the diagnoses it names are in
+``cachescale.api.reasons``; every tuning threshold is in ``thresholds.py``.
 """
 
-from cachescale.decide.diagnosis import Diagnosis, Finding
-from cachescale.decide.engine import Decision, decide
+from cachescale.decide.decision import Decision
+from cachescale.decide.diagnosis import Finding
+from cachescale.decide.engine import decide
 from cachescale.decide.envelope import Envelope
-from cachescale.decide.inputs import HPAState, HumanRequests, Snapshot, WorkloadState
 from cachescale.decide.memory import Memory
 
 __all__ = [
     "Decision",
-    "Diagnosis",
     "Envelope",
     "Finding",
-    "HPAState",
-    "HumanRequests",
     "Memory",
-    "Snapshot",
-    "WorkloadState",
     "decide",
 ]

@@ -1,7 +1,7 @@
 """``--max-num-seqs``: keep the running batch under the cache-friendly ceiling B_max.
 
-Running sequences and cached prefixes share one KV pool (BRIEF §2), so a batch ceiling
-above ``B_max`` evicts reusable prefixes on every admission. The rules:
+Running sequences and cached prefixes share one KV pool (``docs/decisions.md``, §4), so a
+batch ceiling above ``B_max`` evicts reusable prefixes on every admission. The rules:
 
 - lower toward ``B_max`` (never more than 25% per change) while eviction pressure has held
   for ``collapseWindows`` evaluations;
@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide.diagnosis import BATCH_NEAR_CEILING, LOW_HIT_RATE, QUEUED_PER_POD
-from cachescale.decide.inputs import Snapshot
 from cachescale.decide.memory import Memory
-
-MAX_STEP = 0.25
-"""Largest relative change of the ceiling in one decision."""
-LOW_HIT_SECONDS = 600.0
-"""How long the hit rate must stay low before the ceiling is raised."""
+from cachescale.decide.thresholds import (
+    BATCH_NEAR_CEILING,
+    LOW_HIT_RATE,
+    LOW_HIT_SECONDS,
+    MAX_STEP,
+    QUEUED_PER_POD,
+)
+from cachescale.snapshot import Snapshot
 
 
 class BatchReason:

@@ -1,8 +1,9 @@
-"""Diagnosis: what is going on, named from the evidence (BRIEF §5).
+"""Diagnosis: what is going on, named from the evidence (``docs/decisions.md``, §2).
 
 Several diagnoses can hold at once (a collapse usually puts the SLO at risk too); each
 comes with its evidence in words and numbers, and ``PRECEDENCE`` picks the one that leads
-the state shown by ``kubectl get``. The tests that decide them are written here once:
+the state shown by ``kubectl get``. The measurements that decide them are written here
+once (``checks.py`` chains them into findings):
 
 - a *collapse* is the warm-pod token hit rate under ``threshold`` (a relative and an
   absolute drop from the baseline, both required) for ``collapseWindows`` consecutive
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
+from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec, CacheSpec
 from cachescale.capacity import (
     GIB,
@@ -28,47 +29,21 @@ from cachescale.capacity import (
     kv_bytes_per_token,
 )
 from cachescale.decide import words
-from cachescale.decide.inputs import Snapshot
 from cachescale.decide.memory import BaselineMemory, Memory
-from cachescale.snapshot import Measured
-
-
-class Diagnosis(StrEnum):
-    """What an evaluation found (CamelCase: also the reason of conditions and Events)."""
-
-    METRICS_UNAVAILABLE = "MetricsUnavailable"
-    PREFIX_COLLAPSE = "PrefixCollapse"
-    EVICTION_PRESSURE = "EvictionPressure"
-    SLO_AT_RISK = "SLOAtRisk"
-    OVER_BUDGET = "OverBudget"
-    COLD_FLEET = "ColdFleet"
-    DEMAND_GROWTH = "DemandGrowth"
-    HEALTHY = "Healthy"
-
+from cachescale.decide.thresholds import (
+    BATCH_NEAR_CEILING,
+    FLAT_DEMAND,
+    KV_USAGE_FULL,
+    PREEMPTIONS_PER_REQUEST_PRESSURE,
+    PREFILL_UP_FACTOR,
+    QUEUED_PER_POD,
+)
+from cachescale.snapshot import Measured, Snapshot
 
 PRECEDENCE = tuple(Diagnosis)
-"""Which diagnosis leads when several hold: declaration order above. Missing data first
-(nothing else can be trusted), then the cache failures this operator exists for, then the
-SLO and the budget, then the expected or benign states."""
-
-PREEMPTIONS_PER_REQUEST_PRESSURE = 0.01
-"""Preemptions per finished request that count as sustained pressure (1 in 100)."""
-KV_USAGE_FULL = 0.95
-"""KV usage at which the pool is full: every admission evicts a cached block."""
-BATCH_NEAR_CEILING = 0.9
-"""A running batch at this share of the ceiling counts as near it."""
-LOW_HIT_RATE = 0.2
-"""Below this token hit rate the cache is not worth protecting (BRIEF §2)."""
-DEMAND_GROWTH_FACTOR = 1.2
-"""Request rate this far above baseline is demand growth..."""
-COST_STEADY_FACTOR = 1.15
-"""...when the cost per request stays within this factor of its baseline."""
-FLAT_DEMAND = 0.2
-"""A request rate within ±20% of baseline is called flat in a collapse message."""
-QUEUED_PER_POD = 1.0
-"""Mean waiting requests per pod at which the fleet counts as saturated."""
-PREFILL_UP_FACTOR = 1.5
-"""Prefill tokens per request this far above baseline point at a prompt change."""
+"""Which diagnosis leads when several hold: ``Diagnosis``'s declaration order. Missing
+data first (nothing else can be trusted), then the cache failures this operator exists
+for, then the SLO and the budget, then the expected or benign states."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +55,7 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
-class CollapseTest:
+class CollapseCheck:
     """The warm-pod hit rate against the baseline's collapse and clearing thresholds."""
 
     warm_hit_rate: Measured
@@ -115,7 +90,9 @@ def collapse_thresholds(cache: CacheSpec, baseline: float) -> tuple[float, float
     return threshold, (threshold + baseline) / 2
 
 
-def collapse_test(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> CollapseTest:
+def check_collapse(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory
+) -> CollapseCheck:
     """Compare the warm pods' pooled hit rate with the learned baseline."""
     warmup = float(spec.cache.pod_warmup_seconds)
     warm = snapshot.signals.warm_token_hit_rate(warmup)
@@ -123,7 +100,7 @@ def collapse_test(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memo
     threshold = clear = None
     if baseline is not None:
         threshold, clear = collapse_thresholds(spec.cache, baseline)
-    return CollapseTest(
+    return CollapseCheck(
         warm_hit_rate=warm,
         warm_pods=snapshot.workload.warm_replicas(warmup),
         baseline=baseline,
@@ -151,14 +128,14 @@ def batch_ceiling(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | Non
 
 
 @dataclass(frozen=True, slots=True)
-class EvictionTest:
+class EvictionCheck:
     """Preemptions and KV usage against the batch ceiling."""
 
     held: bool
     evidence: str
 
 
-def eviction_test(snapshot: Snapshot, ceiling: int | None) -> EvictionTest:
+def check_eviction(snapshot: Snapshot, ceiling: int | None) -> EvictionCheck:
     """Pressure = (preemptions ≥ 1/100 requests or KV ≥ 95%) with the batch near the
     ceiling (B_max when known, else the engine's own ``--max-num-seqs``)."""
     signals = snapshot.signals
@@ -176,7 +153,7 @@ def eviction_test(snapshot: Snapshot, ceiling: int | None) -> EvictionTest:
     full = kv is not None and kv >= KV_USAGE_FULL
     near = running is not None and limit is not None and running >= BATCH_NEAR_CEILING * limit
     if not ((preempting or full) and near):
-        return EvictionTest(False, "")
+        return EvictionCheck(False, "")
     assert running is not None
     assert limit is not None
     parts = []
@@ -189,7 +166,7 @@ def eviction_test(snapshot: Snapshot, ceiling: int | None) -> EvictionTest:
         parts.append(f"KV cache {kv:.0%} full")
     name = "cache-friendly ceiling B_max" if ceiling is not None else "--max-num-seqs"
     parts.append(f"running batch {running:.1f}/pod against a {name} of {limit}")
-    return EvictionTest(True, ", ".join(parts))
+    return EvictionCheck(True, ", ".join(parts))
 
 
 def budget_replicas(
@@ -207,9 +184,9 @@ def budget_replicas(
     current replicas — adding replicas cannot make requests cheaper, and removing
     saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
     the cap is the budget's ``maxReplicas`` — the HPA scales for the demand inside the
-    budget's range, as the BRIEF's demand-growth row says. ``requests_got_dearer`` (the
-    cache fell, or prefill per request rose) overrules a windowed cost that has not caught
-    up yet: then the fleet is held at its replicas too.
+    budget's range (``DemandGrowth`` in ``docs/decisions.md``). ``requests_got_dearer``
+    (the cache fell, or prefill per request rose) overrules a windowed cost that has not
+    caught up yet: then the fleet is held at its replicas too.
     """
     signals = snapshot.signals
     rps = signals.requests_per_second.value
@@ -227,12 +204,14 @@ def budget_replicas(
     return cap
 
 
-def collapse_evidence(test: CollapseTest, snapshot: Snapshot, memory: Memory, windows: int) -> str:
+def collapse_evidence(
+    check: CollapseCheck, snapshot: Snapshot, memory: Memory, windows: int
+) -> str:
     """The collapse message's evidence: hit rate, demand, prefill, preemptions, cause."""
     baseline = memory.baseline
     signals = snapshot.signals
-    assert test.warm_hit_rate.value is not None
-    assert test.baseline is not None
+    assert check.warm_hit_rate.value is not None
+    assert check.baseline is not None
     evidence = memory.collapse_evidence
     span = (
         f"over {windows} windows"
@@ -242,8 +221,8 @@ def collapse_evidence(test: CollapseTest, snapshot: Snapshot, memory: Memory, wi
         else "since the collapse"
     )
     text = (
-        f"token hit rate {words.ratio(test.baseline)} → {words.ratio(test.warm_hit_rate.value)}"
-        f" {span} on {test.warm_pods} warm pods"
+        f"token hit rate {words.ratio(check.baseline)} → {words.ratio(check.warm_hit_rate.value)}"
+        f" {span} on {check.warm_pods} warm pods"
     )
     clauses = [_demand_clause(snapshot, memory, baseline)]
     prefill = signals.prefill_tokens_per_request.value

@@ -32,21 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
-from cachescale.decide.inputs import Snapshot
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
-
-STABILIZATION_SECONDS = 300.0
-"""Window for lowering maxReplicas and for reversing a change (the HPA's default)."""
-TARGET_STEP = 0.8
-"""The SLO guard lowers the HPA target by this factor per step (raising: its inverse)."""
-TARGET_FLOOR = 0.5
-"""The target never goes below half of the user's original."""
-SLO_BREACH_EVALUATIONS = 2
-"""Breaching evaluations before the SLO guard lowers the target."""
-BATCH_TARGET_SHARE = 0.75
-"""Most of the batch ceiling a running-requests HPA target may ask for (24 of 32)."""
-SLO_COMFORTABLE_SHARE = 0.7
-"""TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
+from cachescale.decide.thresholds import (
+    BATCH_TARGET_SHARE,
+    SLO_BREACH_EVALUATIONS,
+    STABILIZATION_SECONDS,
+    TARGET_FLOOR,
+    TARGET_STEP,
+)
+from cachescale.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +102,8 @@ def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, curr
 
 
 @dataclass(frozen=True, slots=True)
-class EnvelopeInputs:
-    """The diagnosis facts the envelope depends on."""
+class EnvelopeFacts:
+    """What the diagnosis found that the envelope depends on."""
 
     collapse_held: bool
     """A confirmed, unacknowledged collapse under ``onCollapse: Hold``."""
@@ -124,7 +118,7 @@ def plan_envelope(
     snapshot: Snapshot,
     memory: Memory,
     now: datetime,
-    facts: EnvelopeInputs,
+    facts: EnvelopeFacts,
 ) -> EnvelopePlan:
     """Decide min/max/target from the budget, a collapse hold and the SLO guard."""
     low, high = spec.budget.min_replicas, spec.budget.max_replicas
@@ -166,6 +160,23 @@ def plan_envelope(
         slo_guard=slo_guard or lowered,
         memory=memory,
     )
+
+
+def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
+    """The HPA's own replica count for its metric at ``target`` (ceil(ready × avg / target))."""
+    hpa = snapshot.workload.hpa
+    name = hpa.metric_name or ""
+    signals = snapshot.signals
+    per_pod = (
+        signals.running_requests_per_pod
+        if "running" in name
+        else signals.waiting_requests_per_pod
+        if "waiting" in name or "queue" in name
+        else None
+    )
+    if per_pod is None or per_pod.value is None or not target:
+        return None
+    return math.ceil(snapshot.workload.ready_replicas * per_pod.value / target - 1e-9)
 
 
 def _clamp(value: int, low: int, high: int) -> int:

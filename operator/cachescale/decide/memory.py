@@ -5,20 +5,22 @@ a ``Memory`` value it receives and returns. The operator persists it (in the pol
 status) so a restart loses nothing: the baseline, when each symptom started, the last
 ``--max-num-seqs`` change (the cooldown survives a restart) and the active alerts. It is a
 frozen pydantic model so it round-trips through JSON exactly.
+
+The functions at the end are the steps of an evaluation that only move memory forward:
+human requests, the collapse's running evidence, and baseline learning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import datetime
 
 from pydantic import Field
 
 from cachescale.api.base import ApiModel
-
-BASELINE_TIME_CONSTANT_S = 3600.0
-"""How fast the baseline follows a healthy workload: a one-hour exponential average (a
-plain mean over the first hour). Slow on purpose: a hit rate that drifts down over tens
-of minutes must not become the new normal before it crosses the collapse threshold."""
+from cachescale.api.reasons import Diagnosis
+from cachescale.decide.thresholds import AT_BASELINE_SHARE, BASELINE_TIME_CONSTANT_S
+from cachescale.snapshot import HumanRequests, Snapshot
 
 
 class BaselineMemory(ApiModel):
@@ -158,3 +160,113 @@ class Memory(ApiModel):
     def alert(self, reason: str) -> AlertMemory | None:
         """The active alert raised by ``reason``, if any."""
         return next((a for a in self.alerts if a.reason == reason), None)
+
+
+def apply_human_requests(
+    memory: Memory, human: HumanRequests
+) -> tuple[Memory, tuple[str, ...], bool]:
+    """Apply new acknowledge/rebaseline requests; True in the last place on a rebaseline."""
+    notes: list[str] = []
+    rebaselined = False
+    if human.rebaseline_at is not None and (
+        memory.rebaselined_at is None or human.rebaseline_at > memory.rebaselined_at
+    ):
+        memory = memory.model_copy(
+            update={
+                "baseline": BaselineMemory(),
+                "streaks": memory.streaks.model_copy(update={"collapse": 0, "recovered": 0}),
+                "collapse_evidence": None,
+                "rebaselined_at": human.rebaseline_at,
+                "pre_collapse": None,
+            }
+        )
+        notes.append("baseline reset on request; relearning from the current hit rate")
+        rebaselined = True
+    if human.acknowledge_at is not None and (
+        memory.acknowledged_at is None or human.acknowledge_at > memory.acknowledged_at
+    ):
+        alerts = [
+            a.model_copy(update={"acknowledged": True})
+            if a.reason == Diagnosis.PREFIX_COLLAPSE
+            else a
+            for a in memory.alerts
+        ]
+        memory = memory.model_copy(
+            update={"alerts": alerts, "acknowledged_at": human.acknowledge_at}
+        )
+        if any(a.reason == Diagnosis.PREFIX_COLLAPSE for a in alerts):
+            notes.append("collapse acknowledged: replicas are no longer held")
+    return memory, tuple(notes), rebaselined
+
+
+def track_collapse_evidence(
+    memory: Memory, requests_per_second: float | None, now: datetime
+) -> Memory:
+    """Widen the building collapse's request-rate range (its message quotes it); forget it
+    once the streak is broken and no alert still needs it."""
+    if memory.streaks.collapse == 0:
+        if memory.alert(Diagnosis.PREFIX_COLLAPSE) is None:
+            return memory.model_copy(update={"collapse_evidence": None})
+        return memory
+    evidence = memory.collapse_evidence or CollapseEvidence(started_at=now)
+    return memory.model_copy(update={"collapse_evidence": evidence.saw(requests_per_second)})
+
+
+_CACHE_TROUBLE = frozenset({Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE})
+_BENIGN = frozenset({Diagnosis.HEALTHY, Diagnosis.DEMAND_GROWTH, Diagnosis.COLD_FLEET})
+
+
+def learn(
+    memory: Memory,
+    snapshot: Snapshot,
+    found: Set[Diagnosis],
+    *,
+    warm_hit_rate: float | None,
+    below_clearing: bool,
+    interval_seconds: float,
+    now: datetime,
+) -> Memory:
+    """Fold a healthy evaluation into the baseline; mark the pre-collapse replica level.
+
+    ``found`` holds this evaluation's diagnoses; ``below_clearing`` says the warm hit rate
+    is under the collapse's clearing threshold. The cache half (hit rate, prefill per
+    request) is learned while the cache looks healthy — no cache finding, no collapse
+    building or alerted, and the warm hit rate not below the clearing threshold — even if
+    the SLO or budget are in trouble; the cost half (GPU-s/1k, req/s) only when nothing at
+    all is wrong."""
+    signals = snapshot.signals
+    rps = signals.requests_per_second.value
+    update: dict[str, object] = {}
+    relearning = memory.baseline.token_hit_rate is None  # a collapse alert is about to clear
+    cache_alerted = any(
+        a.reason in _CACHE_TROUBLE and not (relearning and a.reason == Diagnosis.PREFIX_COLLAPSE)
+        for a in memory.alerts
+    )
+    cache_ok = (
+        warm_hit_rate is not None
+        and memory.streaks.collapse == 0
+        and not cache_alerted
+        and not below_clearing
+        and not found & _CACHE_TROUBLE
+    )
+    if cache_ok:
+        all_ok = found <= _BENIGN and not memory.alerts
+        update["baseline"] = memory.baseline.learn(
+            now,
+            interval_seconds,
+            token_hit_rate=warm_hit_rate,
+            prefill_tokens_per_request=signals.prefill_tokens_per_request.value,
+            gpu_seconds_per_1k_requests=(
+                signals.gpu_seconds_per_1k_requests.value if all_ok else None
+            ),
+            requests_per_second=rps if all_ok else None,
+        )
+    baseline = memory.baseline.token_hit_rate
+    at_baseline = warm_hit_rate is not None and (
+        baseline is None or warm_hit_rate >= AT_BASELINE_SHARE * baseline
+    )
+    if at_baseline and rps is not None and memory.alert(Diagnosis.PREFIX_COLLAPSE) is None:
+        update["pre_collapse"] = ReplicaMark(
+            replicas=snapshot.workload.replicas, requests_per_second=rps, at=now
+        )
+    return memory.model_copy(update=update) if update else memory

@@ -19,20 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
-from cachescale.decide import (
-    Decision,
-    HPAState,
-    Memory,
-    Snapshot,
-    WorkloadState,
-    decide,
-)
+from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.envelope import Envelope
 from cachescale.sim.observe import ScrapedFleet
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.run import FleetObservation, HPAAutoscaler, PolicyRecord, ScaleDecision
 from cachescale.sim.scenario import MetricsOutage, Scenario
-from cachescale.snapshot import EngineSignals, FetchFailure
+from cachescale.snapshot import EngineSignals, FetchFailure, HPAState, Snapshot, WorkloadState
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated second 0 as a timestamp (decisions carry datetimes, the simulator seconds)."""

@@ -1,0 +1,70 @@
+"""The action an evaluation took, in a reason and words a human reads.
+
+``action`` names what happened to the HPA envelope and the batch ceiling — the
+``reason`` of the decision, which becomes the Event when the change is applied — and
+describes it with its numbers; ``collapse_action`` says what a collapse alert did to the
+replicas. Wording only: the decisions themselves are made in ``envelope.py`` and
+``batching.py``.
+"""
+
+from __future__ import annotations
+
+from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.decide.batching import BatchPlan
+from cachescale.decide.envelope import EnvelopePlan, Hold
+from cachescale.snapshot import Snapshot
+
+
+def collapse_action(
+    spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None
+) -> str:
+    """What a collapse did to the replicas, for the collapse alert's message."""
+    top = plan.envelope.max_replicas
+    wanted = (
+        f" instead of the {hpa_wanted} the HPA wanted" if hpa_wanted and hpa_wanted > top else ""
+    )
+    if plan.held_by == Hold.COLLAPSE:
+        return f"replicas held at {top}{wanted}"
+    if plan.slo_guard:
+        return f"TTFT breaches the SLO, so replicas may grow to the budget's {top}{wanted}"
+    if spec.cache.on_collapse is CollapseAction.SCALE_AS_USUAL:
+        return f"scaling as usual (onCollapse: ScaleAsUsual), up to {top}"
+    return f"replicas capped at the budget's {top}{wanted}"
+
+
+def action(
+    snapshot: Snapshot, plan: EnvelopePlan, batch: BatchPlan, hpa_wanted: int | None
+) -> tuple[str, str]:
+    """``(reason, words)`` of what this evaluation does to the envelope and the ceiling."""
+    hpa = snapshot.workload.hpa
+    envelope = plan.envelope
+    parts = []
+    changed = (envelope.min_replicas, envelope.max_replicas) != (hpa.min_replicas, hpa.max_replicas)
+    retarget = envelope.target_average_value != hpa.target_average_value
+    if batch.reason is not None:
+        reason = batch.reason
+    elif plan.held_by == Hold.COLLAPSE:
+        reason = "HeldForPrefixCollapse"
+    elif plan.slo_guard:
+        reason = "ScaledForSLO"
+    elif (
+        plan.held_by == Hold.BUDGET
+        and hpa_wanted is not None
+        and hpa_wanted > envelope.max_replicas
+    ):
+        reason = "CappedAtBudget"
+    elif changed or retarget:
+        reason = "EnvelopeUpdated"
+    else:
+        reason = "NoChange"
+    parts.append(
+        f"HPA envelope {envelope.min_replicas}..{envelope.max_replicas}"
+        + (f" (was {hpa.min_replicas}..{hpa.max_replicas})" if changed else "")
+    )
+    if retarget and envelope.target_average_value is not None:
+        parts.append(f"target {hpa.target_average_value:g} → {envelope.target_average_value:g}")
+    if plan.budget_max is not None:
+        parts.append(f"budget allows {plan.budget_max}")
+    if batch.message:
+        parts.append(batch.message)
+    return reason, "; ".join(parts)

@@ -1,0 +1,128 @@
+"""Alerts: which diagnoses raise one, when it clears, and the Events each change makes.
+
+An alert is a diagnosis that needs a human: a confirmed collapse, eviction pressure the
+ceiling could not fix, an SLO at risk with replicas at the cap, a sustained budget
+overrun, missing metrics (``docs/decisions.md``, "Alerts at a glance"). ``alert_rules``
+says what this evaluation wants raised, kept or cleared; ``reconcile_alerts`` applies it
+to the alerts in memory and returns what changed, so each raise or clear is one Event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.decide import words
+from cachescale.decide.actions import collapse_action
+from cachescale.decide.batching import BatchPlan
+from cachescale.decide.diagnosis import Finding, likely_cause
+from cachescale.decide.envelope import EnvelopePlan
+from cachescale.decide.memory import AlertMemory, Memory
+from cachescale.decide.thresholds import RECOVERY_EVALUATIONS
+from cachescale.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class AlertChange:
+    """An alert raised or cleared by this evaluation (each becomes one Event)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """What one evaluation wants done to the alerts."""
+
+    wanted: dict[str, str]
+    """Raise or keep, with this fresh message."""
+    quiet: set[str]
+    """The condition is absent this evaluation (clears after ``RECOVERY_EVALUATIONS``)."""
+    clear_now: frozenset[str]
+    """Clear at once: its own recovery rule already held."""
+
+
+def alert_rules(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    findings: tuple[Finding, ...],
+    plan: EnvelopePlan,
+    batch: BatchPlan,
+    hpa_wanted: int | None,
+) -> AlertRules:
+    """Which alerts to raise (or keep, with a fresh message) and which to clear."""
+    by = {f.diagnosis: f for f in findings}
+    windows = spec.cache.collapse_windows
+    streaks = memory.streaks
+    wanted: dict[str, str] = {}
+    clear_now = {Diagnosis.METRICS_UNAVAILABLE.value}
+    clearing: set[str] = set()
+    collapse = by.get(Diagnosis.PREFIX_COLLAPSE)
+    if collapse is not None:
+        wanted[Diagnosis.PREFIX_COLLAPSE] = (
+            f"{collapse.evidence}; {collapse_action(spec, plan, hpa_wanted)}; "
+            f"likely cause: {likely_cause(snapshot, memory.baseline)}"
+        )
+    elif streaks.recovered >= RECOVERY_EVALUATIONS or memory.baseline.token_hit_rate is None:
+        clear_now.add(Diagnosis.PREFIX_COLLAPSE)
+    eviction = by.get(Diagnosis.EVICTION_PRESSURE)
+    if eviction is not None and streaks.eviction >= windows and batch.reason is None:
+        why = batch.blocked or batch.message or "--max-num-seqs is not managed by this policy"
+        wanted[Diagnosis.EVICTION_PRESSURE] = f"{eviction.evidence}; ceiling not lowered: {why}"
+    elif eviction is None:
+        clearing.add(Diagnosis.EVICTION_PRESSURE)
+    over = by.get(Diagnosis.OVER_BUDGET)
+    if over is not None and streaks.over_budget >= windows:
+        wanted[Diagnosis.OVER_BUDGET] = (
+            f"{over.evidence}; maxReplicas capped at {plan.envelope.max_replicas}"
+        )
+    elif over is None:
+        clearing.add(Diagnosis.OVER_BUDGET)
+    slo = by.get(Diagnosis.SLO_AT_RISK)
+    at_cap = snapshot.workload.replicas >= plan.envelope.max_replicas
+    if slo is not None and streaks.slo_breach >= windows and at_cap:
+        wanted[Diagnosis.SLO_AT_RISK] = (
+            f"{slo.evidence} with replicas at the {plan.envelope.max_replicas} the budget of "
+            f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows: meeting "
+            "the SLO needs a larger budget or cheaper requests"
+        )
+    elif slo is None:
+        clearing.add(Diagnosis.SLO_AT_RISK)
+    return AlertRules(wanted, clearing, frozenset(clear_now))
+
+
+def reconcile_alerts(
+    active: list[AlertMemory],
+    wanted: dict[str, str],
+    quiet: set[str],
+    now: datetime,
+    clear_now: frozenset[str] = frozenset(),
+    *,
+    keep_counters: bool = False,
+) -> tuple[tuple[AlertMemory, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:
+    """Raise new alerts, refresh kept ones, clear the ones quiet long enough.
+
+    ``wanted``: raise or keep, with a fresh message. ``quiet``: the condition is absent
+    this evaluation; the alert clears after ``RECOVERY_EVALUATIONS`` such evaluations in a
+    row, so a value hovering at a threshold cannot raise and clear on alternate
+    evaluations. ``clear_now``: clear at once (its own recovery rule already held).
+    """
+    result: list[AlertMemory] = []
+    raised: list[AlertChange] = []
+    cleared: list[AlertChange] = []
+    for alert in active:
+        quiet_for = alert.quiet_evaluations + 1 if alert.reason in quiet else 0
+        if keep_counters:
+            quiet_for = alert.quiet_evaluations
+        if alert.reason in clear_now or quiet_for >= RECOVERY_EVALUATIONS:
+            cleared.append(AlertChange(alert.reason, f"cleared: {alert.message}"))
+            continue
+        message = wanted.pop(alert.reason, alert.message)
+        result.append(alert.model_copy(update={"message": message, "quiet_evaluations": quiet_for}))
+    for reason, message in wanted.items():
+        result.append(AlertMemory(reason=reason, since=now, message=message))
+        raised.append(AlertChange(reason, message))
+    return tuple(result), tuple(raised), tuple(cleared)

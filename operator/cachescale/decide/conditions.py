@@ -1,0 +1,175 @@
+"""The status conditions an evaluation reports, each with its reason and evidence.
+
+Five conditions (``docs/decisions.md``, §6): ``MetricsAvailable``, ``CacheHealthy``,
+``SLOMet``, ``WithinBudget`` and ``ScalingHeld``. A condition that fails names the
+diagnosis as its reason; Unknown means the decision cannot tell (no warm pods, no
+baseline yet, a collapse still building, unknown cost), never a guess. Transition times
+are the status writer's (``controller/status.py``): these are only the verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import words
+from cachescale.decide.checks import CheckResults
+from cachescale.decide.diagnosis import Finding
+from cachescale.decide.envelope import EnvelopePlan, Hold
+from cachescale.decide.memory import Memory
+from cachescale.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionVerdict:
+    """One status condition as this evaluation sees it (transition times are the writer's)."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+def frozen_conditions(reason: str, message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
+    """Missing data: metrics unavailable, health unknown, scaling held as it is."""
+    return (
+        ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
+        ConditionVerdict(ConditionType.CACHE_HEALTHY, ConditionStatus.UNKNOWN, reason, evidence),
+        ConditionVerdict(ConditionType.SLO_MET, ConditionStatus.UNKNOWN, reason, evidence),
+        ConditionVerdict(ConditionType.WITHIN_BUDGET, ConditionStatus.UNKNOWN, reason, evidence),
+        ConditionVerdict(
+            ConditionType.SCALING_HELD, ConditionStatus.TRUE, "FrozenOnMissingMetrics", message
+        ),
+    )
+
+
+def conditions(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    results: CheckResults,
+    findings: tuple[Finding, ...],
+    plan: EnvelopePlan,
+    hpa_wanted: int | None,
+) -> tuple[ConditionVerdict, ...]:
+    """Every condition after an evaluation that read all the required signals."""
+    by = {f.diagnosis: f for f in findings}
+    available = ConditionVerdict(
+        ConditionType.METRICS_AVAILABLE,
+        ConditionStatus.TRUE,
+        "SignalsRead",
+        "every required signal was read",
+    )
+    return (
+        available,
+        _cache_condition(spec, by, results, memory),
+        _slo_condition(spec, snapshot, by),
+        _budget_condition(spec, snapshot, by),
+        _held_condition(plan, snapshot, hpa_wanted),
+    )
+
+
+def _cache_condition(
+    spec: CacheScalingPolicySpec,
+    by: dict[Diagnosis, Finding],
+    results: CheckResults,
+    memory: Memory,
+) -> ConditionVerdict:
+    kind = ConditionType.CACHE_HEALTHY
+    for diagnosis in (Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE):
+        if diagnosis in by:
+            return _failing(kind, by[diagnosis])
+    warm = results.collapse.warm_hit_rate
+    if warm.value is None:
+        return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "NoWarmPods", str(warm.reason))
+    if memory.streaks.collapse and results.collapse.threshold is not None:
+        return ConditionVerdict(
+            kind,
+            ConditionStatus.UNKNOWN,
+            "CollapseSuspected",
+            f"warm-pod token hit rate {words.ratio(warm.value)} under the collapse threshold "
+            f"{words.ratio(results.collapse.threshold)} for {memory.streaks.collapse} of the "
+            f"{spec.cache.collapse_windows} windows a collapse needs",
+        )
+    if memory.baseline.token_hit_rate is None:
+        return ConditionVerdict(
+            kind,
+            ConditionStatus.UNKNOWN,
+            "LearningBaseline",
+            f"warm-pod token hit rate {words.ratio(warm.value)}; no baseline yet",
+        )
+    return ConditionVerdict(
+        kind,
+        ConditionStatus.TRUE,
+        "HitRateAtBaseline",
+        f"warm-pod token hit rate {words.ratio(warm.value)} against a baseline of "
+        f"{words.ratio(memory.baseline.token_hit_rate)}",
+    )
+
+
+def _failing(kind: ConditionType, finding: Finding) -> ConditionVerdict:
+    """A condition that is False because of ``finding``: its diagnosis is the reason."""
+    return ConditionVerdict(kind, ConditionStatus.FALSE, finding.diagnosis, finding.evidence)
+
+
+def _slo_condition(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, by: dict[Diagnosis, Finding]
+) -> ConditionVerdict:
+    kind = ConditionType.SLO_MET
+    if Diagnosis.SLO_AT_RISK in by:
+        return _failing(kind, by[Diagnosis.SLO_AT_RISK])
+    p95 = snapshot.signals.ttft_p95_seconds.value
+    assert p95 is not None  # a required signal
+    return ConditionVerdict(
+        kind,
+        ConditionStatus.TRUE,
+        "TTFTWithinSLO",
+        f"TTFT p95 {words.seconds(p95)} within the {words.seconds(spec.slo.ttft_p95_seconds)} SLO",
+    )
+
+
+def _budget_condition(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, by: dict[Diagnosis, Finding]
+) -> ConditionVerdict:
+    kind = ConditionType.WITHIN_BUDGET
+    if Diagnosis.OVER_BUDGET in by:
+        return _failing(kind, by[Diagnosis.OVER_BUDGET])
+    cost = snapshot.signals.gpu_seconds_per_1k_requests
+    if cost.value is None:
+        return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "CostUnknown", str(cost.reason))
+    return ConditionVerdict(
+        kind,
+        ConditionStatus.TRUE,
+        "CostWithinBudget",
+        f"{words.cost(cost.value)} GPU-s per 1k requests within the budget of "
+        f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)}",
+    )
+
+
+def _held_condition(
+    plan: EnvelopePlan, snapshot: Snapshot, hpa_wanted: int | None
+) -> ConditionVerdict:
+    """True only while the top of the envelope binds: the HPA's metric asks for more, or
+    the Deployment already runs at the top."""
+    kind = ConditionType.SCALING_HELD
+    top = plan.envelope.max_replicas
+    binding = snapshot.workload.replicas >= top or (hpa_wanted is not None and hpa_wanted > top)
+    if plan.held_by == Hold.COLLAPSE:
+        return ConditionVerdict(
+            kind,
+            ConditionStatus.TRUE,
+            Hold.COLLAPSE,
+            f"maxReplicas held at the pre-collapse level {top}",
+        )
+    if plan.held_by == Hold.BUDGET and binding:
+        return ConditionVerdict(
+            kind,
+            ConditionStatus.TRUE,
+            Hold.BUDGET,
+            f"maxReplicas capped at {top}, what the GPU-s/1k budget allows at the current req/s",
+        )
+    return ConditionVerdict(
+        kind, ConditionStatus.FALSE, "NotHeld", f"maxReplicas {top} does not bind"
+    )

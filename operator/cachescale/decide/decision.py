@@ -1,0 +1,51 @@
+"""``Decision``: everything one evaluation decided, as ``decide`` returns it.
+
+The operator renders it into the policy's status, Events and metrics and applies its
+envelope and batch ceiling; the simulator's closed loop applies the same fields to its
+fleet. The ``memory`` field is what the next evaluation receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.decide.alerts import AlertChange
+from cachescale.decide.conditions import ConditionVerdict
+from cachescale.decide.diagnosis import Finding
+from cachescale.decide.envelope import Envelope
+from cachescale.decide.memory import AlertMemory, Memory
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Everything one evaluation decided."""
+
+    state: Diagnosis
+    """The leading diagnosis (``kubectl get`` shows it)."""
+    findings: tuple[Finding, ...]
+    envelope: Envelope
+    max_num_seqs: int | None
+    """The batch ceiling to run with (the current one when unchanged or unmanaged)."""
+    reason: str
+    """CamelCase reason of the action taken."""
+    message: str
+    alerts: tuple[AlertMemory, ...]
+    raised: tuple[AlertChange, ...]
+    cleared: tuple[AlertChange, ...]
+    conditions: tuple[ConditionVerdict, ...]
+    memory: Memory
+    budget_max_replicas: int | None = None
+    hpa_wanted_replicas: int | None = None
+    """What the HPA's own metric asks for at the current target (an estimate)."""
+    ceiling: int | None = None
+    """B_max, when known."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def has(self, diagnosis: Diagnosis) -> bool:
+        """Whether ``diagnosis`` is among the findings."""
+        return any(f.diagnosis is diagnosis for f in self.findings)
+
+    def alert_active(self, reason: str) -> bool:
+        """Whether an alert with this reason is active after the evaluation."""
+        return any(a.reason == reason for a in self.alerts)

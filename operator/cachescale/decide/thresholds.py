@@ -1,0 +1,68 @@
+"""The decision's tuning thresholds, each with the reason for its value.
+
+Every number the decision compares a signal against, and that a policy does not set, lives
+here, so tuning one means reading one file. ``docs/decisions.md`` explains the rules that
+use them; the policy's own settings (``collapseWindows``, ``podWarmupSeconds``, the SLO and
+the budget) come from the spec instead.
+"""
+
+from __future__ import annotations
+
+# --- diagnosis --------------------------------------------------------------------------
+
+PREEMPTIONS_PER_REQUEST_PRESSURE = 0.01
+"""Preemptions per finished request that count as sustained pressure (1 in 100)."""
+KV_USAGE_FULL = 0.95
+"""KV usage at which the pool is full: every admission evicts a cached block."""
+BATCH_NEAR_CEILING = 0.9
+"""A running batch at this share of the ceiling counts as near it."""
+LOW_HIT_RATE = 0.2
+"""Below this token hit rate the cache is not worth protecting (docs/decisions.md,
+"``--max-num-seqs``": the batch ceiling is raised to buy throughput instead)."""
+DEMAND_GROWTH_FACTOR = 1.2
+"""Request rate this far above baseline is demand growth..."""
+COST_STEADY_FACTOR = 1.15
+"""...when the cost per request stays within this factor of its baseline."""
+FLAT_DEMAND = 0.2
+"""A request rate within ±20% of baseline is called flat in a collapse message."""
+QUEUED_PER_POD = 1.0
+"""Mean waiting requests per pod at which the fleet counts as saturated."""
+PREFILL_UP_FACTOR = 1.5
+"""Prefill tokens per request this far above baseline point at a prompt change."""
+DEARER_PREFILL_FACTOR = 1.25
+"""Prefill tokens per request this far above baseline: requests got dearer, so a queue
+is not read as demand (lower than the collapse message's PREFILL_UP_FACTOR: it must
+react within a window, before the windowed cost shows it)."""
+
+# --- alerts and memory ------------------------------------------------------------------
+
+RECOVERY_EVALUATIONS = 2
+"""Evaluations above the clearing threshold before a collapse alert clears."""
+AT_BASELINE_SHARE = 0.9
+"""A warm hit rate at 90% of baseline or more still marks the pre-collapse replica level."""
+BASELINE_TIME_CONSTANT_S = 3600.0
+"""How fast the baseline follows a healthy workload: a one-hour exponential average (a
+plain mean over the first hour). Slow on purpose: a hit rate that drifts down over tens
+of minutes must not become the new normal before it crosses the collapse threshold."""
+
+# --- the HPA envelope -------------------------------------------------------------------
+
+STABILIZATION_SECONDS = 300.0
+"""Window for lowering maxReplicas and for reversing a change (the HPA's default)."""
+TARGET_STEP = 0.8
+"""The SLO guard lowers the HPA target by this factor per step (raising: its inverse)."""
+TARGET_FLOOR = 0.5
+"""The target never goes below half of the user's original."""
+SLO_BREACH_EVALUATIONS = 2
+"""Breaching evaluations before the SLO guard lowers the target."""
+BATCH_TARGET_SHARE = 0.75
+"""Most of the batch ceiling a running-requests HPA target may ask for (24 of 32)."""
+SLO_COMFORTABLE_SHARE = 0.7
+"""TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
+
+# --- --max-num-seqs ---------------------------------------------------------------------
+
+MAX_STEP = 0.25
+"""Largest relative change of the ceiling in one decision."""
+LOW_HIT_SECONDS = 600.0
+"""How long the hit rate must stay low before the ceiling is raised."""
