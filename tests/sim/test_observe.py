@@ -9,11 +9,11 @@ from typing import cast
 
 import pytest
 
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.fleet import Fleet, Pod, RouterKind
 from cachescale.sim.metrics import TTFT_BUCKETS_S, ReplicaSeries
 from cachescale.sim.observe import ScrapedFleet, histogram_quantile
 from cachescale.sim.profiles import get_profile
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.workload import Workload, WorkloadSpec
 from cachescale.snapshot import EngineProfile, EngineSignals

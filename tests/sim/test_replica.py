@@ -11,7 +11,6 @@ from collections.abc import Callable
 import pytest
 
 from cachescale.capacity import GIB, free_kv_bytes
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.profiles import (
     H100_80GB,
     LLAMA3_70B,
@@ -22,6 +21,7 @@ from cachescale.sim.profiles import (
     StepTimeModel,
     get_profile,
 )
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
 BS = 16
