@@ -13,7 +13,7 @@ from typing import Any
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import HPAState, HumanRequests, Memory, Snapshot, WorkloadState
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
-from cachescale.snapshot import EngineProfile, EngineSignals, Measured, PodSignals, Unit
+from cachescale.snapshot import EngineSignals, Measured, MetricsGeneration, PodSignals, Unit
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INTERVAL = timedelta(seconds=30)
@@ -105,7 +105,7 @@ def signals(
     pods = [pod(f"warm-{i}", 3600.0, hit) for i in range(warm_pods)]
     pods += [pod(f"cold-{i}", 60.0, cold_hit) for i in range(cold_pods)]
     return EngineSignals(
-        profile=EngineProfile.VLLM_0_13,
+        profile=MetricsGeneration.VLLM_0_13,
         observed_at=at,
         window_seconds=300,
         token_hit_rate_with_external=Measured.unknown("no connector", Unit.RATIO),

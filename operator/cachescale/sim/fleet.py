@@ -26,7 +26,7 @@ from enum import StrEnum
 from itertools import islice
 
 from cachescale.sim.metrics import ReplicaSeries
-from cachescale.sim.profiles import EngineProfile
+from cachescale.sim.profiles import ReplicaProfile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
@@ -82,7 +82,7 @@ class Fleet:
 
     def __init__(
         self,
-        profile: EngineProfile,
+        profile: ReplicaProfile,
         max_num_seqs: int,
         router: RouterKind,
         pod_start_delay_s: float,
