@@ -9,16 +9,14 @@ import kmock
 import pytest
 from cluster import NAMESPACE, FakeCluster, deployment, hpa
 
+from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.actions import (
-    MANAGED_BY,
-    ORIGINAL_ENVELOPE,
     apply_envelope,
     apply_max_num_seqs,
     restore_envelope,
 )
 from cachescale.controller.engine_flags import FlagError, find_flag
-from cachescale.controller.workload import MAX_NUM_SEQS_CHANGED
 from cachescale.decide.envelope import Envelope
 
 HPAS = "autoscaling/v2/horizontalpodautoscalers"

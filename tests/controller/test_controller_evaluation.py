@@ -13,7 +13,7 @@ from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from engine_fake import EngineFake, EngineNumbers
 from gather_fakes import FakePrometheus
 
-from cachescale.controller.actions import ORIGINAL_ENVELOPE
+from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"

@@ -42,8 +42,7 @@ from process_fixture import (
     write_kubeconfig,
 )
 
-from cachescale.api.policy import GROUP, PLURAL, VERSION
-from cachescale.controller.actions import MANAGED_BY, ORIGINAL_ENVELOPE
+from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
 from cachescale.controller.kube import NotFoundError
 from prometheus_fixture import (
     EmulatorProcess,
