@@ -133,7 +133,6 @@ def test_engine_args_agree_with_the_policy() -> None:
     seqs = int(args["--max-num-seqs"])
     assert batching["minNumSeqs"] <= seqs <= batching["maxNumSeqs"]
     assert float(args["--gpu-memory-utilization"]) == batching["gpu"]["gpuMemoryUtilization"]
-    assert int(args["--block-size"]) == batching["blockSizeTokens"]
     assert "--enable-prefix-caching" in args
     model = args["--served-model-name"]
     assert policy_spec()["metrics"]["selector"]["model_name"] == model
