@@ -30,7 +30,7 @@ lint: setup ## ruff lint and format check
 types: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
-imports: setup ## import-linter: the pure layers import no I/O
+imports: setup ## import-linter: the layers contract, and the pure layers import no I/O
 	$(BIN)/lint-imports
 
 # The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
