@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import REPO, STACK, Manifest, by_kind, one, validation_errors
+
+from tests.chart.chart_helpers import REPO, STACK, Manifest, by_kind, one, validation_errors
 
 Stack = list[tuple[Path, Manifest]]
 

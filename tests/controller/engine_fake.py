@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gather_fakes import Answer, api_error, vector
-
 from cachescale.api.spec import Engine
 from cachescale.gather.promql import QueryKey, QueryScope, Selector, build_queries, detection_query
 from cachescale.snapshot import MetricsGeneration
+from tests.gather.gather_fakes import Answer, api_error, vector
 
 PER_POD = {
     QueryKey.POD_SAMPLES: "samples",

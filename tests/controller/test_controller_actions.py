@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import kmock
 import pytest
-from cluster import NAMESPACE, FakeCluster, deployment, hpa
 
 from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.spec import Engine, TargetSpec
@@ -18,6 +17,7 @@ from cachescale.controller.actions import (
 )
 from cachescale.controller.engine_flags import FlagError, find_flag
 from cachescale.decide.envelope import Envelope
+from tests.controller.cluster import NAMESPACE, FakeCluster, deployment, hpa
 
 HPAS = "autoscaling/v2/horizontalpodautoscalers"
 DEPLOYMENTS = "apps/v1/deployments"

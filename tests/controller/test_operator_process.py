@@ -31,8 +31,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from cluster import NAMESPACE, FakeCluster, deployment, fake_cluster, hpa, pods, policy
-from process_fixture import (
+
+from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
+from cachescale.controller.kube import NotFoundError
+from tests.controller.cluster import (
+    NAMESPACE,
+    FakeCluster,
+    deployment,
+    fake_cluster,
+    hpa,
+    pods,
+    policy,
+)
+from tests.controller.process_fixture import (
     POLICIES,
     OperatorProcess,
     delete,
@@ -41,10 +52,7 @@ from process_fixture import (
     run_operator,
     write_kubeconfig,
 )
-
-from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
-from cachescale.controller.kube import NotFoundError
-from prometheus_fixture import (
+from tests.prometheus_fixture import (
     EmulatorProcess,
     PrometheusServer,
     fixed_fleet_scenario,

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
-from decide_builders import (
+
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import Decision, Diagnosis, Memory, Snapshot, decide
+from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.snapshot import EngineSignals, FetchFailure
+from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
     T0,
@@ -16,12 +22,6 @@ from decide_builders import (
     spec,
     workload,
 )
-
-from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Diagnosis, Memory, Snapshot, decide
-from cachescale.decide.diagnosis import collapse_thresholds
-from cachescale.snapshot import EngineSignals, FetchFailure
 
 
 def run(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decide_builders import BATCHING, INTERVAL, T0, learned, signals, spec, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from cachescale.api.status import ConditionType
 from cachescale.decide import Decision, Memory, Snapshot, decide
 from cachescale.decide.envelope import STABILIZATION_SECONDS
 from cachescale.decide.memory import BaselineMemory
+from tests.decide.decide_builders import BATCHING, INTERVAL, T0, learned, signals, spec, workload
 
 POLICY = spec(
     budget={"gpuSecondsPer1kRequests": 900, "minReplicas": 3, "maxReplicas": 30},

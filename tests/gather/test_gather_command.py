@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from gather_dataset import AT, WINDOW_S, T
-from gather_fakes import closed_port_url
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.gather.command import add_parser
+from tests.gather.gather_dataset import AT, WINDOW_S, T
+from tests.gather.gather_fakes import closed_port_url
 
 
 def run(argv: list[str]) -> int:

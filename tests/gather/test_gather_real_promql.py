@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gather_dataset import AT, WINDOW_S
 
 from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
@@ -23,6 +22,7 @@ from cachescale.gather.signals import (
     gather_signals,
 )
 from cachescale.snapshot import EngineSignals, MetricsGeneration
+from tests.gather.gather_dataset import AT, WINDOW_S
 
 
 @pytest.fixture

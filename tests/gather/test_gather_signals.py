@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from gather_fakes import FakePrometheus, fake_prometheus, vector
 
 from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
@@ -23,6 +22,7 @@ from cachescale.gather.signals import (
     gather_signals,
 )
 from cachescale.snapshot import EngineSignals, MetricsGeneration
+from tests.gather.gather_fakes import FakePrometheus, fake_prometheus, vector
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SELECTOR = Selector.of({"namespace": "llm", "model_name": "m"})
