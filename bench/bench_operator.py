@@ -5,8 +5,9 @@ Run from the repository root (about five minutes for the defaults on a 2-core ma
     .venv/bin/python -m bench.bench_operator                 # 200 policies, 3 rounds
     .venv/bin/python -m bench.bench_operator --policies 50 --rounds 4 --no-append
 
-The goal (issue 6, item 8): 200 policies reading one Prometheus are each evaluated within
-their 30 s interval on 2 cores. What runs, all on this machine and on loopback:
+The goal (bench/RESULTS.md records each run): 200 policies reading one Prometheus are each
+evaluated within their 30 s interval on 2 cores. What runs, all on this machine and on
+loopback:
 
 * **Engines**: ``python -m cachescale.emulator`` serving a fixed fleet of emulated vLLM
   pods (real exposition: ~126 series per pod), in real time.

@@ -4,9 +4,10 @@ Nothing here calls a handler: the real ``cachescale run`` process (kopf and all)
 ``CacheScalingPolicy`` in the fake API server, reads a real Prometheus that scrapes three
 emulated vLLM pods, and acts on the HPA over HTTP. The emulated workload is a RAG service
 whose prefix cache hits ~0.8 until, at a chosen simulated time, the release of the
-incident (BRIEF §1) goes out: the corpus is re-chunked, retrieval re-runs every turn and
-its chunks move ahead of the tools, system prompt and history. The hit rate falls to ~0.1
-while traffic stays flat (it dips by a sixth, see ``RATE_AFTER``).
+incident (docs/simulator.md, "The incident preset") goes out: the corpus is re-chunked,
+retrieval re-runs every turn and its chunks move ahead of the tools, system prompt and
+history. The hit rate falls to ~0.1 while traffic stays flat (it dips by a sixth, see
+``RATE_AFTER``).
 
 The test then sees what a user would see: the Warning Event ``PrefixCollapse`` with the
 evidence, ``CacheHealthy=False``, the HPA's ``maxReplicas`` held at the pre-collapse

@@ -1,4 +1,5 @@
-"""cachescale in the loop against the HPA alone (issue 5's acceptance, fixed seeds).
+"""cachescale in the loop against the HPA alone, at fixed seeds (the measured runs are in
+docs/decisions.md, "Proven in the simulator").
 
 Every run is a real simulation: the policy engine reads only what a Prometheus scraping
 the pods would show (``sim.observe``) and reshapes the HPA's envelope and the engines'
