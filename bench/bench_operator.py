@@ -2,11 +2,12 @@
 
 Run from the repository root (about five minutes for the defaults on a 2-core machine)::
 
-    .venv/bin/python bench/bench_operator.py                 # 200 policies, 3 rounds
-    .venv/bin/python bench/bench_operator.py --policies 50 --rounds 4 --no-append
+    .venv/bin/python -m bench.bench_operator                 # 200 policies, 3 rounds
+    .venv/bin/python -m bench.bench_operator --policies 50 --rounds 4 --no-append
 
-The goal (issue 6, item 8): 200 policies reading one Prometheus are each evaluated within
-their 30 s interval on 2 cores. What runs, all on this machine and on loopback:
+The goal (bench/RESULTS.md records each run): 200 policies reading one Prometheus are each
+evaluated within their 30 s interval on 2 cores. What runs, all on this machine and on
+loopback:
 
 * **Engines**: ``python -m cachescale.emulator`` serving a fixed fleet of emulated vLLM
   pods (real exposition: ~126 series per pod), in real time.
@@ -81,32 +82,27 @@ from typing import Any
 
 import kmock
 import yaml
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parent.parent
-for _path in (ROOT / "tests" / "controller", ROOT / "tests", ROOT / "operator"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from cluster import NAMESPACE, deployment, fake_cluster, hpa, pods, policy  # noqa: E402
-from kubernetes import client  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from cachescale.controller import evaluation  # noqa: E402
-from cachescale.controller.evaluation import Operator, PolicyObject  # noqa: E402
-from cachescale.controller.handlers import WORKERS  # noqa: E402
-from cachescale.controller.kube import KubeApi  # noqa: E402
-from cachescale.gather.prometheus import PrometheusClient  # noqa: E402
-from prometheus_fixture import (  # noqa: E402
+from cachescale.controller import evaluation
+from cachescale.controller.evaluation import Operator, PolicyObject
+from cachescale.controller.handlers import WORKERS
+from cachescale.controller.kube import KubeApi
+from cachescale.gather.prometheus import PrometheusClient
+from tests.controller.cluster import NAMESPACE, deployment, fake_cluster, hpa, pods, policy
+from tests.polling import wait_for
+from tests.prometheus_fixture import (
     JOB,
     PROMETHEUS,
     PrometheusServer,
     fixed_fleet_scenario,
     free_port,
     http_get,
-    wait_for,
 )
-from prometheus_fixture import run_prometheus as start_prometheus  # noqa: E402
+from tests.prometheus_fixture import run_prometheus as start_prometheus
 
+ROOT = Path(__file__).resolve().parent.parent
 PODS = 2
 """Emulated vLLM pods (each policy's Deployment has this many)."""
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
@@ -1044,7 +1040,7 @@ def render(
     prom = pool.prometheus
     series = "its own series" if not args.same_series else 'the same series (`model_name="shared"`)'
     lines = [
-        f"### {setup['date']}: `python bench/bench_operator.py --policies {n} "
+        f"### {setup['date']}: `python -m bench.bench_operator --policies {n} "
         f"--rounds {args.rounds}`",
         "",
         *facts,
@@ -1156,8 +1152,8 @@ def append_results(path: Path, n: int, block: str) -> None:
     heading = f"## {HEADING.format(n=n)}"
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     intro = (
-        f"{heading}\n\n`bench/bench_operator.py` (its docstring says what runs and how "
-        '"on time" is judged). Each run is appended below.\n\n'
+        f"{heading}\n\n`bench/bench_operator.py` (run: `python -m bench.bench_operator`; its "
+        'docstring says what runs and how "on time" is judged). Each run is appended below.\n\n'
     )
     addition = block if heading in text else intro + block
     separator = (

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
-from engine_fake import EngineFake, EngineNumbers
-from gather_fakes import FakePrometheus
-
-from cachescale.controller.actions import ORIGINAL_ENVELOPE
+from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
+from tests.controller.engine_fake import EngineFake, EngineNumbers
+from tests.gather.gather_fakes import FakePrometheus
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SETTLE = 40

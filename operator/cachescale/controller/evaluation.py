@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.policy import ACKNOWLEDGE, GROUP, PLURAL, REBASELINE, VERSION
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
@@ -39,11 +39,6 @@ from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Pro
 from cachescale.gather.promql import Selector
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
-
-ACKNOWLEDGE = "cachescale.dev/acknowledge"
-"""Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""
-REBASELINE = "cachescale.dev/rebaseline"
-"""Policy annotation: an RFC 3339 time; accepts the current hit rate as the baseline."""
 
 log = logging.getLogger("cachescale.operator")
 
