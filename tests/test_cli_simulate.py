@@ -35,6 +35,8 @@ def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]
         "ttft_p95_s",
         "replicas",
         "req_per_s",
+        "offered_req_per_s",
+        "aborted_per_s",
         "gpu_s_per_1k",
         "preemptions_per_s",
     }

@@ -18,7 +18,7 @@ it (``WorkloadState``, ``HPAState``) and what a human asked for through annotati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 
@@ -143,7 +143,17 @@ class EngineSignals:
     ttft_p99_seconds: Measured
     itl_p95_seconds: Measured
     requests_per_second: Measured
-    """Successfully finished requests per second (aborts and errors excluded)."""
+    """Successfully finished requests per second (aborts and errors excluded): the load the
+    fleet *served*."""
+    arrivals_per_second: Measured = field(
+        default=Measured.unknown("no arrival estimate was made", Unit.REQUESTS_PER_SECOND),
+        kw_only=True,
+    )
+    """Requests arriving per second: the load *offered*. Estimated as every finished
+    request (aborts and errors included) plus the growth of the requests in the system
+    (waiting + running) over the window, or read from the policy's ``demandQuery``.
+    Under saturation or client timeouts it exceeds ``requests_per_second``. Keyword-only
+    with an unknown default so snapshots built without an estimate stay honest."""
     preemptions_per_second: Measured
     waiting_requests_per_pod: Measured
     running_requests_per_pod: Measured
@@ -226,6 +236,7 @@ class EngineSignals:
             ttft_p99_seconds=unknown("ttft_p99_seconds"),
             itl_p95_seconds=unknown("itl_p95_seconds"),
             requests_per_second=unknown("requests_per_second"),
+            arrivals_per_second=unknown("arrivals_per_second"),
             preemptions_per_second=unknown("preemptions_per_second"),
             waiting_requests_per_pod=unknown("waiting_requests_per_pod"),
             running_requests_per_pod=unknown("running_requests_per_pod"),
@@ -247,6 +258,7 @@ SIGNAL_UNITS: dict[str, Unit] = {
     "ttft_p99_seconds": Unit.SECONDS,
     "itl_p95_seconds": Unit.SECONDS,
     "requests_per_second": Unit.REQUESTS_PER_SECOND,
+    "arrivals_per_second": Unit.REQUESTS_PER_SECOND,
     "preemptions_per_second": Unit.PREEMPTIONS_PER_SECOND,
     "waiting_requests_per_pod": Unit.REQUESTS,
     "running_requests_per_pod": Unit.REQUESTS,

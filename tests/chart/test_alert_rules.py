@@ -182,6 +182,7 @@ CONTRACT_METRICS = {
     "cachescale_gpu_seconds_per_1k_requests",
     "cachescale_budget_gpu_seconds_per_1k_requests",
     "cachescale_requests_per_second",
+    "cachescale_arrivals_per_second",
     "cachescale_preemptions_per_second",
     "cachescale_replicas",
     "cachescale_replicas_desired_max",

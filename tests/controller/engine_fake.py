@@ -41,6 +41,8 @@ class EngineNumbers:
     waiting: float = 0.0
     preemptions_per_second: float = 0.0
     kv_usage: float = 0.5
+    arrivals_per_second: float | None = None
+    """Requests arriving per second (the engines' estimate); None: as many as are served."""
     overrides: dict[QueryKey, float] = field(default_factory=dict)
 
     def fleet(self) -> dict[QueryKey, float]:
@@ -53,6 +55,9 @@ class EngineNumbers:
             QueryKey.HITS_LOCAL: looked_up * self.hit_rate,
             QueryKey.LOOKED_UP: looked_up,
             QueryKey.REQUESTS: rps,
+            QueryKey.ARRIVALS: rps
+            if self.arrivals_per_second is None
+            else self.arrivals_per_second,
             QueryKey.PREEMPTIONS: self.preemptions_per_second,
             QueryKey.PREFILL_COMPUTED: computed,
             QueryKey.COMPUTED_COUNT: rps,
@@ -84,6 +89,8 @@ class EngineFake:
     window_seconds: float = 60.0
     engines: dict[tuple[tuple[str, str], ...], EngineNumbers] = field(default_factory=dict)
     down: bool = False
+    demand: dict[str, float] = field(default_factory=dict)
+    """A policy's ``metrics.demandQuery`` text → the one series it returns."""
 
     def set(self, selector: Mapping[str, str], numbers: EngineNumbers) -> None:
         self.engines[tuple(sorted(selector.items()))] = numbers
@@ -91,6 +98,8 @@ class EngineFake:
     def __call__(self, promql: str) -> Answer:
         if self.down:
             return api_error(503, "unavailable", "the fake Prometheus is down")
+        if promql in self.demand:
+            return vector(({}, repr(self.demand[promql])))
         for key, numbers in self.engines.items():
             answer = self._answer(dict(key), numbers, promql)
             if answer is not None:

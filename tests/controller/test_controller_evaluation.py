@@ -200,6 +200,47 @@ def test_prometheus_down_freezes_and_says_so(
     assert any("bad response" in u["reason"] and "is down" in u["reason"] for u in unknown)
 
 
+def test_served_and_offered_load_side_by_side_in_status(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock)
+    numbers.arrivals_per_second = 41.0  # saturated: 32 served, 41 arriving
+    run(operator, cluster, clock, rounds=SETTLE)
+    signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
+    assert signals["requestsPerSecond"] == 32.0
+    assert signals["arrivalsPerSecond"] == 41.0
+
+
+DEMAND = 'sum(rate(gateway_requests_total{route="llm"}[1m]))'
+
+
+def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    extra = {"metrics": {"demandQuery": DEMAND}}
+    stack(cluster, engines, prometheus, clock, extra=extra)
+    engines.demand[DEMAND] = 50.0
+    run(operator, cluster, clock, rounds=SETTLE)
+    assert cluster.get(POLICIES, "vllm")["status"]["signals"]["arrivalsPerSecond"] == 50.0
+    del engines.demand[DEMAND]  # now it returns no series
+    (outcome,) = run(operator, cluster, clock)
+    assert outcome.reason != "FrozenOnMissingMetrics"
+    assert conditions(cluster)["MetricsAvailable"][0] == "True"
+    signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
+    assert "arrivalsPerSecond" not in signals
+    (unknown,) = [u for u in signals["unknownSignals"] if u["signal"] == "arrivalsPerSecond"]
+    assert "metrics.demandQuery returned no series" in unknown["reason"]
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+
+
 BATCHING = {
     "manageMaxNumSeqs": True,
     "model": {"layers": 32, "kvHeads": 32, "headDim": 128, "weightsGiB": 12.55},

@@ -48,7 +48,19 @@ def test_unknown_is_absent_and_deletion_forgets() -> None:
     metrics.failed("llm", "vllm", "PrometheusUnreachable")
     text = exposition(metrics)
     assert 'cachescale_ttft_p95_seconds{namespace="llm"' not in text
+    assert 'cachescale_arrivals_per_second{namespace="llm"' not in text  # no estimate made
     labels = 'kind="PrometheusUnreachable",namespace="llm",policy="vllm"'  # sorted
     assert f"cachescale_evaluation_errors_total{{{labels}}} 1.0" in text
     metrics.forget("llm", "vllm")
     assert 'policy="vllm"' not in exposition(metrics)
+
+
+def test_served_and_offered_load_side_by_side() -> None:
+    metrics = OperatorMetrics()
+    state = snapshot(signals(arrivals_per_second=41.0))
+    decision = decide(spec(), state, learned(), state.signals.observed_at)
+    metrics.observe("llm", "vllm", spec(), state, decision)
+    text = exposition(metrics)
+    labels = 'namespace="llm",policy="vllm"'
+    assert f"cachescale_requests_per_second{{{labels}}} 32.0" in text
+    assert f"cachescale_arrivals_per_second{{{labels}}} 41.0" in text

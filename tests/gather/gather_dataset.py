@@ -35,10 +35,13 @@ def vllm_pod(
     itl_name: str = "vllm:inter_token_latency_seconds",
     reset_at: float | None = None,
     gauges: tuple[float, float, float] = (10, 2, 0.5),
+    aborted: float = 1,
+    queue_growth: float = 0,
 ) -> None:
     """A vLLM pod at 2 req/s, 1000 prompt tokens/s looked up, 80% local hits, 200 output
     tokens/s (600 context tokens per request); ``gauges``
-    are running, waiting and KV usage."""
+    are running, waiting and KV usage; ``aborted`` req/s are aborted, and the waiting
+    queue grows by ``queue_growth`` requests per second from its starting value."""
     s.counter("vllm:prefix_cache_queries_total", labels, 1000, times, reset_at)
     s.counter("vllm:prefix_cache_hits_total", labels, 800, times, reset_at)
     s.counter("vllm:external_prefix_cache_hits_total", labels, 100, times, reset_at)
@@ -46,8 +49,13 @@ def vllm_pod(
     s.counter("vllm:generation_tokens_total", labels, 200, times, reset_at)
     success = {**labels, "finished_reason": "stop"}
     s.counter("vllm:request_success_total", success, 2, times, reset_at)
-    aborted = {**labels, "finished_reason": "abort"}
-    s.counter("vllm:request_success_total", aborted, 1, times, reset_at)
+    s.counter(
+        "vllm:request_success_total",
+        {**labels, "finished_reason": "abort"},
+        aborted,
+        times,
+        reset_at,
+    )
     s.counter("vllm:num_preemptions_total", labels, 0.5, times, reset_at)
     s.histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)
     s.histogram(itl_name, labels, ITL_BUCKETS, 5.0, times)
@@ -55,7 +63,8 @@ def vllm_pod(
         s.histogram("vllm:request_prefill_kv_computed_tokens", labels, COMPUTED_BUCKETS, 400, times)
     running, waiting, kv_usage = gauges
     s.gauge("vllm:num_requests_running", labels, running, times)
-    s.gauge("vllm:num_requests_waiting", labels, waiting, times)
+    queue = [(t, waiting + queue_growth * (t - times[0])) for t in times]
+    s.add("vllm:num_requests_waiting", labels, queue)
     s.gauge("vllm:kv_cache_usage_perc", labels, kv_usage, times)
 
 
@@ -119,4 +128,6 @@ def dataset() -> Series:
         vllm_pod(s, {"namespace": "twins", "model_name": model, "pod": f"{model}-a"}, FULL)
     vllm_pod(s, {**llm, "model_name": "nopod"}, FULL)
     sglang_pod(s, {**llm, "model_name": "sg", "pod": "sg-a", "tp_rank": "0"}, FULL)
+    saturated = {**llm, "model_name": "saturated", "pod": "sat-a"}
+    vllm_pod(s, saturated, FULL, gauges=(32, 0, 1.0), aborted=0.5, queue_growth=0.1)
     return s

@@ -45,6 +45,14 @@ def values(snapshot: EngineSignals) -> dict[str, float | None]:
     return {name: m.value for name, m in snapshot.signals().items()}
 
 
+def test_arrivals_count_aborts_and_the_growing_queue(client: PrometheusClient) -> None:
+    # Saturated: 2 req/s served, 0.5 req/s aborted, the queue grows by 0.1 req/s and the
+    # batch stays full, so 2.6 req/s arrive.
+    snapshot = read(client, namespace="llm", model_name="saturated")
+    assert snapshot.requests_per_second.value == pytest.approx(2.0)
+    assert snapshot.arrivals_per_second.value == pytest.approx(2.6)
+
+
 def test_vllm_0_13_signals_are_exact(client: PrometheusClient) -> None:
     # GPU-seconds from kube-state-metrics: 2 GPUs held over the window by the old pod, 2
     # more at the last 30 s step by the new one: ~660 GPU-s for 600 requests. The fleet
@@ -63,6 +71,7 @@ def test_vllm_0_13_signals_are_exact(client: PrometheusClient) -> None:
             "ttft_p99_seconds": 0.975,
             "itl_p95_seconds": 0.095,
             "requests_per_second": 2.0,  # aborted requests are not successes
+            "arrivals_per_second": 3.0,  # ...but they arrived: 2 + 1 aborted, queue flat
             "preemptions_per_second": 0.5,
             "waiting_requests_per_pod": 1.0,  # (2 + 0) / 2 pods
             "running_requests_per_pod": 7.0,  # (10 + 4) / 2 pods
@@ -119,6 +128,7 @@ def test_sglang_windowed_hit_rate_ignores_the_last_batch_gauge(client: Prometheu
             "ttft_p99_seconds": 0.975,
             "itl_p95_seconds": 0.095,
             "requests_per_second": 3.0,
+            "arrivals_per_second": 3.0,
             "preemptions_per_second": 0.1,
             "waiting_requests_per_pod": 1.0,
             "running_requests_per_pod": 5.0,

@@ -19,10 +19,11 @@ from cachescale.gather.signals import (
     AmbiguousSeriesError,
     SignalRequest,
     compute_signals,
+    demand_from_result,
     gather_signals,
 )
-from cachescale.snapshot import EngineSignals, MetricsGeneration
-from tests.gather.gather_fakes import FakePrometheus, fake_prometheus, vector
+from cachescale.snapshot import EngineSignals, Measured, MetricsGeneration, Unit
+from tests.gather.gather_fakes import FakePrometheus, api_error, fake_prometheus, vector
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SELECTOR = Selector.of({"namespace": "llm", "model_name": "m"})
@@ -45,6 +46,7 @@ def healthy() -> dict[QueryKey, list[Series]]:
         QueryKey.HITS_EXTERNAL: fleet(0),
         QueryKey.LOOKED_UP: fleet(1000),
         QueryKey.REQUESTS: fleet(2),
+        QueryKey.ARRIVALS: fleet(2.5),
         QueryKey.PREEMPTIONS: fleet(0),
         QueryKey.PREFILL_COMPUTED: fleet(400),
         QueryKey.COMPUTED_COUNT: fleet(2),
@@ -91,6 +93,48 @@ def test_healthy_results_are_all_known_but_cost_without_inputs() -> None:
     ]
     assert snapshot.request_full_hit_share.value == pytest.approx(0.4)
     assert snapshot.prefill_tokens_per_request.value == 200
+
+
+def test_served_and_offered_load_are_separate_signals() -> None:
+    # Saturated: 2 req/s served, 2.5 req/s arriving (aborts and a growing queue).
+    snapshot = compute(healthy())
+    assert snapshot.requests_per_second.value == 2
+    assert snapshot.arrivals_per_second.value == 2.5
+
+
+def test_arrivals_absent_or_too_few_samples_is_unknown_never_zero() -> None:
+    absent = compute(healthy() | {QueryKey.ARRIVALS: []}).arrivals_per_second
+    assert absent.value is None
+    assert "vllm:request_success_total + vllm:num_requests_waiting" in str(absent.reason)
+    few = compute(healthy() | {QueryKey.POD_SAMPLES: per_pod(a=1)}).arrivals_per_second
+    assert few.value is None
+    assert "only 1 sample(s)" in str(few.reason)
+
+
+def test_demand_query_answer_replaces_the_estimate() -> None:
+    queries = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(SELECTOR), 300)
+    demand = Measured.known(7.0, Unit.REQUESTS_PER_SECOND)
+    snapshot = compute_signals(
+        REQUEST, Detection(MetricsGeneration.VLLM_0_13), queries, healthy(), AT, demand=demand
+    )
+    assert snapshot.arrivals_per_second.value == 7.0
+    assert snapshot.requests_per_second.value == 2
+
+
+@pytest.mark.parametrize(
+    ("series", "fragment"),
+    [
+        ([], "returned no series"),
+        ([Series({"route": "a"}, 1.0), Series({"route": "b"}, 2.0)], "returned 2 series"),
+        ([Series({}, math.nan)], "returned nan"),
+        ([Series({}, -1.0)], "returned -1.0"),
+    ],
+)
+def test_demand_query_must_return_one_rate(series: list[Series], fragment: str) -> None:
+    measured = demand_from_result(series)
+    assert measured.value is None
+    assert fragment in str(measured.reason)
+    assert "metrics.demandQuery" in str(measured.reason)
 
 
 def test_gpu_seconds_per_1k_from_kubernetes_inputs() -> None:
@@ -254,3 +298,40 @@ def test_no_engine_series_skips_the_batch(fake: FakePrometheus) -> None:
     assert snapshot.profile is None
     assert len(fake.queries) == 1
     assert "no vLLM series match" in str(snapshot.requests_per_second.reason)
+
+
+DEMAND = 'sum(rate(gateway_requests_total{route="llm"}[5m]))'
+
+
+def gather_with_demand(fake: FakePrometheus) -> EngineSignals:
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, demand_query=DEMAND)
+    config = PrometheusConfig(url=fake.url, retries=0, timeout_seconds=2)
+    with PrometheusClient(config) as client:
+        return gather_signals(client, request, AT)
+
+
+def test_demand_query_is_sent_verbatim_instead_of_the_estimate(fake: FakePrometheus) -> None:
+    fake.respond = lambda q: (
+        detects_vllm_0_13(q)
+        or (vector(({}, "41.5")) if q == DEMAND else vector(({**GROUP, "pod": "a"}, "21")))
+    )
+    snapshot = gather_with_demand(fake)
+    assert snapshot.arrivals_per_second.value == 41.5
+    estimate = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(SELECTOR), 300)
+    assert estimate[QueryKey.ARRIVALS].promql not in fake.queries
+
+
+def test_a_rejected_demand_query_leaves_the_other_signals(fake: FakePrometheus) -> None:
+    def respond(query: str) -> tuple[int, bytes]:
+        if query == DEMAND:
+            return api_error(400, "bad_data", "parse error")
+        return detects_vllm_0_13(query) or vector(
+            ({**GROUP, "pod": "a"} if "pod)" in query else GROUP, "21")
+        )
+
+    fake.respond = respond
+    snapshot = gather_with_demand(fake)
+    assert snapshot.arrivals_per_second.value is None
+    assert "metrics.demandQuery failed" in str(snapshot.arrivals_per_second.reason)
+    assert "parse error" in str(snapshot.arrivals_per_second.reason)
+    assert snapshot.requests_per_second.value == 21

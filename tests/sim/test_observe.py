@@ -15,6 +15,8 @@ from cachescale.sim.observe import ScrapedFleet, histogram_quantile
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
+from cachescale.sim.run import Simulation
+from cachescale.sim.scenario import Scenario
 from cachescale.sim.workload import Workload, WorkloadSpec
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
@@ -435,3 +437,47 @@ def test_fleet_rate_is_the_window_rate_up_to_sampling(
     finished, s = fleet_run
     in_window = [r for r in finished if r.finished_s and NOW_S - 300.0 < r.finished_s <= NOW_S]
     assert s.requests_per_second.value == pytest.approx(len(in_window) / 300.0, rel=0.03)
+
+
+# --- arrivals: the offered load, against the simulator's ground truth ----------------------
+
+
+@pytest.mark.parametrize(
+    ("rate_per_s", "client_timeout_s"),
+    [(12.0, 20.0), (8.0, None)],
+    ids=["timeouts", "growing-queue"],
+)
+def test_arrivals_estimate_matches_the_offered_load_under_saturation(
+    rate_per_s: float, client_timeout_s: float | None
+) -> None:
+    # Two 8B pods serve about 6 req/s. With client timeouts the queue stays bounded and the
+    # surplus is aborted; without, it grows: either way the estimate sees what arrived.
+    scenario = Scenario.model_validate(
+        {
+            "name": "saturated",
+            "description": "offered load above capacity",
+            "duration_s": 600,
+            "fleet": {
+                "profile": "llama3-8b-a100",
+                "max_num_seqs": 32,
+                "replicas": 2,
+                "pod_start_delay_s": 0,
+                "router": "least_loaded",
+            },
+            "workload": {"rate_per_s": rate_per_s, "client_timeout_s": client_timeout_s},
+        }
+    )
+    simulation = Simulation(scenario, None)
+    scraped = ScrapedFleet()
+    for t in range(15, 601, 15):
+        simulation.advance_to(float(t))
+        scraped.scrape(simulation.fleet.pods, float(t))
+    snapshot = scraped.signals(600.0, 300.0, gpus_per_pod=1, ready_replicas=2, observed_at=AT)
+    offered = sum(1 for a in simulation.arrivals_s if 300.0 < a <= 600.0) / 300.0
+    estimate, served = snapshot.arrivals_per_second.value, snapshot.requests_per_second.value
+    assert estimate is not None
+    assert served is not None
+    assert estimate == pytest.approx(offered, rel=0.05)
+    assert served < 0.8 * offered
+    assert bool(simulation.fleet.aborted) == (client_timeout_s is not None)
+    assert all(r.first_token_s is None for r in simulation.fleet.aborted)

@@ -536,3 +536,23 @@ def test_step_model_calibration_ballparks() -> None:
     assert 0.015 <= batch32 <= 0.030
     single = step.step_seconds(prefill_tokens=0, decode_seqs=1, context_tokens=1024)
     assert 0.008 <= single <= 0.014  # ~70-125 tok/s single-stream decode
+
+
+def test_clients_that_give_up_leave_the_queue_and_hold_nothing() -> None:
+    # max_num_seqs 1: the first request runs, the other three queue behind it.
+    e = engine(num_blocks=64, max_num_seqs=1)
+    requests = [make_req(i, unique(i, 40), 50) for i in range(4)]
+    for i, req in enumerate(requests):
+        t = 0.001 * i
+        e.advance_to(t)
+        req.arrival_s = t
+        e.submit(req, t)
+    assert e.num_waiting == 3
+    assert e.abort_waiting(arrived_by_s=0.0015) == [requests[1]]  # the oldest queued one
+    assert e.num_waiting == 2
+    assert e.abort_waiting(arrived_by_s=-1.0) == []
+    check_pool(e)
+    finished = e.drain()
+    assert [r.request_id for r in finished] == [0, 2, 3]
+    assert requests[1].first_token_s is None
+    check_pool(e)

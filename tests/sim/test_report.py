@@ -58,3 +58,28 @@ def test_hit_and_miss_ttft_are_split(windows: Windows) -> None:
     assert detail.ttft_p95_hit_s is not None
     assert detail.ttft_p95_miss_s is not None
     assert detail.ttft_p95_miss_s > detail.ttft_p95_hit_s  # misses pay the prefill
+
+
+def test_offered_load_counts_every_arrival(windows: Windows) -> None:
+    arrivals = windows.result.arrivals_s
+    assert len(arrivals) >= len(windows.result.finished)
+    signals = windows.signals(0.0, 150.0)
+    assert signals.offered_req_per_s == pytest.approx(len(arrivals) / 150.0)
+    assert signals.aborted_per_s == 0.0  # no client timeout in this scenario
+    empty = windows.signals(10_000.0, 10_060.0)
+    assert (empty.offered_req_per_s, empty.aborted_per_s) == (0.0, 0.0)  # counted, not unknown
+
+
+def test_timed_out_clients_are_aborted_not_served() -> None:
+    base = load_builtin("cold-dilution")
+    fleet = base.fleet.model_copy(update={"replicas": 1, "max_num_seqs": 2})
+    workload = base.workload.model_copy(update={"rate_per_s": 8.0, "client_timeout_s": 5.0})
+    scenario = base.model_copy(
+        update={"sweep": None, "fleet": fleet, "workload": workload, "duration_s": 120.0}
+    )
+    result = run(scenario, autoscaler=None)
+    signals = Windows(result).signals(60.0, 120.0)
+    assert signals.aborted_per_s > 0
+    assert signals.req_per_s < signals.offered_req_per_s
+    assert all(r.first_token_s is None and r.aborted_s is not None for r in result.aborted)
+    assert not {id(r) for r in result.aborted} & {id(r) for r in result.finished}

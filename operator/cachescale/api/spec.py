@@ -157,6 +157,13 @@ class MetricsSpec(ApiModel):
     """Window over which rates and quantiles are computed (at least 1m)."""
     interval: Duration = "30s"
     """How often the policy is evaluated (at least 10s, at most the window)."""
+    demand_query: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Optional PromQL giving the arrival rate in requests per second as exactly one series,
+    e.g. sum(rate(nginx_ingress_controller_requests{ingress="llm"}[5m])). Replaces the
+    estimate from the engines' own series (finished requests plus queue growth); use it
+    when a gateway or ingress counts requests the engines never see. Sent verbatim with
+    this policy's Prometheus credentials; any other answer leaves the arrival rate
+    unknown, with the reason in status."""
 
     @field_validator("window")
     @classmethod

@@ -88,7 +88,11 @@ class ObservedSignals(ApiModel):
     gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)
     """GPU-seconds spent per 1,000 successful requests."""
     requests_per_second: float | None = Field(default=None, ge=0)
-    """Successful requests per second."""
+    """Successful requests per second: the load served."""
+    arrivals_per_second: float | None = Field(default=None, ge=0)
+    """Requests arriving per second: the load offered (finished requests of every finish
+    reason plus queue growth, or spec.metrics.demandQuery). Above requestsPerSecond when
+    the fleet is saturated or clients time out."""
     preemptions_per_second: float | None = Field(default=None, ge=0)
     """Engine preemptions per second (KV pool ran dry)."""
     kv_cache_usage_ratio: float | None = Field(default=None, ge=0, le=1)

@@ -205,6 +205,7 @@ def _signals(
             gpus_per_pod=target.state.gpus_per_pod or None,
             ready_replicas=target.state.ready_replicas,
             pod_ages_seconds=target.pod_ages,
+            demand_query=spec.metrics.demand_query,
         )
         return gather_signals(operator.prometheus(config), request, now)
     except PrometheusError as error:

@@ -57,7 +57,11 @@ class OperatorMetrics:
                 "GPU-seconds per 1,000 successful requests.",
             ),
             "requests_per_second": gauge(
-                "cachescale_requests_per_second", "Successful requests per second."
+                "cachescale_requests_per_second", "Successful requests per second (served)."
+            ),
+            "arrivals_per_second": gauge(
+                "cachescale_arrivals_per_second",
+                "Requests arriving per second (offered): every finish reason plus queue growth.",
             ),
             "preemptions_per_second": gauge(
                 "cachescale_preemptions_per_second", "Engine preemptions per second."

@@ -37,6 +37,7 @@ STATUS_FIELDS = {
     "ttft_p99_seconds": "ttftP99Seconds",
     "gpu_seconds_per_1k_requests": "gpuSecondsPer1kRequests",
     "requests_per_second": "requestsPerSecond",
+    "arrivals_per_second": "arrivalsPerSecond",
     "preemptions_per_second": "preemptionsPerSecond",
     "kv_cache_usage_ratio": "kvCacheUsageRatio",
 }

@@ -49,7 +49,8 @@ _LABELS = {
     "ttft_p95_seconds": "TTFT p95",
     "ttft_p99_seconds": "TTFT p99",
     "itl_p95_seconds": "inter-token latency p95",
-    "requests_per_second": "successful requests per second",
+    "requests_per_second": "successful requests per second (served)",
+    "arrivals_per_second": "arriving requests per second (offered)",
     "preemptions_per_second": "preemptions per second",
     "waiting_requests_per_pod": "waiting requests per pod",
     "running_requests_per_pod": "running requests per pod",
@@ -106,6 +107,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help='label matchers, e.g. \'namespace="llm",model_name="llama-3-8b"\' (only name="value")',
     )
     parser.add_argument("--window", default="5m", help="rate and quantile window (default 5m)")
+    parser.add_argument(
+        "--demand-query",
+        metavar="PROMQL",
+        help="PromQL for the arrival rate (one series, req/s), e.g. a gateway's request "
+        "counter; replaces the estimate from the engines (a policy's metrics.demandQuery)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token")
     parser.add_argument("--ca-file", metavar="FILE", help="PEM CA bundle to verify TLS with")
@@ -168,7 +175,10 @@ def _request(args: argparse.Namespace) -> SignalRequest:
     """The signal request; raises ``ValueError`` (incl. pydantic's) on bad input."""
     selector = Selector.parse(args.selector)
     metrics = MetricsSpec(
-        prometheus_url=args.prometheus, selector=dict(selector.labels), window=args.window
+        prometheus_url=args.prometheus,
+        selector=dict(selector.labels),
+        window=args.window,
+        demand_query=args.demand_query,
     )
     if (args.gpus_per_pod is None) != (args.replicas is None):
         raise ValueError("give --gpus-per-pod and --replicas together")
@@ -180,6 +190,7 @@ def _request(args: argparse.Namespace) -> SignalRequest:
         gpus_per_pod=args.gpus_per_pod,
         ready_replicas=args.replicas,
         kube_state_metrics=args.kube_state_metrics,
+        demand_query=metrics.demand_query,
     )
 
 

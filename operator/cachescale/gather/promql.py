@@ -211,6 +211,7 @@ class QueryKey(StrEnum):
     HITS_EXTERNAL = "hits_external"
     LOOKED_UP = "looked_up"
     REQUESTS = "requests"
+    ARRIVALS = "arrivals"
     PREEMPTIONS = "preemptions"
     PREFILL_COMPUTED = "prefill_computed"
     COMPUTED_COUNT = "computed_count"
@@ -253,6 +254,8 @@ class _Family:
     hits_external: _Counter
     looked_up: _Counter
     requests: _Counter
+    finished: _Counter
+    """Every finished request, whatever the finish reason (aborts included)."""
     preemptions: _Counter
     ttft: str
     itl: tuple[str, ...]
@@ -269,6 +272,7 @@ _VLLM = _Family(
     hits_external=_Counter("vllm:external_prefix_cache_hits_total"),
     looked_up=_Counter("vllm:prefix_cache_queries_total"),
     requests=_Counter("vllm:request_success_total", 'finished_reason!~"abort|error"'),
+    finished=_Counter("vllm:request_success_total"),
     preemptions=_Counter("vllm:num_preemptions_total"),
     ttft="vllm:time_to_first_token_seconds",
     itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
@@ -284,6 +288,7 @@ _SGLANG = _Family(
     hits_external=_Counter(_SGLANG_EFFECTIVE, 'mode="storage_hit"'),
     looked_up=_Counter(_SGLANG_EFFECTIVE, 'mode=~"input|device_hit|host_hit|storage_hit"'),
     requests=_Counter("sglang:num_requests_total"),
+    finished=_Counter("sglang:num_requests_total"),
     preemptions=_Counter("sglang:num_retracted_requests_total"),
     ttft="sglang:time_to_first_token_seconds",
     itl=("sglang:inter_token_latency_seconds",),
@@ -335,6 +340,15 @@ class _Builder:
             f"rate({self.select(h + '_bucket')}[{self._window}])" for h in histograms
         )
         return f"sum by ({self._by}, le) ({rates})"
+
+    def arrivals(self, finished: _Counter, in_system: Sequence[str]) -> str:
+        """Requests arriving per second: every finished request plus the growth of the
+        requests in the system (``delta`` of each gauge) over the window, never below 0."""
+        growth = " + ".join(
+            f"sum by ({self._by}) (delta({self.select(gauge)}[{self._window}]))"
+            for gauge in in_system
+        )
+        return f"clamp_min({self.rate(finished)} + ({growth}) / {self._window_seconds:g}, 0)"
 
     def quantile(self, q: float, histograms: Sequence[str]) -> str:
         return f"histogram_quantile({q}, {self.buckets(histograms)})"
@@ -394,6 +408,10 @@ def build_queries(
         QueryKey.HITS_EXTERNAL: Query(b.rate(fam.hits_external), fam.hits_external.metric),
         QueryKey.LOOKED_UP: Query(b.rate(fam.looked_up), fam.looked_up.metric),
         QueryKey.REQUESTS: Query(b.rate(fam.requests), fam.requests.metric),
+        QueryKey.ARRIVALS: Query(
+            b.arrivals(fam.finished, (fam.waiting, fam.running)),
+            f"{fam.finished.metric} + {fam.waiting} + {fam.running}",
+        ),
         QueryKey.PREEMPTIONS: Query(b.rate(fam.preemptions), fam.preemptions.metric),
         QueryKey.ITL_P95: Query(b.quantile(0.95, fam.itl), fam.itl[0] + "_bucket"),
         QueryKey.KV_USAGE: Query(b.gauge(fam.kv_usage, "avg"), fam.kv_usage),

@@ -11,7 +11,10 @@ unknown with the reason, by these rules:
 * a ratio whose denominator did not increase → unknown, and the reason says whether that
   is "no traffic" or "a counter that should move with traffic did not";
 * more than one series where one is expected → ``AmbiguousSeriesError`` naming the label
-  sets: the selector matches more than one deployment, and summing them would be wrong.
+  sets: the selector matches more than one deployment, and summing them would be wrong;
+* the policy's own ``demandQuery`` (a user's PromQL, sent verbatim in its own request) that
+  fails, or returns anything but one finite, non-negative series → the arrival rate alone
+  is unknown, with the reason; the other signals are unaffected.
 
 Counter resets need no handling here: every counter is read through ``rate()``, which
 Prometheus corrects for resets. ``compute_signals`` is pure (results in, snapshot out), so
@@ -64,6 +67,10 @@ _NO_FULL_HIT_HISTOGRAM = {
 }
 
 
+DEMAND_QUERY_FIELD = "metrics.demandQuery"
+"""The policy field holding the user's arrival-rate query (named in unknown reasons)."""
+
+
 def _label_text(labels: Mapping[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
@@ -100,6 +107,9 @@ class SignalRequest:
     """Also read pod ages and GPU-seconds from kube-state-metrics."""
     ksm_step_seconds: float = 30.0
     """Subquery step for integrating GPU requests over the window."""
+    demand_query: str | None = None
+    """The policy's ``metrics.demandQuery``: PromQL for the arrival rate (e.g. a gateway's
+    request counter) that replaces the engines' estimate."""
 
 
 def gather_signals(
@@ -123,8 +133,42 @@ def gather_signals(
         kube_state_metrics=request.kube_state_metrics,
         ksm_step_seconds=request.ksm_step_seconds,
     )
+    demand = None
+    if request.demand_query is not None:
+        del queries[QueryKey.ARRIVALS]  # the user's query replaces the estimate
     results = client.query_many({key: query.promql for key, query in queries.items()}, at)
-    return compute_signals(request, detection, queries, results, at)
+    if request.demand_query is not None:
+        demand = _read_demand(client, request.demand_query, at)
+    return compute_signals(request, detection, queries, results, at, demand=demand)
+
+
+def _read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
+    """The demand query's answer; a failure of this one query makes only arrivals unknown."""
+    from cachescale.gather.prometheus import PrometheusError  # loaded with the client
+
+    try:
+        series = client.query(promql, at)
+    except PrometheusError as error:
+        return _unknown(f"{DEMAND_QUERY_FIELD} failed: {error}", Unit.REQUESTS_PER_SECOND)
+    return demand_from_result(series)
+
+
+def demand_from_result(series: Sequence[ResultSeries]) -> Measured:
+    """The arrival rate from a demand query's result: exactly one finite series ≥ 0."""
+    unit = Unit.REQUESTS_PER_SECOND
+    if len(series) != 1:
+        shown = ", ".join(_label_text(s.labels) for s in series[:3])
+        more = f" and {len(series) - 3} more" if len(series) > 3 else ""
+        found = f"{len(series)} series ({shown}{more})" if series else "no series"
+        return _unknown(
+            f"{DEMAND_QUERY_FIELD} returned {found}; it must return exactly one "
+            "(aggregate it, e.g. sum(rate(...)))",
+            unit,
+        )
+    value = series[0].value
+    if not math.isfinite(value) or value < 0:
+        return _unknown(f"{DEMAND_QUERY_FIELD} returned {value}, not an arrival rate", unit)
+    return Measured.known(value, unit)
 
 
 def compute_signals(
@@ -133,11 +177,15 @@ def compute_signals(
     queries: Mapping[QueryKey, Query],
     results: Mapping[QueryKey, Sequence[ResultSeries]],
     at: datetime,
+    *,
+    demand: Measured | None = None,
 ) -> EngineSignals:
-    """The snapshot for one policy from its (already split) query results."""
+    """The snapshot for one policy from its (already split) query results; ``demand``
+    (the answer to the policy's demand query) replaces the arrival estimate."""
     if detection.profile is None:
         raise ValueError("compute_signals needs a detected profile")
-    return _Computation(request, detection.profile, queries, results).snapshot(at, detection.notes)
+    computation = _Computation(request, detection.profile, queries, results)
+    return computation.snapshot(at, detection.notes, demand)
 
 
 def _unknown(reason: str, unit: Unit) -> Measured:
@@ -211,7 +259,9 @@ class _Computation:
 
     # --- signals ---------------------------------------------------------------------
 
-    def snapshot(self, at: datetime, notes: tuple[str, ...]) -> EngineSignals:
+    def snapshot(
+        self, at: datetime, notes: tuple[str, ...], demand: Measured | None = None
+    ) -> EngineSignals:
         samples = self.per_pod(QueryKey.POD_SAMPLES, Unit.REQUESTS)
         if not samples:
             reason = self._absent(QueryKey.POD_SAMPLES)
@@ -241,6 +291,11 @@ class _Computation:
             ttft_p99_seconds=gate(self._quantile(QueryKey.TTFT_P99, traffic)),
             itl_p95_seconds=gate(self._quantile(QueryKey.ITL_P95, traffic)),
             requests_per_second=gate(rps),
+            arrivals_per_second=(
+                demand
+                if demand is not None
+                else gate(self.fleet(QueryKey.ARRIVALS, Unit.REQUESTS_PER_SECOND))
+            ),
             preemptions_per_second=gate(
                 self.fleet(QueryKey.PREEMPTIONS, Unit.PREEMPTIONS_PER_SECOND)
             ),

@@ -23,6 +23,8 @@ TIMELINE_FIELDS = (
     "ttft_p99_s",
     "replicas",
     "req_per_s",
+    "offered_req_per_s",
+    "aborted_per_s",
     "gpu_s_per_1k",
     "preemptions_per_s",
 )

@@ -11,6 +11,9 @@ What this models, because the cache depends on it:
 - **Rolling restart** with a Deployment's default strategy (maxSurge 25%, maxUnavailable
   25%): new pods are created in surge batches and old pods drained as new ones become
   ready, so the whole fleet ends up cold within a few start delays.
+- **Client timeouts** (optional): a request still queued without output that long after
+  it arrived is aborted, as a client closing its connection; vLLM counts it as
+  ``request_success_total{finished_reason="abort"}``. Checked whenever a pod is advanced.
 - **Routers**: ``round_robin`` (a Kubernetes Service), ``least_loaded`` (fewest waiting +
   running), ``prefix_aware`` (like llm-d's approximate prefix-cache scorer: the router
   remembers which pod it last sent each sampled prefix block to, sends a request to the
@@ -88,6 +91,7 @@ class Fleet:
         pod_start_delay_s: float,
         initial_replicas: int,
         start_warm: bool = True,
+        client_timeout_s: float | None = None,
     ) -> None:
         self.profile = profile
         self.max_num_seqs = max_num_seqs
@@ -100,6 +104,8 @@ class Fleet:
         self.revision = 0
         self.desired_replicas = initial_replicas
         self.finished: list[SimRequest] = []
+        self.client_timeout_s = client_timeout_s
+        self.aborted: list[SimRequest] = []
         for _ in range(initial_replicas):
             # Pods present at t=0 are ready at t=0 (their caches are still empty: "warm"
             # here means started, not cache-warm; the first minutes of a run warm them).
@@ -199,6 +205,12 @@ class Fleet:
             pod.series.record_finished(request)
             request.block_hashes = []  # the engine is done with them; reports never need them
             self.finished.append(request)
+        if self.client_timeout_s is not None:
+            for request in pod.engine.abort_waiting(now_s - self.client_timeout_s):
+                request.aborted_s = now_s
+                request.block_hashes = []
+                pod.series.record_aborted()
+                self.aborted.append(request)
 
     # -- routing ------------------------------------------------------------------------
 

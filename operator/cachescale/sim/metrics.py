@@ -98,6 +98,7 @@ class ReplicaSeries:
         self.prompt_tokens = BucketCounts(tokens)
         self.generation_tokens = BucketCounts(tokens)
         self.success_total = 0
+        self.aborted_total = 0
 
     def record_finished(self, request: SimRequest) -> None:
         """Account one finished request as vLLM's output processor would."""
@@ -116,6 +117,10 @@ class ReplicaSeries:
             mean_itl = (request.finished_s - request.first_token_s) / (request.output_tokens - 1)
             self.inter_token_latency.observe(mean_itl, request.output_tokens - 1)
         self.success_total += 1
+
+    def record_aborted(self) -> None:
+        """Account one request its client gave up on (``finished_reason="abort"``)."""
+        self.aborted_total += 1
 
 
 class VllmReplicaCollector(Collector):
@@ -180,6 +185,10 @@ class VllmReplicaCollector(Collector):
             labels=[*self._labels, "finished_reason"],
         )
         success.add_metric([*self._labels.values(), "stop"], series.success_total)
+        if series.aborted_total:
+            # vLLM registers every finish reason at start; here the abort series appears
+            # with the first client timeout, so runs without timeouts export what they did.
+            success.add_metric([*self._labels.values(), "abort"], series.aborted_total)
         yield success
         yield self._histogram(
             "vllm:time_to_first_token_seconds",

@@ -17,6 +17,10 @@ for the ``vllm>=0.13`` profile, "unknown" reasons included:
 * **Quantiles** are ``histogram_quantile`` (Prometheus' ``bucketQuantile``) over the
   per-bucket rates summed over pods.
 * **Gauges** are ``avg_over_time`` per pod (one sample suffices), averaged over pods.
+* **Arrivals** are gather's estimate: ``sum(rate())`` of finished requests of every reason
+  plus ``sum(delta())`` of waiting and running (Prometheus' ``extrapolatedRate`` for
+  gauges: the change from the first to the last sample, extended to the window's edges as
+  for a rate, no reset or zero-point handling) over the window, clamped at 0.
 
 Not modelled: per-target scrape offsets and jitter (every pod is scraped at the caller's
 instants), staleness markers, and a failed scrape of a single pod. An outage of the metrics
@@ -177,7 +181,8 @@ _SUCCESS_AT = 3
 _PROMPT_TOKENS_AT = 4
 _GENERATION_TOKENS_AT = 5
 _COMPUTED_SUM_AT = 6
-_FIRST_BUCKET_AT = 7
+_ABORTED_AT = 7
+_FIRST_BUCKET_AT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +213,7 @@ def _counters(pod: Pod) -> tuple[float, ...]:
         engine.prompt_tokens_total,
         engine.generation_tokens_total,
         series.prefill_kv_computed.total,
+        series.aborted_total,
         *accumulate(series.prefill_kv_computed.counts),
         *accumulate(series.ttft.counts),
         *accumulate(series.inter_token_latency.counts),
@@ -272,6 +278,28 @@ class _PodSeries:
 # --- reading one pod over a window -----------------------------------------------------------
 
 
+def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: float) -> float:
+    """``delta(waiting) + delta(running)`` of one pod over ``(start_s, end_s]`` (≥ 2 samples).
+
+    Prometheus' ``extrapolatedRate`` for a gauge: the change from the first to the last
+    sample, extended to a window edge as ``rate()`` is (``_extrapolated_rates``), without
+    reset or zero-point handling.
+    """
+    first, last = samples[0], samples[-1]
+    sampled = last.t - first.t
+    average = sampled / (len(samples) - 1)
+    to_start = first.t - start_s
+    if to_start >= average * EXTRAPOLATION_THRESHOLD:
+        to_start = average / 2
+    to_end = end_s - last.t
+    if to_end >= average * EXTRAPOLATION_THRESHOLD:
+        to_end = average / 2
+    change = (last.gauges.waiting + last.gauges.running) - (
+        first.gauges.waiting + first.gauges.running
+    )
+    return change * (sampled + to_start + to_end) / sampled
+
+
 def _extrapolated_rates(samples: Sequence[_Sample], start_s: float, end_s: float) -> list[float]:
     """``rate()`` of every counter of one pod over ``(start_s, end_s]`` (≥ 2 samples).
 
@@ -315,6 +343,8 @@ class _PodWindow:
     samples: int
     rates: list[float] | None
     """Every counter's ``rate()``; None with fewer than ``MIN_SAMPLES_FOR_RATE`` samples."""
+    growth: float | None
+    """``delta()`` of waiting + running; None when ``rates`` is."""
     means: _Gauges
     """Every gauge's ``avg_over_time``."""
 
@@ -324,14 +354,13 @@ class _PodWindow:
         samples = series.in_window(start_s, end_s)
         if not samples:
             return None
-        rates = (
-            _extrapolated_rates(samples, start_s, end_s)
-            if len(samples) >= MIN_SAMPLES_FOR_RATE
-            else None
-        )
+        rates = growth = None
+        if len(samples) >= MIN_SAMPLES_FOR_RATE:
+            rates = _extrapolated_rates(samples, start_s, end_s)
+            growth = _extrapolated_growth(samples, start_s, end_s)
         columns = zip(*(sample.gauges for sample in samples), strict=True)
         means = _Gauges(*(sum(column) / len(samples) for column in columns))
-        return cls(series.pod, len(samples), rates, means)
+        return cls(series.pod, len(samples), rates, growth, means)
 
 
 # --- the fleet -------------------------------------------------------------------------------
@@ -454,6 +483,7 @@ class _Evaluation:
         rated = [w.rates for w in self._windows if w.rates is not None]
         # sum(rate(...)) of every counter over the pods; empty when none has 2 samples.
         self._rates = [math.fsum(column) for column in zip(*rated, strict=True)]
+        self._growth = math.fsum(w.growth for w in self._windows if w.growth is not None)
 
     def snapshot(
         self, observed_at: datetime, gpus_per_pod: float, ready_replicas: int
@@ -478,6 +508,7 @@ class _Evaluation:
             ttft_p99_seconds=rated("ttft_p99_seconds", lambda: self._quantile(0.99, ttft, _TTFT)),
             itl_p95_seconds=rated("itl_p95_seconds", lambda: self._quantile(0.95, itl, _ITL)),
             requests_per_second=rated("requests_per_second", self._requests_per_second),
+            arrivals_per_second=rated("arrivals_per_second", self._arrivals_per_second),
             preemptions_per_second=rated("preemptions_per_second", self._preemptions_per_second),
             waiting_requests_per_pod=_mean([w.means.waiting for w in self._windows], Unit.REQUESTS),
             running_requests_per_pod=_mean([w.means.running for w in self._windows], Unit.REQUESTS),
@@ -512,6 +543,11 @@ class _Evaluation:
 
     def _requests_per_second(self) -> Measured:
         return Measured.known(self._rates[_SUCCESS_AT], Unit.REQUESTS_PER_SECOND)
+
+    def _arrivals_per_second(self) -> Measured:
+        finished = self._rates[_SUCCESS_AT] + self._rates[_ABORTED_AT]
+        arrivals = max(0.0, finished + self._growth / self._window_s)
+        return Measured.known(arrivals, Unit.REQUESTS_PER_SECOND)
 
     def _preemptions_per_second(self) -> Measured:
         return Measured.known(self._rates[_PREEMPTIONS_AT], Unit.PREEMPTIONS_PER_SECOND)

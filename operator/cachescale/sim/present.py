@@ -124,6 +124,16 @@ def verdict(result: RunResult) -> str:
         f"{_fmt(after.gpu_s_per_1k, ',.0f')} "
         f"({_pct_change(before.gpu_s_per_1k, after.gpu_s_per_1k)}).",
     ]
+    if after.offered_req_per_s > 1.05 * after.req_per_s:
+        parts.append(
+            f"Demand outran service: {after.offered_req_per_s:.1f} req/s arrived and "
+            f"{after.req_per_s:.1f} were served"
+            + (
+                f" ({after.aborted_per_s:.1f} req/s aborted by clients that gave up)."
+                if after.aborted_per_s
+                else "."
+            )
+        )
     if after.ttft_p95_s is not None:
         state = "within" if after.ttft_p95_s <= slo else "above"
         parts.append(

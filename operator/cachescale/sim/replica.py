@@ -279,6 +279,23 @@ class EngineReplica:
         elif self._seg_kind == _FLUID and was_empty and len(self._running) < self._max_num_seqs:
             self._cut_fluid()
 
+    def abort_waiting(self, arrived_by_s: float) -> list[SimRequest]:
+        """Remove the queued requests that arrived at or before ``arrived_by_s`` and have no
+        output yet (their clients gave up); return them. Checked from the queue's front,
+        which holds the oldest arrivals (preempted requests that already streamed output
+        are kept: their clients are reading)."""
+        waiting = self._waiting
+        aborted: list[SimRequest] = []
+        kept: list[tuple[SimRequest, int]] = []
+        while waiting and waiting[0][0].arrival_s <= arrived_by_s:
+            entry = waiting.popleft()
+            if entry[1]:
+                kept.append(entry)
+            else:
+                aborted.append(entry[0])
+        waiting.extendleft(reversed(kept))
+        return aborted
+
     def drain(self) -> list[SimRequest]:
         """Run until nothing is queued or running; return the requests that finished."""
         done: list[SimRequest] = []

@@ -3,9 +3,11 @@
 Signals here are *ground truth* from finished requests, not PromQL estimates: the
 token-weighted hit rate (what vLLM's counters show), the request-weighted full-hit share
 (what they hide), prefill tokens computed per request, TTFT quantiles overall and split by
-cache outcome, requests per second, GPU-seconds per 1k requests (GPUs held by pods,
-including starting and draining ones, over requests finished), and preemptions per second.
-A window with no finished request has unknown signals (``None``), never zeros.
+cache outcome, requests per second served (finished) beside requests per second offered
+(every arrival, routed or dropped) and aborted by client timeouts, GPU-seconds per 1k
+requests (GPUs held by pods, including starting and draining ones, over requests
+finished), and preemptions per second. A window with no finished request has unknown
+signals (``None``), never zeros; offered and aborted rates are counted, so always known.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class Signals:
     req_per_s: float
     gpu_s_per_1k: float | None
     preemptions_per_s: float | None
+    offered_req_per_s: float = 0.0
+    """Requests that arrived per second (the demand), served or not."""
+    aborted_per_s: float = 0.0
+    """Requests per second whose clients gave up waiting (``workload.client_timeout_s``)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Windows:
         self._full_hit_tokens = result.scenario.report.full_hit_max_computed_tokens
         self._finished = sorted(result.finished, key=lambda r: r.finished_s or 0.0)
         self._finish_times = [r.finished_s or 0.0 for r in self._finished]
+        self._arrival_times = sorted(result.arrivals_s)
+        self._abort_times = sorted(r.aborted_s or 0.0 for r in result.aborted)
 
     def _requests(self, start_s: float, end_s: float) -> list[SimRequest]:
         low = bisect.bisect_left(self._finish_times, start_s)
@@ -85,8 +93,10 @@ class Windows:
         samples = self._samples(start_s, end_s)
         duration = end_s - start_s
         replicas = sum(s.replicas for s in samples) / len(samples) if samples else None
+        offered = _count_in(self._arrival_times, start_s, end_s) / duration
+        aborted = _count_in(self._abort_times, start_s, end_s) / duration
         if not requests:
-            return Signals(None, None, None, None, replicas, 0.0, None, None)
+            return Signals(None, None, None, None, replicas, 0.0, None, None, offered, aborted)
         prompt = sum(r.prompt_tokens for r in requests)
         cached = sum(r.cached_tokens or 0 for r in requests)
         ttfts = sorted(r.ttft_s for r in requests if r.ttft_s is not None)
@@ -105,6 +115,8 @@ class Windows:
             req_per_s=len(requests) / duration,
             gpu_s_per_1k=1000.0 * gpu_s / len(requests),
             preemptions_per_s=preemptions,
+            offered_req_per_s=offered,
+            aborted_per_s=aborted,
         )
 
     def detail(self, start_s: float, end_s: float) -> WindowDetail:
@@ -130,6 +142,11 @@ class Windows:
     def replicas_max(self) -> int:
         """Most live pods at any tick."""
         return max((s.replicas for s in self.result.samples), default=0)
+
+
+def _count_in(sorted_times: Sequence[float], start_s: float, end_s: float) -> int:
+    """How many of ``sorted_times`` fall in [start_s, end_s)."""
+    return bisect.bisect_left(sorted_times, end_s) - bisect.bisect_left(sorted_times, start_s)
 
 
 def rounded(values: dict[str, object], digits: int = 4) -> dict[str, object]:

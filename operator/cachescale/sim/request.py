@@ -31,6 +31,8 @@ class SimRequest:
     finished_s: float | None = None
     num_preemptions: int = 0
     replica: int | None = None
+    aborted_s: float | None = None
+    """When the client gave up waiting (``workload.client_timeout_s``); it never finishes."""
 
     @property
     def ttft_s(self) -> float | None:

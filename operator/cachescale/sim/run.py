@@ -171,6 +171,10 @@ class RunResult:
     samples: list[TimelineSample]
     dropped: int
     policy: list[PolicyRecord] = field(default_factory=list)
+    arrivals_s: list[float] = field(default_factory=list)
+    """Every request's arrival time, routed or dropped: the offered load."""
+    aborted: list[SimRequest] = field(default_factory=list)
+    """Requests whose clients gave up waiting (``workload.client_timeout_s``)."""
 
 
 class Simulation:
@@ -190,6 +194,7 @@ class Simulation:
             scenario.fleet.router,
             scenario.fleet.pod_start_delay_s,
             scenario.fleet.replicas,
+            client_timeout_s=scenario.workload.client_timeout_s,
         )
         workload = Workload(
             scenario.workload,
@@ -207,6 +212,7 @@ class Simulation:
         self.now_s = 0.0
         self.samples: list[TimelineSample] = []
         self.dropped = 0
+        self.arrivals_s: list[float] = []
 
     def advance_to(self, until_s: float) -> None:
         """Route every request arriving before ``until_s`` and run every tick up to it."""
@@ -218,6 +224,7 @@ class Simulation:
                 self._tick(self._next_tick)
                 self._next_tick += self._sync_s
             elif request is not None and arrival < until_s:
+                self.arrivals_s.append(arrival)
                 if not self.fleet.route(request):
                     self.dropped += 1
                 self._pending = next(self._requests, None)
@@ -250,6 +257,8 @@ class Simulation:
             samples=self.samples,
             dropped=self.dropped,
             policy=self.autoscaler.records if self.autoscaler else [],
+            arrivals_s=self.arrivals_s,
+            aborted=self.fleet.aborted,
         )
 
 

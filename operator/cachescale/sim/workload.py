@@ -200,6 +200,13 @@ class WorkloadSpec(_Model):
         description="Tokens the request generates (unique; cached for the next turn).",
     )
     block_size: int = Field(default=16, ge=1, description="KV block size in tokens (vLLM).")
+    client_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Clients give up on a request still queued, without output, this many "
+        "seconds after it arrived: the engine aborts it (finished_reason=abort). None: "
+        "clients wait forever.",
+    )
 
     @model_validator(mode="after")
     def _unique_tenants(self) -> Self:
