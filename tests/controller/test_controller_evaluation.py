@@ -13,6 +13,7 @@ from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from engine_fake import EngineFake, EngineNumbers
 from gather_fakes import FakePrometheus
 
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
 from cachescale.controller.actions import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
 
@@ -77,7 +78,7 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     stack(cluster, engines, prometheus, clock)
     before = cluster.get(HPAS, "vllm")
     outcomes = run(operator, cluster, clock, rounds=SETTLE)
-    assert outcomes[0].reason == "WaitingForFullWindow"
+    assert outcomes[0].reason == Action.WAITING_FOR_FULL_WINDOW
     after = cluster.get(HPAS, "vllm")
     # 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12
     assert after["spec"]["maxReplicas"] == 12
@@ -86,7 +87,7 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     assert after["spec"]["behavior"] == before["spec"]["behavior"]
     assert after["metadata"]["labels"] == {"team": "ml"}
     assert '"maxReplicas": 40' in after["metadata"]["annotations"][ORIGINAL_ENVELOPE]
-    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+    assert conditions(cluster)["Ready"] == ("True", ConditionReason.EVALUATED)
     assert conditions(cluster)["CacheHealthy"][0] in ("True", "Unknown")
 
 
@@ -107,7 +108,7 @@ def test_advise_mode_writes_nothing_but_status_and_events(
     }
     created = {str(r.url.path) for r in cluster.requests("post")}
     assert created == {f"/api/v1/namespaces/{NAMESPACE}/events"}
-    assert ("Warning", "PrefixCollapse") in events(cluster)
+    assert ("Warning", Diagnosis.PREFIX_COLLAPSE) in events(cluster)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 40
     status = cluster.get(POLICIES, "vllm")["status"]
     assert status["lastDecision"]["maxReplicas"] == 11  # what Enforce would have held
@@ -129,14 +130,14 @@ def test_a_collapse_holds_the_hpa_and_says_why(
     numbers.hit_rate, numbers.running = 0.04, 30.0
     run(operator, cluster, clock, rounds=3)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 11  # held at the pre-collapse 11
-    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
-    assert conditions(cluster)["ScalingHeld"] == ("True", "CollapseHold")
+    assert conditions(cluster)["CacheHealthy"] == ("False", Diagnosis.PREFIX_COLLAPSE)
+    assert conditions(cluster)["ScalingHeld"] == ("True", Hold.COLLAPSE)
     status = cluster.get(POLICIES, "vllm")["status"]
-    assert status["state"] == "PrefixCollapse"
+    assert status["state"] == Diagnosis.PREFIX_COLLAPSE
     (alert,) = status["alerts"]
     assert "token hit rate 0.85 → 0.04 over 3 windows on 11 warm pods" in alert["message"]
-    assert ("Warning", "PrefixCollapse") in events(cluster)
-    assert ("Normal", "HeldForPrefixCollapse") in events(cluster)
+    assert ("Warning", Diagnosis.PREFIX_COLLAPSE) in events(cluster)
+    assert ("Normal", Action.HELD_FOR_PREFIX_COLLAPSE) in events(cluster)
 
 
 def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
@@ -170,16 +171,21 @@ def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
     for _ in range(SETTLE):
         for name in ("invalid", "missing", "keda", "foreign", "vllm"):
             run(operator, cluster, clock, name)
-    assert conditions(cluster, "invalid")["Ready"] == ("False", "InvalidSpec")
-    assert conditions(cluster, "missing")["Ready"] == ("False", "TargetNotFound")
-    assert conditions(cluster, "keda")["Ready"] == ("False", "HPAManagedByKEDA")
-    assert conditions(cluster, "foreign")["Ready"] == ("False", "TargetMismatch")
-    assert conditions(cluster, "vllm")["Ready"] == ("True", "Evaluated")
+    assert conditions(cluster, "invalid")["Ready"] == ("False", Problem.INVALID_SPEC)
+    assert conditions(cluster, "missing")["Ready"] == ("False", Problem.TARGET_NOT_FOUND)
+    assert conditions(cluster, "keda")["Ready"] == ("False", Problem.HPA_MANAGED_BY_KEDA)
+    assert conditions(cluster, "foreign")["Ready"] == ("False", Problem.TARGET_MISMATCH)
+    assert conditions(cluster, "vllm")["Ready"] == ("True", ConditionReason.EVALUATED)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
     assert cluster.get(HPAS, "keda")["spec"]["maxReplicas"] == 40  # never touched
     warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
     # Each problem is one event, not one per evaluation.
-    for reason in ("InvalidSpec", "TargetNotFound", "HPAManagedByKEDA", "TargetMismatch"):
+    for reason in (
+        Problem.INVALID_SPEC,
+        Problem.TARGET_NOT_FOUND,
+        Problem.HPA_MANAGED_BY_KEDA,
+        Problem.TARGET_MISMATCH,
+    ):
         assert warnings.count(reason) == 1, reason
 
 
@@ -194,8 +200,8 @@ def test_prometheus_down_freezes_and_says_so(
     run(operator, cluster, clock, rounds=SETTLE)
     engines.down = True
     (outcome,) = run(operator, cluster, clock)
-    assert outcome.reason == "FrozenOnMissingMetrics"
-    assert conditions(cluster)["MetricsAvailable"] == ("False", "MetricsUnavailable")
+    assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS
+    assert conditions(cluster)["MetricsAvailable"] == ("False", Diagnosis.METRICS_UNAVAILABLE)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
     unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
     assert any("bad response" in u["reason"] and "is down" in u["reason"] for u in unknown)
@@ -262,7 +268,7 @@ def test_repeated_alerts_are_one_event(
     numbers.ttft_p95_s = 3.0  # SLO breached with replicas at the budget's cap
     cluster.put(DEPLOYMENTS, deployment(replicas=12))
     run(operator, cluster, clock, rounds=20)
-    assert [reason for _, reason in events(cluster)].count("SLOAtRisk") == 1
+    assert [reason for _, reason in events(cluster)].count(Diagnosis.SLO_AT_RISK) == 1
 
 
 def test_an_acknowledgement_annotation_releases_the_hold(
@@ -285,9 +291,9 @@ def test_an_acknowledgement_annotation_releases_the_hold(
     run(operator, cluster, clock, rounds=1)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 19  # back to the budget's cap
     (alert,) = cluster.get(POLICIES, "vllm")["status"]["alerts"]
-    assert alert["reason"] == "PrefixCollapse"
+    assert alert["reason"] == Diagnosis.PREFIX_COLLAPSE
     assert alert["acknowledged"] is True
-    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
+    assert conditions(cluster)["CacheHealthy"] == ("False", Diagnosis.PREFIX_COLLAPSE)
 
 
 def test_conditions_move_their_transition_time_only_on_a_flip(

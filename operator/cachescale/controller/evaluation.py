@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
@@ -118,7 +119,7 @@ class Operator:
 class Outcome:
     """What one evaluation did (for logs, tests and the benchmark)."""
 
-    reason: str
+    reason: Action | Problem
     decision: Decision | None = None
     applied: bool = False
 
@@ -141,13 +142,17 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
         message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return _problem(operator, policy, previous, "InvalidSpec", f"invalid spec: {message}", now)
+        return _problem(
+            operator, policy, previous, Problem.INVALID_SPEC, f"invalid spec: {message}", now
+        )
     try:
         target = read_target(operator.api, policy.namespace, spec.target, now)
     except TargetError as error:
         return _problem(operator, policy, previous, error.reason, error.message, now)
     except KubeError as error:
-        return _problem(operator, policy, previous, "ApiError", f"reading the target: {error}", now)
+        return _problem(
+            operator, policy, previous, Problem.API_ERROR, f"reading the target: {error}", now
+        )
     signals = _signals(operator, policy, spec, target, now)
     memory = _memory(previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(policy.annotations))
@@ -171,8 +176,8 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     _announce(operator, policy, decision, applied, now)
     operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)
     if act_error:
-        operator.metrics.failed(policy.namespace, policy.name, "ApiConflict")
-        _event(operator, policy, "Warning", "ApiConflict", act_error, now)
+        operator.metrics.failed(policy.namespace, policy.name, Problem.API_CONFLICT)
+        _event(operator, policy, "Warning", Problem.API_CONFLICT, act_error, now)
     if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     return Outcome(decision.reason, decision, applied)
@@ -182,7 +187,7 @@ def _problem(
     operator: Operator,
     policy: PolicyObject,
     previous: Any,
-    reason: str,
+    reason: Problem,
     message: str,
     now: datetime,
 ) -> Outcome:
@@ -329,7 +334,7 @@ def _announce(
     for change in decision.raised:
         _event(operator, policy, "Warning", change.reason, change.message, now)
     for change in decision.cleared:
-        _event(operator, policy, "Normal", f"{change.reason}Cleared", change.message, now)
+        _event(operator, policy, "Normal", cleared(change.reason), change.message, now)
     if applied:
         _event(operator, policy, "Normal", decision.reason, decision.message, now)
 
