@@ -7,8 +7,10 @@ minutes of evaluations take milliseconds.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from engine_fake import EngineFake, EngineNumbers
 from gather_fakes import FakePrometheus
@@ -16,6 +18,7 @@ from gather_fakes import FakePrometheus
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
 from cachescale.controller.actions import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+from cachescale.snapshot import FetchFailure
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SETTLE = 40
@@ -324,3 +327,85 @@ def test_conditions_move_their_transition_time_only_on_a_flip(
         c["observedGeneration"] for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]
     }
     assert generations == {1}
+
+
+SECRET = {"apiVersion": "v1", "kind": "Secret"}
+TOKEN_AUTH = {"metrics": {"auth": {"bearerTokenSecretRef": {"name": "prom", "key": "token"}}}}
+
+
+@pytest.mark.parametrize(
+    ("secret", "says"),
+    [
+        (None, "Secret prom: HTTP 404"),
+        ({"data": {"other": "dG9rZW4="}}, "Secret prom has no key 'token'"),
+        ({"data": {"token": "//79"}}, "Secret prom key 'token' is not base64-encoded text"),
+    ],
+    ids=["missing", "no-key", "not-text"],
+)
+def test_unreadable_prometheus_credentials_freeze_with_their_own_reason(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    secret: dict[str, Any] | None,
+    says: str,
+) -> None:
+    stack(cluster, engines, prometheus, clock, extra=TOKEN_AUTH)
+    if secret is not None:
+        metadata = {"name": "prom", "namespace": NAMESPACE}
+        cluster.put("v1/secrets", {**SECRET, "metadata": metadata, **secret})
+    (outcome,) = run(operator, cluster, clock)
+    assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS
+    assert conditions(cluster)["MetricsAvailable"] == ("False", Diagnosis.METRICS_UNAVAILABLE)
+    assert outcome.decision is not None
+    assert says in outcome.decision.message
+    labels = {"namespace": NAMESPACE, "policy": "vllm"}
+    errors = "cachescale_evaluation_errors_total"
+    kind = FetchFailure.CREDENTIALS_UNREADABLE.value
+    assert operator.metrics.registry.get_sample_value(errors, {**labels, "kind": kind}) == 1
+
+
+def test_an_invalid_stored_memory_is_reset_with_a_warning(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock)
+    body = cluster.get(POLICIES, "vllm")
+    body["status"]["memory"]["baseline"] = {"tokenHitRate": "high"}
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        run(operator, cluster, clock, rounds=2)  # the second reads the reset memory
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert f"{NAMESPACE}/vllm: status.memory is invalid, so it is reset" in record.getMessage()
+    assert "baseline.tokenHitRate" in record.getMessage()
+    assert cluster.get(POLICIES, "vllm")["status"]["memory"]["baseline"]["evaluations"] == 0
+
+
+def test_an_unparsable_acknowledge_annotation_is_ignored_with_one_warning(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    body = cluster.get(POLICIES, "vllm")
+    body["metadata"]["annotations"] = {"cachescale.dev/acknowledge": "yesterday"}
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        outcomes = run(operator, cluster, clock, rounds=3)
+    assert {o.reason for o in outcomes} == {Action.WAITING_FOR_FULL_WINDOW}
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"{NAMESPACE}/vllm: annotation cachescale.dev/acknowledge='yesterday' is not an RFC 3339 "
+        "time; the request is ignored"
+    )
