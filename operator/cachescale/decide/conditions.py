@@ -38,10 +38,9 @@ class ConditionVerdict:
     message: str
 
 
-def frozen_conditions(
-    reason: Diagnosis, message: str, evidence: str
-) -> tuple[ConditionVerdict, ...]:
+def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
     """Missing data: metrics unavailable, health unknown, scaling held as it is."""
+    reason = Diagnosis.METRICS_UNAVAILABLE
     return (
         ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
         ConditionVerdict(ConditionType.CACHE_HEALTHY, ConditionStatus.UNKNOWN, reason, evidence),

@@ -112,16 +112,16 @@ def _frozen(
 ) -> Decision:
     """Missing data: change nothing, raise MetricsUnavailable, keep every other alert."""
     evidence = "; ".join(missing)
-    reason = Diagnosis.METRICS_UNAVAILABLE
+    diagnosis = Diagnosis.METRICS_UNAVAILABLE
     message = f"not scaling on missing data, HPA envelope left as it is: {evidence}"
     active, raised, cleared = reconcile_alerts(
-        memory.alerts, {reason: message}, set(), now, keep_counters=True
+        memory.alerts, {diagnosis: message}, set(), now, keep_counters=True
     )
     memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
     return Decision(
-        state=reason,
-        findings=(Finding(reason, evidence),),
+        state=diagnosis,
+        findings=(Finding(diagnosis, evidence),),
         envelope=frozen_envelope(snapshot),
         max_num_seqs=snapshot.workload.max_num_seqs,
         reason=Action.FROZEN_ON_MISSING_METRICS,
@@ -129,7 +129,7 @@ def _frozen(
         alerts=active,
         raised=raised,
         cleared=cleared,
-        conditions=frozen_conditions(reason, message, evidence),
+        conditions=frozen_conditions(message, evidence),
         memory=memory,
         notes=notes,
     )
