@@ -88,6 +88,18 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     events: EventRecorder | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
+    # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
+    new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
+    """Makes the client for one Prometheus endpoint."""
+    read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
+        default=gather_signals
+    )
+    """Reads one policy's signals (``gather.signals.gather_signals``)."""
+    make_decision: Callable[[CacheScalingPolicySpec, Snapshot, Memory, datetime], Decision] = field(
+        default=decide
+    )
+    """Decides (``decide.decide``); pure, so wrapping it cannot change what it returns."""
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _lock: Lock = field(default_factory=Lock)
 
@@ -105,7 +117,7 @@ class Operator:
         ).hexdigest()
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = PrometheusClient(config)
+                self._clients[key] = self.new_client(config)
             return self._clients[key]
 
 
@@ -146,7 +158,7 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     signals = _signals(operator, policy, spec, target, now)
     memory = _memory(previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(policy.annotations))
-    decision = decide(spec, snapshot, memory, now)
+    decision = operator.make_decision(spec, snapshot, memory, now)
     applied, act_error = _act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
@@ -206,7 +218,7 @@ def _signals(
             ready_replicas=target.state.ready_replicas,
             pod_ages_seconds=target.pod_ages,
         )
-        return gather_signals(operator.prometheus(config), request, now)
+        return operator.read_signals(operator.prometheus(config), request, now)
     except PrometheusError as error:
         return EngineSignals.all_unknown(
             str(error), observed_at=now, window_seconds=window, failure=error.failure
