@@ -30,7 +30,7 @@ lint: setup ## ruff lint and format check
 types: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
-imports: setup ## import-linter: the pure layers import no I/O
+imports: setup ## import-linter: the layers contract, and the pure layers import no I/O
 	$(BIN)/lint-imports
 
 # The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
@@ -62,7 +62,7 @@ e2e: setup tools ## only the e2e suite: KUBECONFIG's cluster, else envtest (KUBE
 # KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh.
 envtest: setup tools ## start a local control plane + node stand-in; prints its kubeconfig
 	@assets="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}" && \
-	    cd e2e && KUBEBUILDER_ASSETS="$$assets" ../$(PY) -m harness
+	    KUBEBUILDER_ASSETS="$$assets" $(PY) -m e2e.harness
 
 generate: setup ## regenerate the CRD from the API models, and the chart's copies
 	$(BIN)/cachescale crd > $(CRD)

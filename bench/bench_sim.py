@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.profiles import get_profile
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import DEFAULT_SCENARIO, RollingRestart, load_builtin
 from cachescale.sim.workload import Workload

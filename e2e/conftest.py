@@ -9,20 +9,14 @@ the reason. `make test` runs them with everything else; `make e2e` runs only the
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.cluster import Cluster, session_cluster, tool, why_no_cluster
-from harness.release import Release, install_cycle, uninstall
 
-# The e2e suite reuses the test suite's real-component fixtures (Prometheus, emulator,
-# the operator process) and the controller test's collapse scenario.
-_TESTS = Path(__file__).resolve().parents[1] / "tests"
-for _helpers in (_TESTS, _TESTS / "controller", _TESTS / "gather", _TESTS / "api"):
-    sys.path.insert(0, str(_helpers))
+from e2e.harness.cluster import Cluster, session_cluster, tool, why_no_cluster
+from e2e.harness.release import Release, install_cycle, uninstall
 
 E2E = Path(__file__).resolve().parent
 

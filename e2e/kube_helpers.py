@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from harness.cluster import Cluster
+from e2e.harness.cluster import Cluster
 
 T = TypeVar("T")
 PAUSE = "registry.k8s.io/pause:3.10"

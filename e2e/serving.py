@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import deployment as deployment_body
-from cluster import hpa as hpa_body
-from harness.cluster import Cluster
-from kube_helpers import PAUSE, apply, ready_pods, until
-
-from prometheus_fixture import (
+from e2e.harness.cluster import Cluster
+from e2e.kube_helpers import PAUSE, apply, ready_pods, until
+from tests.controller.cluster import deployment as deployment_body
+from tests.controller.cluster import hpa as hpa_body
+from tests.prometheus_fixture import (
     EmulatorProcess,
     PrometheusServer,
     free_port_block,

@@ -4,8 +4,9 @@ Deployment into Running, Ready pods with real owners, names and creation times."
 from __future__ import annotations
 
 import pytest
-from harness.cluster import Cluster
-from kube_helpers import PAUSE, apply, get, ready_pods, until
+
+from e2e.harness.cluster import Cluster
+from e2e.kube_helpers import PAUSE, apply, get, ready_pods, until
 
 
 def test_rbac_is_enforced(cluster: Cluster, namespace: str) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness.cluster import REPO, Cluster
-from harness.release import Release
 
 from cachescale.api.validation import validate_yaml
+from e2e.harness.cluster import REPO, Cluster
+from e2e.harness.release import Release
 
 INVALID = REPO / "examples" / "invalid"
 RULES = {

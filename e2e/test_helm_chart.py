@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cluster import policy as policy_body
-from harness.cluster import Cluster
-from harness.release import CHART, CRD, Release, wait_flags
-from kube_helpers import apply, get, until
-from operators import chart_flags, operator_process
-from serving import APP
 
-from prometheus_fixture import free_port
+from e2e.harness.cluster import Cluster
+from e2e.harness.release import CHART, CRD, Release, wait_flags
+from e2e.kube_helpers import apply, get, until
+from e2e.operators import chart_flags, operator_process
+from e2e.serving import APP
+from tests.controller.cluster import policy as policy_body
+from tests.prometheus_fixture import free_port
 
 
 def _objects(manifest: str) -> list[dict[str, Any]]:

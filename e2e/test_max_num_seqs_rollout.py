@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster import policy as policy_body
-from harness.cluster import Cluster
-from harness.release import Release
-from kube_helpers import apply, events_for, get, ready_pods, until
-from operators import operator_process
-from serving import APP, Metrics, create_stack, emulated_metrics
-
-from prometheus_fixture import fixed_fleet_scenario
+from e2e.harness.cluster import Cluster
+from e2e.harness.release import Release
+from e2e.kube_helpers import apply, events_for, get, ready_pods, until
+from e2e.operators import operator_process
+from e2e.serving import APP, Metrics, create_stack, emulated_metrics
+from tests.controller.cluster import policy as policy_body
+from tests.prometheus_fixture import fixed_fleet_scenario
 
 MODEL = "llama-3-8b"
 PODS = 2

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_operator_process as scenario
-from cluster import policy as policy_body
-from harness.cluster import Cluster
-from harness.release import Release
-from kube_helpers import apply, events_for, get, until
-from process_fixture import OperatorProcess, run_operator
-from serving import APP, Metrics, create_stack, emulated_metrics
+
+import tests.controller.test_operator_process as scenario
+from e2e.harness.cluster import Cluster
+from e2e.harness.release import Release
+from e2e.kube_helpers import apply, events_for, get, until
+from e2e.serving import APP, Metrics, create_stack, emulated_metrics
+from tests.controller.cluster import policy as policy_body
+from tests.controller.process_fixture import OperatorProcess, run_operator
 
 COLLAPSE_TIMEOUT_S = 200.0
 

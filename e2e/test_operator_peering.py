@@ -17,15 +17,14 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from cluster import policy as policy_body
-from harness.cluster import Cluster
-from harness.release import CHART, Release, wait_flags
-from kube_helpers import apply, get, until
-from operators import operator_process
-from process_fixture import OperatorProcess
-from serving import APP, create_stack
-
-from prometheus_fixture import free_port
+from e2e.harness.cluster import Cluster
+from e2e.harness.release import CHART, Release, wait_flags
+from e2e.kube_helpers import apply, get, until
+from e2e.operators import operator_process
+from e2e.serving import APP, create_stack
+from tests.controller.cluster import policy as policy_body
+from tests.controller.process_fixture import OperatorProcess
+from tests.prometheus_fixture import free_port
 
 INTERVAL_S = 10.0
 PEERING_LIFETIME_S = 60.0

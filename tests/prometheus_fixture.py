@@ -22,10 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +37,7 @@ from cachescale.emulator.runtime import Emulator, EmulatorSettings, EngineKind
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
 from cachescale.sim.simulate import build_autoscaler
+from tests.polling import wait_for
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent / "operator"
@@ -90,18 +90,6 @@ def fixed_fleet_scenario(replicas: int = 3, duration_s: float = 40) -> dict[str,
     scenario = small_scenario(autoscaler=None, perturbations=[], duration_s=duration_s)
     scenario["fleet"]["replicas"] = replicas
     return scenario
-
-
-def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``check`` until it returns something other than None; fail after the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def free_port() -> int:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cachescale.api.crd import render_crd_yaml
-from cachescale.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, main
+from cachescale.api.exit_codes import ExitCode
+from cachescale.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 INVALID = sorted((REPO / "examples" / "invalid").glob("*.yaml"))
@@ -28,12 +29,12 @@ NAMED_FIELD = {
 
 
 def test_crd_prints_the_generated_crd(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["crd"]) == EXIT_OK
+    assert main(["crd"]) == ExitCode.OK
     assert capsys.readouterr().out == render_crd_yaml()
 
 
 def test_good_example_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(REPO / "examples" / "policy-vllm.yaml")]) == EXIT_OK
+    assert main(["validate", str(REPO / "examples" / "policy-vllm.yaml")]) == ExitCode.OK
     assert "valid" in capsys.readouterr().out
 
 
@@ -45,7 +46,7 @@ def test_every_invalid_example_has_an_expectation() -> None:
 def test_invalid_example_fails_and_names_the_field(
     path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["validate", str(path)]) == EXIT_INVALID
+    assert main(["validate", str(path)]) == ExitCode.INVALID
     err = capsys.readouterr().err
     assert NAMED_FIELD[path.name] in err
     assert "document 1" in err
@@ -63,7 +64,7 @@ def test_multi_document_reports_only_the_bad_document(
 def test_not_a_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "deploy.yaml"
     path.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
-    assert main(["validate", str(path)]) == EXIT_INVALID
+    assert main(["validate", str(path)]) == ExitCode.INVALID
     assert "expected cachescale.dev/v1alpha1 CacheScalingPolicy, found apps/v1/Deployment" in (
         capsys.readouterr().err
     )
@@ -72,7 +73,7 @@ def test_not_a_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_broken_yaml_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("spec: [unclosed\n")
-    assert main(["validate", str(broken), str(tmp_path / "absent.yaml")]) == EXIT_INVALID
+    assert main(["validate", str(broken), str(tmp_path / "absent.yaml")]) == ExitCode.INVALID
     err = capsys.readouterr().err
     assert "not valid YAML" in err
     assert "absent.yaml: cannot read" in err
@@ -81,14 +82,14 @@ def test_broken_yaml_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_empty_file_is_an_error(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("\n")
-    assert main(["validate", str(empty)]) == EXIT_INVALID
+    assert main(["validate", str(empty)]) == ExitCode.INVALID
 
 
 @pytest.mark.parametrize("argv", [[], ["frobnicate"], ["validate"]])
 def test_usage_errors_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         main(argv)
-    assert raised.value.code == EXIT_USAGE
+    assert raised.value.code == ExitCode.USAGE
 
 
 def test_installed_entry_point_runs() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.cli import EXIT_INVALID, EXIT_OK, main
+from cachescale.api.exit_codes import ExitCode
+from cachescale.cli import main
 
 
 def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,7 +65,7 @@ def test_out_dir_writes_csv_and_png(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = tmp_path / "out"
     assert (
         main(["simulate", "--scenario", "rechunk-heals", "--duration", "5m", "--out", str(out)])
-        == EXIT_OK
+        == ExitCode.OK
     )
     capsys.readouterr()
     rows = list(csv.DictReader((out / "rechunk-heals-hpa.csv").open()))
@@ -76,15 +77,15 @@ def test_out_dir_writes_csv_and_png(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_scenario_file_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "cold-dilution.yaml"
-    assert main(["simulate", "--scenario-file", str(good), "--json"]) == EXIT_OK
+    assert main(["simulate", "--scenario-file", str(good), "--json"]) == ExitCode.OK
     capsys.readouterr()
     bad = tmp_path / "bad.yaml"
     bad.write_text(good.read_text().replace("profile: llama3-8b-a100", "profile: gpt-9"))
-    assert main(["simulate", "--scenario-file", str(bad)]) == EXIT_INVALID
+    assert main(["simulate", "--scenario-file", str(bad)]) == ExitCode.INVALID
     assert "unknown profile 'gpt-9'" in capsys.readouterr().err
-    assert main(["simulate", "--scenario", "nope"]) == EXIT_INVALID
+    assert main(["simulate", "--scenario", "nope"]) == ExitCode.INVALID
     assert "no built-in scenario 'nope'" in capsys.readouterr().err
-    assert main(["simulate", "--duration", "ten minutes"]) == EXIT_INVALID
+    assert main(["simulate", "--duration", "ten minutes"]) == ExitCode.INVALID
 
 
 def test_scenario_and_file_are_exclusive() -> None:

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from harness.cluster import session_cluster, why_no_cluster
+from e2e.harness.cluster import session_cluster, why_no_cluster
 
 
 def main() -> int:

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.control_plane import ControlPlane, control_plane, missing_assets, write_kubeconfig
-from harness.node import FakeNode
+from e2e.harness.control_plane import ControlPlane, control_plane, missing_assets, write_kubeconfig
+from e2e.harness.node import FakeNode
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools" / "bin"

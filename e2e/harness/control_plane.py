@@ -30,14 +30,14 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.api import Api, ApiError, Credentials
-from harness.certs import Certificates, Pair, make_certificates
+from e2e.harness.api import Api, ApiError, Credentials
+from e2e.harness.certs import Certificates, Pair, make_certificates
+from tests.polling import wait_for
 
 T = TypeVar("T")
 
@@ -126,15 +126,9 @@ current-context: {user}@envtest
 
 
 def wait_until(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``check`` until it returns something other than None."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise StartError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(0.2)
+    """Poll ``check`` every 0.2 s until it returns something other than None; a
+    :class:`StartError` after the timeout."""
+    return wait_for(check, timeout_s, what, every_s=0.2, error=StartError)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.api import Api, ApiError
+from e2e.harness.api import Api, ApiError
 
 NODE = "envtest-node-0"
 LEASE_EVERY_S = 10.0

@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from harness.cluster import REPO, Cluster
+from e2e.harness.cluster import REPO, Cluster
 
 CHART = REPO / "charts" / "cachescale"
 NAME = "cachescale"

@@ -1,9 +1,10 @@
 """The ``cachescale`` command: one entry point, one subcommand per job.
 
-Exit codes are part of the interface (scripts and CI rely on them): 0 success, 1 invalid
-input (a bad policy, a bad scenario), 2 usage error (argparse's own convention), 3
-Prometheus could not be read (``cachescale signals``). Each
-subcommand is a small function that parses nothing itself and returns its exit code.
+Exit codes are part of the interface (scripts and CI rely on them); every subcommand
+returns one of ``api.exit_codes.ExitCode``: 0 success, 1 invalid input (a bad policy, a bad
+scenario), 2 usage error (argparse's own convention), 3 Prometheus could not be read
+(``cachescale signals``). Each subcommand is a small function that parses nothing itself
+and returns its exit code.
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
+from cachescale.api.exit_codes import ExitCode
 
 
 def _cmd_crd(_args: argparse.Namespace) -> int:
     from cachescale.api.crd import render_crd_yaml
 
     sys.stdout.write(render_crd_yaml())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -46,7 +45,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             failed = True
         else:
             print(f"{path}: valid")
-    return EXIT_INVALID if failed else EXIT_OK
+    return ExitCode.INVALID if failed else ExitCode.OK
 
 
 def _progress_bar() -> Callable[[float], None] | None:
@@ -79,7 +78,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         )
     except (ValueError, ValidationError, OSError) as error:
         print(f"cachescale simulate: {error}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     outcome = simulate(request, progress=_progress_bar())
     if args.out is not None:
         outcome.write_artifacts(Path(args.out))
@@ -87,7 +86,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         sys.stdout.write(outcome.to_json() + "\n")
     else:
         sys.stdout.write(outcome.to_text() + "\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -74,7 +74,7 @@ class Measured:
         return self.value is not None
 
 
-class EngineProfile(StrEnum):
+class MetricsGeneration(StrEnum):
     """Which metric generation the numbers came from (formulas differ between them)."""
 
     VLLM_0_13 = "vllm>=0.13"
@@ -126,7 +126,7 @@ class EngineSignals:
     ``warm_token_hit_rate`` pools the warm ones.
     """
 
-    profile: EngineProfile | None
+    profile: MetricsGeneration | None
     """The metric generation used; None when no engine series were found."""
     observed_at: datetime
     """The evaluation time the queries were answered at."""
@@ -205,7 +205,7 @@ class EngineSignals:
         *,
         observed_at: datetime,
         window_seconds: float,
-        profile: EngineProfile | None = None,
+        profile: MetricsGeneration | None = None,
         failure: FetchFailure | None = None,
         notes: tuple[str, ...] = (),
     ) -> EngineSignals:

@@ -11,10 +11,10 @@ import copy
 from typing import Any
 
 import pytest
-from crd_emulation import crd_errors
 
 from cachescale.api.crd import build_crd
 from cachescale.api.validation import problems_in_document
+from tests.api.crd_emulation import crd_errors
 
 SHAPE = {"layers": 32, "kvHeads": 8, "headDim": 128, "weightsGiB": 16}
 GPU = {"memoryGiB": 80}
@@ -179,7 +179,7 @@ def test_defaults_a_user_can_live_with() -> None:
 
 
 def test_crd_applies_the_same_defaults(crd: dict[str, Any]) -> None:
-    from crd_emulation import _apply_defaults
+    from tests.api.crd_emulation import _apply_defaults
 
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     defaulted = _apply_defaults(copy.deepcopy(base_policy()), schema)

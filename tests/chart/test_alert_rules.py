@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import (
+
+from tests.chart.chart_helpers import (
     CHART_RULES_COPY,
     METRICS_DOC,
     RULE_TESTS,

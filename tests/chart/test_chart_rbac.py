@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chart_helpers import CHART, Manifest, by_kind, one, render
+
+from tests.chart.chart_helpers import CHART, Manifest, by_kind, one, render
 
 Permissions = dict[tuple[str, str], frozenset[str]]
 

@@ -9,7 +9,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
-from chart_helpers import (
+
+from tests.chart.chart_helpers import (
     CHART,
     CHART_CRD_COPY,
     CRD_SOURCE,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import (
+
+from tests.chart.chart_helpers import (
     CHART_DASHBOARD_COPY,
     DASHBOARD,
     METRICS_DOC,

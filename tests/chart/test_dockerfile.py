@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART, REPO, render
 from packaging.version import Version
+
+from tests.chart.chart_helpers import CHART, REPO, render
 
 DOCKERFILE = REPO / "Dockerfile"
 

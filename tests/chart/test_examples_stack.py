@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import REPO, STACK, Manifest, by_kind, one, validation_errors
+
+from tests.chart.chart_helpers import REPO, STACK, Manifest, by_kind, one, validation_errors
 
 Stack = list[tuple[Path, Manifest]]
 
@@ -133,7 +134,6 @@ def test_engine_args_agree_with_the_policy() -> None:
     seqs = int(args["--max-num-seqs"])
     assert batching["minNumSeqs"] <= seqs <= batching["maxNumSeqs"]
     assert float(args["--gpu-memory-utilization"]) == batching["gpu"]["gpuMemoryUtilization"]
-    assert int(args["--block-size"]) == batching["blockSizeTokens"]
     assert "--enable-prefix-caching" in args
     model = args["--served-model-name"]
     assert policy_spec()["metrics"]["selector"]["model_name"] == model

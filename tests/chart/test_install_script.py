@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from chart_helpers import REPO, helm_binary
+from tests.chart.chart_helpers import REPO, helm_binary
 
 SCRIPT = REPO / "scripts" / "install-helm.sh"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from cluster import Clock, FakeCluster, fake_cluster
-from engine_fake import EngineFake
-from gather_fakes import FakePrometheus, fake_prometheus
 
 from cachescale.controller.evaluation import Operator
+from tests.controller.cluster import Clock, FakeCluster, fake_cluster
+from tests.controller.engine_fake import EngineFake
+from tests.gather.gather_fakes import FakePrometheus, fake_prometheus
 
 
 @pytest.fixture

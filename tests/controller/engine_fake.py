@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gather_fakes import Answer, api_error, vector
-
 from cachescale.api.spec import Engine
 from cachescale.gather.promql import QueryKey, QueryScope, Selector, build_queries, detection_query
-from cachescale.snapshot import EngineProfile
+from cachescale.snapshot import MetricsGeneration
+from tests.gather.gather_fakes import Answer, api_error, vector
 
 PER_POD = {
     QueryKey.POD_SAMPLES: "samples",
@@ -107,7 +106,7 @@ class EngineFake:
             )
             count = str(len(numbers.pods))
             return vector(*(({**labels, "__name__": name}, count) for name in markers))
-        queries = build_queries(EngineProfile.VLLM_0_13, scope, self.window_seconds)
+        queries = build_queries(MetricsGeneration.VLLM_0_13, scope, self.window_seconds)
         for key, query in queries.items():
             if query.promql != promql:
                 continue

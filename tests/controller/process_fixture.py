@@ -24,14 +24,15 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import kmock
 import kmock._internal.parsing as kmock_parsing
-from cluster import NAMESPACE, FakeCluster
 
-from prometheus_fixture import free_port_block, wait_for
+from tests.controller.cluster import NAMESPACE, FakeCluster
+from tests.polling import wait_for
+from tests.prometheus_fixture import free_port_block
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SERVED_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -195,26 +196,28 @@ class OperatorProcess:
             ) from None
 
 
-@contextmanager
 def run_operator(
     workdir: Path, kubeconfig: Path, namespace: str = NAMESPACE
-) -> Iterator[OperatorProcess]:
-    """Start ``cachescale run`` on ``kubeconfig``, scoped to ``namespace``, standalone,
-    metrics off, probes on a free port; wait until it is ready."""
+) -> AbstractContextManager[OperatorProcess]:
+    """Start ``cachescale run`` on ``kubeconfig``, scoped to ``namespace``, standalone."""
+    return start_operator(workdir, kubeconfig, "--namespace", namespace, "--standalone")
+
+
+@contextmanager
+def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[OperatorProcess]:
+    """Start ``cachescale run --kubeconfig KUBECONFIG ARGS...`` with metrics off and probes
+    on a free port, its output in ``workdir/operator.log``; wait until it is ready. Killed
+    on the way out, whatever happened. (The e2e suite starts its peered and cluster-wide
+    operators through this too.)"""
     health_port = free_port_block(1)
     command = [
         *cachescale_command(),
         "run",
-        "--namespace",
-        namespace,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--standalone",
-        "--metrics-port",
-        "0",
-        "--health-port",
-        str(health_port),
-    ]
+        "--kubeconfig", str(kubeconfig),
+        "--metrics-port", "0",
+        "--health-port", str(health_port),
+        *args,
+    ]  # fmt: skip
     # No $KUBECONFIG and no in-cluster variables: only --kubeconfig can lead the operator
     # (and kopf's own login) to the fake API server.
     env = {k: v for k, v in os.environ.items() if k not in (*IN_CLUSTER_ENV, "KUBECONFIG")}
@@ -228,4 +231,4 @@ def run_operator(
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+        process.wait()

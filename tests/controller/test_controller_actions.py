@@ -7,19 +7,17 @@ from datetime import UTC, datetime
 
 import kmock
 import pytest
-from cluster import NAMESPACE, FakeCluster, deployment, hpa
 
+from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.actions import (
-    MANAGED_BY,
-    ORIGINAL_ENVELOPE,
     apply_envelope,
     apply_max_num_seqs,
     restore_envelope,
 )
 from cachescale.controller.engine_flags import FlagError, find_flag
-from cachescale.controller.workload import MAX_NUM_SEQS_CHANGED
 from cachescale.decide.envelope import Envelope
+from tests.controller.cluster import NAMESPACE, FakeCluster, deployment, hpa
 
 HPAS = "autoscaling/v2/horizontalpodautoscalers"
 DEPLOYMENTS = "apps/v1/deployments"

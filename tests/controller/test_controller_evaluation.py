@@ -11,14 +11,14 @@ import logging
 from typing import Any
 
 import pytest
-from cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
-from engine_fake import EngineFake, EngineNumbers
-from gather_fakes import FakePrometheus
 
+from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
-from cachescale.controller.actions import ORIGINAL_ENVELOPE
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
 from cachescale.snapshot import FetchFailure
+from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
+from tests.controller.engine_fake import EngineFake, EngineNumbers
+from tests.gather.gather_fakes import FakePrometheus
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SETTLE = 40

@@ -3,11 +3,11 @@ signals as absent series (never 0), and a deleted policy's series gone."""
 
 from __future__ import annotations
 
-from decide_builders import learned, signals, snapshot, spec
 from prometheus_client import generate_latest
 
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.decide import decide
+from tests.decide.decide_builders import learned, signals, snapshot, spec
 
 
 def exposition(metrics: OperatorMetrics) -> str:

@@ -4,9 +4,10 @@ Nothing here calls a handler: the real ``cachescale run`` process (kopf and all)
 ``CacheScalingPolicy`` in the fake API server, reads a real Prometheus that scrapes three
 emulated vLLM pods, and acts on the HPA over HTTP. The emulated workload is a RAG service
 whose prefix cache hits ~0.8 until, at a chosen simulated time, the release of the
-incident (BRIEF §1) goes out: the corpus is re-chunked, retrieval re-runs every turn and
-its chunks move ahead of the tools, system prompt and history. The hit rate falls to ~0.1
-while traffic stays flat (it dips by a sixth, see ``RATE_AFTER``).
+incident (docs/simulator.md, "The incident preset") goes out: the corpus is re-chunked,
+retrieval re-runs every turn and its chunks move ahead of the tools, system prompt and
+history. The hit rate falls to ~0.1 while traffic stays flat (it dips by a sixth, see
+``RATE_AFTER``).
 
 The test then sees what a user would see: the Warning Event ``PrefixCollapse`` with the
 evidence, ``CacheHealthy=False``, the HPA's ``maxReplicas`` held at the pre-collapse
@@ -31,8 +32,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from cluster import NAMESPACE, FakeCluster, deployment, fake_cluster, hpa, pods, policy
-from process_fixture import (
+
+from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
+from cachescale.controller.kube import NotFoundError
+from tests.controller.cluster import (
+    NAMESPACE,
+    FakeCluster,
+    deployment,
+    fake_cluster,
+    hpa,
+    pods,
+    policy,
+)
+from tests.controller.process_fixture import (
     POLICIES,
     OperatorProcess,
     delete,
@@ -41,12 +54,7 @@ from process_fixture import (
     run_operator,
     write_kubeconfig,
 )
-
-from cachescale.api.policy import GROUP, PLURAL, VERSION
-from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
-from cachescale.controller.actions import MANAGED_BY, ORIGINAL_ENVELOPE
-from cachescale.controller.kube import NotFoundError
-from prometheus_fixture import (
+from tests.prometheus_fixture import (
     EmulatorProcess,
     PrometheusServer,
     fixed_fleet_scenario,

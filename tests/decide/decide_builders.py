@@ -13,11 +13,11 @@ from typing import Any
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide.memory import BaselineMemory, Memory, ReplicaMark
 from cachescale.snapshot import (
-    EngineProfile,
     EngineSignals,
     HPAState,
     HumanRequests,
     Measured,
+    MetricsGeneration,
     PodSignals,
     Snapshot,
     Unit,
@@ -114,7 +114,7 @@ def signals(
     pods = [pod(f"warm-{i}", 3600.0, hit) for i in range(warm_pods)]
     pods += [pod(f"cold-{i}", 60.0, cold_hit) for i in range(cold_pods)]
     return EngineSignals(
-        profile=EngineProfile.VLLM_0_13,
+        profile=MetricsGeneration.VLLM_0_13,
         observed_at=at,
         window_seconds=300,
         token_hit_rate_with_external=Measured.unknown("no connector", Unit.RATIO),

@@ -6,14 +6,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from decide_builders import BATCHING, INTERVAL, T0, learned, signals, snapshot, spec, workload
-from test_diagnosis import condition, run
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Memory, decide
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
 from cachescale.snapshot import HumanRequests
+from tests.decide.decide_builders import (
+    BATCHING,
+    INTERVAL,
+    T0,
+    learned,
+    signals,
+    snapshot,
+    spec,
+    workload,
+)
+from tests.decide.test_diagnosis import condition, run
 
 
 def test_budget_caps_max_replicas_at_the_observed_rate() -> None:

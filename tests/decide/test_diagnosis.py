@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
-from decide_builders import (
+
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import Decision, Memory, decide
+from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
+from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
     T0,
@@ -16,13 +23,6 @@ from decide_builders import (
     spec,
     workload,
 )
-
-from cachescale.api.reasons import Action, ConditionReason, Diagnosis
-from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Memory, decide
-from cachescale.decide.diagnosis import collapse_thresholds
-from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 
 
 def run(

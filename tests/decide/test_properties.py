@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decide_builders import BATCHING, INTERVAL, T0, learned, signals, spec, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.memory import BaselineMemory
 from cachescale.decide.thresholds import STABILIZATION_SECONDS
 from cachescale.snapshot import Snapshot
+from tests.decide.decide_builders import BATCHING, INTERVAL, T0, learned, signals, spec, workload
 
 POLICY = spec(
     budget={"gpuSecondsPer1kRequests": 900, "minReplicas": 3, "maxReplicas": 30},

@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from cachescale.emulator.__main__ import main
-from prometheus_fixture import (
+from tests.polling import wait_for
+from tests.prometheus_fixture import (
     fixed_fleet_scenario,
     free_port_block,
     http_get,
     refuses_connections,
     run_emulator,
     small_scenario,
-    wait_for,
 )
 
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-import prometheus_fixture
-from prometheus_fixture import (
+from tests import prometheus_fixture
+from tests.polling import wait_for
+from tests.prometheus_fixture import (
     JOB,
     PrometheusServer,
     fixed_fleet_scenario,
     prometheus_binary,
     run_emulator,
     run_prometheus,
-    wait_for,
 )
 
 PODS = 3

@@ -16,7 +16,7 @@ from cachescale.emulator.runtime import Emulator
 from cachescale.emulator.targets import Target
 from cachescale.sim.metrics import TTFT_BUCKETS_S
 from cachescale.sim.sglang_metrics import TTFT_BUCKETS_S as SGLANG_TTFT_BUCKETS_S
-from prometheus_fixture import (
+from tests.prometheus_fixture import (
     fixed_fleet_scenario,
     free_port_block,
     http_get,

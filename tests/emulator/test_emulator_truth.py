@@ -11,7 +11,7 @@ import pytest
 from cachescale.emulator.truth import COMPUTED_TOKEN_BOUNDS, PodTruth, ttft_summary
 from cachescale.sim.fleet import Pod
 from cachescale.sim.request import SimRequest
-from prometheus_fixture import make_emulator, small_scenario
+from tests.prometheus_fixture import make_emulator, small_scenario
 
 
 def test_ttft_summary_of_no_samples_is_unknown_not_zero() -> None:

@@ -14,7 +14,7 @@ from cachescale.sim.sglang_metrics import (
     SglangReplicaCollector,
     SglangSeries,
 )
-from prometheus_fixture import fixed_fleet_scenario
+from tests.prometheus_fixture import fixed_fleet_scenario
 
 
 def fake_engine(queries: int, hits: int, preemptions: int) -> SimpleNamespace:

@@ -6,8 +6,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from gather_dataset import dataset
-from gather_tsdb import backfilled_prometheus, prometheus_available
+
+from tests.gather.gather_dataset import dataset
+from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from gather_tsdb import Series, sample_times
+from tests.gather.gather_tsdb import Series, sample_times
 
 T = (int(time.time()) // 60) * 60 - 600
 """Evaluation time: a whole minute, ten minutes ago (so 30 s subquery steps align)."""

@@ -10,15 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from gather_fakes import (
-    HANG,
-    FakePrometheus,
-    api_error,
-    closed_port_url,
-    fake_prometheus,
-    self_signed_certificate,
-    vector,
-)
 
 from cachescale.gather.prometheus import (
     PrometheusBadResponse,
@@ -30,6 +21,15 @@ from cachescale.gather.prometheus import (
     redact_url,
 )
 from cachescale.snapshot import FetchFailure
+from tests.gather.gather_fakes import (
+    HANG,
+    FakePrometheus,
+    api_error,
+    closed_port_url,
+    fake_prometheus,
+    self_signed_certificate,
+    vector,
+)
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 TOKEN = "s3cret-token-value"

@@ -9,15 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from gather_dataset import AT, WINDOW_S, T
-from gather_fakes import closed_port_url
 
-from cachescale.gather.command import (
-    EXIT_INVALID,
-    EXIT_OK,
-    EXIT_PROMETHEUS_UNAVAILABLE,
-    add_parser,
-)
+from cachescale.api.exit_codes import ExitCode
+from cachescale.gather.command import add_parser
+from tests.gather.gather_dataset import AT, WINDOW_S, T
+from tests.gather.gather_fakes import closed_port_url
 
 
 def run(argv: list[str]) -> int:
@@ -38,7 +34,7 @@ def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = closed_port_url()
-    assert run(steady(url, "--timeout", "1")) == EXIT_PROMETHEUS_UNAVAILABLE
+    assert run(steady(url, "--timeout", "1")) == ExitCode.PROMETHEUS_UNAVAILABLE
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()
@@ -60,7 +56,7 @@ def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
 def test_invalid_input_exits_1_before_any_request(
     capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    assert run(steady(closed_port_url(), *extra)) == EXIT_INVALID
+    assert run(steady(closed_port_url(), *extra)) == ExitCode.INVALID
     err = capsys.readouterr().err
     assert err.startswith("cachescale signals: ")
     assert message in err
@@ -69,14 +65,16 @@ def test_invalid_input_exits_1_before_any_request(
 def test_empty_token_file_is_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     token = tmp_path / "token"
     token.write_text("\n")
-    assert run(steady(closed_port_url(), "--bearer-token-file", str(token))) == EXIT_INVALID
+    assert run(steady(closed_port_url(), "--bearer-token-file", str(token))) == ExitCode.INVALID
     assert "is empty" in capsys.readouterr().err
 
 
 def test_table_shows_values_with_units_and_reasons(
     synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(steady(synthetic_prometheus, "--gpus-per-pod", "2", "--replicas", "2")) == EXIT_OK
+    assert (
+        run(steady(synthetic_prometheus, "--gpus-per-pod", "2", "--replicas", "2")) == ExitCode.OK
+    )
     out = capsys.readouterr().out
     assert '{model_name="steady",namespace="llm"} (vllm>=0.13' in out
     assert "token hit rate, local (token-weighted)" in out
@@ -91,7 +89,7 @@ def test_table_shows_values_with_units_and_reasons(
 def test_json_has_every_signal_with_null_for_unknown(
     synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(steady(synthetic_prometheus, "--json")) == EXIT_OK
+    assert run(steady(synthetic_prometheus, "--json")) == ExitCode.OK
     data = json.loads(capsys.readouterr().out)
     assert data["profile"] == "vllm>=0.13"
     assert data["window_seconds"] == WINDOW_S
@@ -110,7 +108,7 @@ def test_ambiguous_selector_exits_1_naming_the_series(
     synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--prometheus", synthetic_prometheus, "--engine", "vllm", "--at", str(T)]
-    assert run([*argv, "--selector", 'namespace="twins"']) == EXIT_INVALID
+    assert run([*argv, "--selector", 'namespace="twins"']) == ExitCode.INVALID
     assert 'model_name="y"' in capsys.readouterr().err
 
 
@@ -119,5 +117,5 @@ def test_without_the_operator_extra_the_command_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_api_client", None)
     monkeypatch.delitem(sys.modules, "cachescale.gather.prometheus")
-    assert run(steady(closed_port_url())) == EXIT_INVALID
+    assert run(steady(closed_port_url())) == ExitCode.INVALID
     assert "pip install 'cachescale[operator]'" in capsys.readouterr().err

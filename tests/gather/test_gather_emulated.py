@@ -41,13 +41,13 @@ from cachescale.gather.promql import Selector
 from cachescale.gather.signals import SignalRequest, gather_signals
 from cachescale.sim import metrics, sglang_metrics
 from cachescale.snapshot import EngineSignals, Measured
-from prometheus_fixture import (
+from tests.polling import wait_for
+from tests.prometheus_fixture import (
     EmulatorProcess,
     fixed_fleet_scenario,
     prometheus_binary,
     run_emulator,
     run_prometheus,
-    wait_for,
 )
 
 SPEED = 8.0

@@ -21,7 +21,7 @@ from cachescale.gather.promql import (
     escape_label_value,
     split_by_selector,
 )
-from cachescale.snapshot import EngineProfile
+from cachescale.snapshot import MetricsGeneration
 
 # Go/PromQL double-quoted string: any run of non-quote, non-backslash chars or escapes.
 _PROMQL_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
@@ -100,8 +100,8 @@ def test_selector_matches_result_labels_exactly() -> None:
     assert Selector.of({"tenant": ""}).matches({"namespace": "llm"})
 
 
-@pytest.mark.parametrize("profile", list(EngineProfile))
-def test_every_query_uses_the_selector_and_groups_by_deployment(profile: EngineProfile) -> None:
+@pytest.mark.parametrize("profile", list(MetricsGeneration))
+def test_every_query_uses_the_selector_and_groups_by_deployment(profile: MetricsGeneration) -> None:
     selector = Selector.of({"namespace": "llm", "model_name": "m"})
     queries = build_queries(
         profile, QueryScope.for_selector(selector), 300, kube_state_metrics=True
@@ -115,8 +115,8 @@ def test_every_query_uses_the_selector_and_groups_by_deployment(profile: EngineP
         assert ("pod" in groups) == key.name.startswith("POD_"), key
 
 
-@pytest.mark.parametrize("profile", list(EngineProfile))
-def test_counters_are_only_read_through_rate(profile: EngineProfile) -> None:
+@pytest.mark.parametrize("profile", list(MetricsGeneration))
+def test_counters_are_only_read_through_rate(profile: MetricsGeneration) -> None:
     queries = build_queries(profile, QueryScope.for_selector(Selector(())), 300)
     for query in queries.values():
         for counter in re.findall(
@@ -126,7 +126,9 @@ def test_counters_are_only_read_through_rate(profile: EngineProfile) -> None:
 
 
 def test_sglang_never_reads_the_last_batch_hit_rate_gauge() -> None:
-    queries = build_queries(EngineProfile.SGLANG_0_5_20, QueryScope.for_selector(Selector(())), 60)
+    queries = build_queries(
+        MetricsGeneration.SGLANG_0_5_20, QueryScope.for_selector(Selector(())), 60
+    )
     text = "\n".join(q.promql for q in queries.values())
     assert "sglang:cache_hit_rate" not in text
     assert 'sglang:prefill_effective_tokens_total{mode=~"device_hit|host_hit"}' in text
@@ -134,8 +136,8 @@ def test_sglang_never_reads_the_last_batch_hit_rate_gauge() -> None:
 
 def test_profiles_differ_where_vllm_changed() -> None:
     scope = QueryScope.for_selector(Selector(()))
-    new = build_queries(EngineProfile.VLLM_0_13, scope, 300)
-    old = build_queries(EngineProfile.VLLM_0_9_2, scope, 300)
+    new = build_queries(MetricsGeneration.VLLM_0_13, scope, 300)
+    old = build_queries(MetricsGeneration.VLLM_0_9_2, scope, 300)
     assert "vllm:request_prefill_kv_computed_tokens_sum" in new[QueryKey.PREFILL_COMPUTED].promql
     assert "vllm:prompt_tokens_total" in old[QueryKey.PREFILL_COMPUTED].promql
     assert QueryKey.COMPUTED_BUCKETS not in old
@@ -143,12 +145,12 @@ def test_profiles_differ_where_vllm_changed() -> None:
 
 
 def test_successful_requests_exclude_aborts_and_errors() -> None:
-    queries = build_queries(EngineProfile.VLLM_0_13, QueryScope.for_selector(Selector(())), 300)
+    queries = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(Selector(())), 300)
     assert 'finished_reason!~"abort|error"' in queries[QueryKey.REQUESTS].promql
 
 
 def test_quantiles_use_scraped_buckets_not_fixed_bounds() -> None:
-    queries = build_queries(EngineProfile.VLLM_0_13, QueryScope.for_selector(Selector(())), 300)
+    queries = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(Selector(())), 300)
     p95 = queries[QueryKey.TTFT_P95].promql
     assert p95.startswith("histogram_quantile(0.95, sum by (model_name, namespace, le) (rate(")
     assert "le=" not in p95
@@ -198,22 +200,22 @@ def counts(**by_name: float) -> list[Series]:
                 "vllm:request_prefill_kv_computed_tokens_count": 2,
                 "vllm:prefix_cache_queries_total": 2,
             },
-            EngineProfile.VLLM_0_13,
+            MetricsGeneration.VLLM_0_13,
         ),
-        ({"vllm:prefix_cache_queries_total": 2}, EngineProfile.VLLM_0_9_2),
+        ({"vllm:prefix_cache_queries_total": 2}, MetricsGeneration.VLLM_0_9_2),
         (
             {
                 "vllm:request_prefill_kv_computed_tokens_count": 1,
                 "vllm:prefix_cache_queries_total": 2,
             },
-            EngineProfile.VLLM_0_9_2,
+            MetricsGeneration.VLLM_0_9_2,
         ),
         ({"vllm:gpu_prefix_cache_queries_total": 2}, None),
         ({}, None),
     ],
 )
 def test_vllm_generation_is_detected_from_the_series_that_exist(
-    series: dict[str, float], profile: EngineProfile | None
+    series: dict[str, float], profile: MetricsGeneration | None
 ) -> None:
     detection = detect_profile(Engine.VLLM, Selector(()), counts(**series))
     assert detection.profile is profile
@@ -243,7 +245,7 @@ def test_old_sglang_is_refused_with_the_reason() -> None:
     detected = detect_profile(
         Engine.SGLANG, Selector(()), counts(**{"sglang:prefill_effective_tokens_total": 4})
     )
-    assert detected.profile is EngineProfile.SGLANG_0_5_20
+    assert detected.profile is MetricsGeneration.SGLANG_0_5_20
 
 
 def test_detection_query_counts_marker_series_per_group() -> None:
@@ -256,7 +258,7 @@ def test_docs_show_the_queries_the_code_builds() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "signals.md").read_text()
     selector = Selector.of({"namespace": "llm", "model_name": "llama-3-8b"})
     queries = build_queries(
-        EngineProfile.VLLM_0_13, QueryScope.for_selector(selector), 300, kube_state_metrics=True
+        MetricsGeneration.VLLM_0_13, QueryScope.for_selector(selector), 300, kube_state_metrics=True
     )
     missing = [key.name for key, query in queries.items() if query.promql not in docs]
     assert missing == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gather_dataset import AT, WINDOW_S
 
 from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
@@ -22,7 +21,8 @@ from cachescale.gather.signals import (
     compute_signals,
     gather_signals,
 )
-from cachescale.snapshot import EngineProfile, EngineSignals
+from cachescale.snapshot import EngineSignals, MetricsGeneration
+from tests.gather.gather_dataset import AT, WINDOW_S
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_vllm_0_13_signals_are_exact(client: PrometheusClient) -> None:
     # GPU count is averaged over the subquery steps, so 2.x's closed range (11 steps)
     # and 3.x's left-open one (10) agree within 1%.
     snapshot = read(client, namespace="llm", model_name="steady")
-    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert snapshot.profile is MetricsGeneration.VLLM_0_13
     assert values(snapshot) == pytest.approx(
         {
             "token_hit_rate_local": 0.8,
@@ -98,7 +98,7 @@ def test_vllm_before_0_13_uses_the_fallback_formula_and_old_itl_name(
     client: PrometheusClient,
 ) -> None:
     snapshot = read(client, namespace="llm", model_name="legacy")
-    assert snapshot.profile is EngineProfile.VLLM_0_9_2
+    assert snapshot.profile is MetricsGeneration.VLLM_0_9_2
     assert snapshot.prefill_tokens_per_request.value == pytest.approx((1000 - 800) / 2)
     assert snapshot.itl_p95_seconds.value == pytest.approx(0.095)
     assert snapshot.request_full_hit_share.value is None
@@ -107,7 +107,7 @@ def test_vllm_before_0_13_uses_the_fallback_formula_and_old_itl_name(
 
 def test_sglang_windowed_hit_rate_ignores_the_last_batch_gauge(client: PrometheusClient) -> None:
     snapshot = read(client, Engine.SGLANG, namespace="llm", model_name="sg")
-    assert snapshot.profile is EngineProfile.SGLANG_0_5_20
+    assert snapshot.profile is MetricsGeneration.SGLANG_0_5_20
     assert values(snapshot) == pytest.approx(
         {
             "token_hit_rate_local": 0.6,
@@ -194,7 +194,7 @@ def test_shared_query_split_back_per_policy_equals_separate_queries(
     client: PrometheusClient,
 ) -> None:
     selectors = [Selector.of({"namespace": "llm", "model_name": m}) for m in ("steady", "reset")]
-    queries = build_queries(EngineProfile.VLLM_0_13, QueryScope.shared(selectors), WINDOW_S)
+    queries = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.shared(selectors), WINDOW_S)
     shared = client.query_many({k: q.promql for k, q in queries.items()}, AT)
     for selector in selectors:
         request = SignalRequest(Engine.VLLM, selector, WINDOW_S)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from gather_fakes import FakePrometheus, fake_prometheus, vector
 
 from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
@@ -22,7 +21,8 @@ from cachescale.gather.signals import (
     compute_signals,
     gather_signals,
 )
-from cachescale.snapshot import EngineProfile, EngineSignals
+from cachescale.snapshot import EngineSignals, MetricsGeneration
+from tests.gather.gather_fakes import FakePrometheus, fake_prometheus, vector
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SELECTOR = Selector.of({"namespace": "llm", "model_name": "m"})
@@ -70,7 +70,7 @@ def healthy() -> dict[QueryKey, list[Series]]:
 def compute(
     results: dict[QueryKey, list[Series]],
     request: SignalRequest = REQUEST,
-    profile: EngineProfile = EngineProfile.VLLM_0_13,
+    profile: MetricsGeneration = MetricsGeneration.VLLM_0_13,
 ) -> EngineSignals:
     queries = build_queries(
         profile,
@@ -139,7 +139,7 @@ def test_too_few_samples_makes_every_rate_unknown_but_keeps_gauges() -> None:
 
 def test_no_samples_at_all_is_all_unknown_with_the_profile() -> None:
     snapshot = compute(healthy() | {QueryKey.POD_SAMPLES: []})
-    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert snapshot.profile is MetricsGeneration.VLLM_0_13
     assert len(snapshot.unknown_signals()) == len(snapshot.signals())
 
 
@@ -162,7 +162,7 @@ def test_full_hit_share_reads_the_highest_bound_under_the_threshold() -> None:
 
 def test_negative_fallback_prefill_is_unknown() -> None:
     results = healthy() | {QueryKey.PREFILL_COMPUTED: fleet(-50)}
-    snapshot = compute(results, profile=EngineProfile.VLLM_0_9_2)
+    snapshot = compute(results, profile=MetricsGeneration.VLLM_0_9_2)
     assert snapshot.prefill_tokens_per_request.value is None
     assert "negative" in str(snapshot.prefill_tokens_per_request.reason)
 
@@ -224,10 +224,10 @@ def detects_vllm_0_13(query: str) -> tuple[int, bytes] | None:
 def test_empty_vectors_everywhere_are_all_unknown(fake: FakePrometheus) -> None:
     fake.respond = lambda q: detects_vllm_0_13(q) or vector()
     snapshot = gather(fake)
-    assert snapshot.profile is EngineProfile.VLLM_0_13
+    assert snapshot.profile is MetricsGeneration.VLLM_0_13
     assert all(m.value is None for m in snapshot.signals().values())
     assert len(fake.queries) == 1 + len(
-        build_queries(EngineProfile.VLLM_0_13, QueryScope.for_selector(SELECTOR), 300)
+        build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(SELECTOR), 300)
     )
 
 

@@ -1,4 +1,5 @@
-"""cachescale in the loop against the HPA alone (issue 5's acceptance, fixed seeds).
+"""cachescale in the loop against the HPA alone, at fixed seeds (the measured runs are in
+docs/decisions.md, "Proven in the simulator").
 
 Every run is a real simulation: the policy engine reads only what a Prometheus scraping
 the pods would show (``sim.observe``) and reshapes the HPA's envelope and the engines'
@@ -12,13 +13,13 @@ import itertools
 from typing import Any
 
 import pytest
-from closed_loop import LoopRun, LoopSummary, run_all
 
 from cachescale.decide.diagnosis import collapse_thresholds
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.run import PolicyRecord
 from cachescale.sim.scenario import load_builtin
+from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
 
 COLD_DILUTION_POINTS = [
     (r, router) for r in (1, 2, 4, 8) for router in ("round_robin", "prefix_aware")

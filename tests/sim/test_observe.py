@@ -9,14 +9,14 @@ from typing import cast
 
 import pytest
 
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.fleet import Fleet, Pod, RouterKind
 from cachescale.sim.metrics import TTFT_BUCKETS_S, ReplicaSeries
 from cachescale.sim.observe import ScrapedFleet, histogram_quantile
 from cachescale.sim.profiles import get_profile
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.workload import Workload, WorkloadSpec
-from cachescale.snapshot import EngineProfile, EngineSignals
+from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 INF = math.inf
@@ -162,7 +162,7 @@ def test_steady_pod_reads_its_rates_ratios_and_quantiles() -> None:
     pod, engine = fake_pod("engine-0")
     scrape_steady(scraped, SteadyTraffic(pod, engine), every_15s(0.0, 600.0))
     s = signals(scraped, 600.0)
-    assert s.profile is EngineProfile.VLLM_0_13
+    assert s.profile is MetricsGeneration.VLLM_0_13
     assert s.requests_per_second.value == pytest.approx(2.0)
     assert s.token_hit_rate_local.value == pytest.approx(0.6)
     assert s.request_full_hit_share.value == pytest.approx(1.0)  # 100 tokens computed each

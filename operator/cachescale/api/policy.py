@@ -22,6 +22,21 @@ PLURAL = "cachescalingpolicies"
 SINGULAR = "cachescalingpolicy"
 SHORT_NAMES = ("csp",)
 
+# Annotations: the operator's contract with the objects it reads and writes. Users set the
+# first two on a policy (docs/runbook.md); the others are written by the operator.
+ANNOTATION_PREFIX: Final = GROUP
+"""Prefix of kopf's own bookkeeping annotations (progress, last-handled configuration)."""
+ACKNOWLEDGE: Final = f"{GROUP}/acknowledge"
+"""Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""
+REBASELINE: Final = f"{GROUP}/rebaseline"
+"""Policy annotation: an RFC 3339 time; accepts the current hit rate as the baseline."""
+ORIGINAL_ENVELOPE: Final = f"{GROUP}/original-envelope"
+"""HPA annotation: the envelope before cachescale's first change (JSON)."""
+MANAGED_BY: Final = f"{GROUP}/policy"
+"""HPA annotation: the policy (namespace/name) that reshapes it."""
+MAX_NUM_SEQS_CHANGED: Final = f"{GROUP}/max-num-seqs-changed-at"
+"""Deployment annotation written with every ceiling change (survives a lost status)."""
+
 
 class ObjectMeta(BaseModel):
     """The subset of metav1.ObjectMeta a policy file needs; other keys pass through."""

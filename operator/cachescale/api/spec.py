@@ -325,8 +325,6 @@ class BatchingSpec(ApiModel):
     """GPU memory for the cache-friendly ceiling; required when managing the ceiling."""
     cache_reserve_gib: float = Field(default=0.0, ge=0)
     """KV memory, in GiB, kept for reusable cached prefixes rather than running sequences."""
-    block_size_tokens: int = Field(default=16, ge=1, le=1024)
-    """The engine's KV block size in tokens (vLLM --block-size, default 16)."""
     cooldown: Duration = "30m"
     """Least time between two changes of the ceiling (each one empties caches)."""
 

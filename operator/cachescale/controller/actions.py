@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import rewritten
 from cachescale.controller.kube import ConflictError, KubeApi, NotFoundError, resource_version_test
 from cachescale.controller.workload import (
-    MAX_NUM_SEQS_CHANGED,
     TargetError,
     apps_path,
     engine_container,
@@ -31,10 +31,6 @@ from cachescale.controller.workload import (
 )
 from cachescale.decide.envelope import Envelope
 
-ORIGINAL_ENVELOPE = "cachescale.dev/original-envelope"
-"""HPA annotation: the envelope before cachescale's first change (JSON)."""
-MANAGED_BY = "cachescale.dev/policy"
-"""HPA annotation: the policy (namespace/name) that reshapes it."""
 CONFLICT_RETRIES = 3
 
 

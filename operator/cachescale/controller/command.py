@@ -18,11 +18,10 @@ import kopf
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from cachescale.api.exit_codes import ExitCode
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, load_config
-
-EXIT_OK = 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     asyncio.run(_main(args, runtime))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _main(args: argparse.Namespace, runtime: Runtime) -> None:

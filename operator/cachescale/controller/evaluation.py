@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.policy import ACKNOWLEDGE, GROUP, PLURAL, REBASELINE, VERSION
 from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
@@ -41,11 +41,6 @@ from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Pro
 from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
-
-ACKNOWLEDGE = "cachescale.dev/acknowledge"
-"""Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""
-REBASELINE = "cachescale.dev/rebaseline"
-"""Policy annotation: an RFC 3339 time; accepts the current hit rate as the baseline."""
 
 log = logging.getLogger("cachescale.operator")
 
@@ -100,6 +95,18 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     events: EventRecorder | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
+    # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
+    new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
+    """Makes the client for one Prometheus endpoint."""
+    read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
+        default=gather_signals
+    )
+    """Reads one policy's signals (``gather.signals.gather_signals``)."""
+    make_decision: Callable[[CacheScalingPolicySpec, Snapshot, Memory, datetime], Decision] = field(
+        default=decide
+    )
+    """Decides (``decide.decide``); pure, so wrapping it cannot change what it returns."""
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _lock: Lock = field(default_factory=Lock)
     _reported: set[tuple[str, ...]] = field(default_factory=set)
@@ -118,7 +125,7 @@ class Operator:
         ).hexdigest()
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = PrometheusClient(config)
+                self._clients[key] = self.new_client(config)
             return self._clients[key]
 
     def first_report(self, *key: str) -> bool:
@@ -172,7 +179,7 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     signals = _signals(operator, policy, spec, target, now)
     memory = _memory(policy, previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
-    decision = decide(spec, snapshot, memory, now)
+    decision = operator.make_decision(spec, snapshot, memory, now)
     applied, act_error = _act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
@@ -232,7 +239,7 @@ def _signals(
             ready_replicas=target.state.ready_replicas,
             pod_ages_seconds=target.pod_ages,
         )
-        return gather_signals(operator.prometheus(config), request, now)
+        return operator.read_signals(operator.prometheus(config), request, now)
     except PrometheusError as error:
         return EngineSignals.all_unknown(
             str(error), observed_at=now, window_seconds=window, failure=error.failure

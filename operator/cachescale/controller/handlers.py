@@ -19,22 +19,22 @@ import logging
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import kopf
 
 from cachescale.api.durations import parse_duration_seconds
-from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
-from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
 from cachescale.controller.actions import restore_envelope
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeError
 
-DEFAULT_INTERVAL_S = 30.0
+DEFAULT_INTERVAL: Final[str] = MetricsSpec.model_fields["interval"].default
+"""``spec.metrics.interval`` when a policy leaves it out: the spec model's default."""
 WORKERS = 16
 """Evaluations running at once (each mostly waits on HTTP)."""
-ANNOTATION_PREFIX = "cachescale.dev"
 
 log = logging.getLogger("cachescale.operator")
 
@@ -80,9 +80,11 @@ def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
 def interval_of(spec: Any) -> float:
     """The policy's evaluation interval (the default when the spec cannot be read)."""
     try:
-        return parse_duration_seconds(str(spec.get("metrics", {}).get("interval", "30s")))
+        return parse_duration_seconds(
+            str(spec.get("metrics", {}).get("interval", DEFAULT_INTERVAL))
+        )
     except (ValueError, AttributeError):
-        return DEFAULT_INTERVAL_S
+        return parse_duration_seconds(DEFAULT_INTERVAL)
 
 
 def kubeconfig_login(path: str) -> kopf.ConnectionInfo:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
+from cachescale.api.policy import MAX_NUM_SEQS_CHANGED
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
@@ -33,8 +34,6 @@ QUEUE_METRICS = (
     "num_running_reqs",
 )
 """Engine gauges an HPA target may be reshaped on (vLLM and SGLang names, any prefix)."""
-MAX_NUM_SEQS_CHANGED = "cachescale.dev/max-num-seqs-changed-at"
-"""Deployment annotation written with every ceiling change (survives a lost status)."""
 
 
 class TargetError(Exception):

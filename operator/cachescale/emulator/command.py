@@ -28,6 +28,7 @@ from prometheus_client import disable_created_metrics
 from pydantic import ValidationError
 
 from cachescale.api.durations import parse_duration_seconds
+from cachescale.api.exit_codes import ExitCode
 from cachescale.emulator.files import write_atomically
 from cachescale.emulator.runtime import (
     ENGINES,
@@ -42,8 +43,6 @@ from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
 from cachescale.sim.simulate import SimulationRequest, build_autoscaler
 
-EXIT_OK = 0
-EXIT_INVALID = 1
 PROG = "cachescale emulate"
 
 
@@ -258,13 +257,13 @@ def _emulate(
 def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> int:
     """Emulate until the end or a signal; always stop the servers and empty file_sd."""
     stop = threading.Event()
-    status = EXIT_OK
+    status = ExitCode.OK
     with _stop_on_signals(stop):
         try:
             _emulate(emulator, outputs, stop, args)
         except OSError as error:  # a port already taken, an unwritable file
             print(f"{PROG}: {error}", file=sys.stderr)
-            status = EXIT_INVALID
+            status = ExitCode.INVALID
         finally:
             outputs.step(emulator.close())
             outputs.write_truth()
@@ -281,6 +280,6 @@ def run(args: argparse.Namespace) -> int:
         outputs = _Outputs(emulator, args)
     except (ValueError, ValidationError, OSError) as error:
         print(f"{PROG}: {error}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     outputs.banner(scenario)
     return _serve(emulator, outputs, args)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from cachescale.api.exit_codes import ExitCode
 from cachescale.api.spec import Engine, MetricsSpec
 from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
@@ -38,10 +39,6 @@ from cachescale.snapshot import (
 if TYPE_CHECKING:
     from cachescale.gather.prometheus import PrometheusConfig
 
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_PROMETHEUS_UNAVAILABLE = 3
-"""Distinct from 1 and 2 (argparse) so scripts can tell "Prometheus down" apart."""
 
 _LABELS = {
     "token_hit_rate_local": "token hit rate, local (token-weighted)",
@@ -146,7 +143,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _invalid(message: str) -> int:
     print(f"cachescale signals: {message}", file=sys.stderr)
-    return EXIT_INVALID
+    return ExitCode.INVALID
 
 
 def _config(args: argparse.Namespace) -> PrometheusConfig:
@@ -214,14 +211,14 @@ def run(args: argparse.Namespace) -> int:
             snapshot = gather_signals(client, request, args.at)
     except PrometheusError as error:
         print(error, file=sys.stderr)
-        return EXIT_PROMETHEUS_UNAVAILABLE
+        return ExitCode.PROMETHEUS_UNAVAILABLE
     except AmbiguousSeriesError as error:
         return _invalid(str(error))
     if args.json:
         print(json.dumps(snapshot_json(snapshot, request.selector), indent=2))
     else:
         print(render_table(snapshot, request.selector))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _measured_json(measured: Measured) -> dict[str, object]:

@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from cachescale.api.spec import PROMETHEUS_LABEL_NAME, Engine
-from cachescale.snapshot import EngineProfile
+from cachescale.snapshot import MetricsGeneration
 
 MODEL_LABEL = "model_name"
 """Every vLLM and SGLang series carries the served model name."""
@@ -375,7 +375,7 @@ class _Builder:
 
 
 def build_queries(
-    profile: EngineProfile,
+    profile: MetricsGeneration,
     scope: QueryScope,
     window_seconds: float,
     *,
@@ -387,7 +387,7 @@ def build_queries(
     With ``kube_state_metrics`` the batch also reads pod ages and GPU-seconds from
     kube-state-metrics, joined to the engine series on ``namespace`` and ``pod``.
     """
-    fam = _SGLANG if profile is EngineProfile.SGLANG_0_5_20 else _VLLM
+    fam = _SGLANG if profile is MetricsGeneration.SGLANG_0_5_20 else _VLLM
     b = _Builder(scope, window_seconds)
     queries = {
         QueryKey.HITS_LOCAL: Query(b.rate(fam.hits_local), fam.hits_local.metric),
@@ -419,9 +419,9 @@ def build_queries(
     return queries
 
 
-def _prefill_queries(profile: EngineProfile, b: _Builder) -> dict[QueryKey, Query]:
+def _prefill_queries(profile: MetricsGeneration, b: _Builder) -> dict[QueryKey, Query]:
     """Prefill tokens computed (and, from vLLM 0.13, the per-request histogram)."""
-    if profile is EngineProfile.VLLM_0_13:
+    if profile is MetricsGeneration.VLLM_0_13:
         return {
             QueryKey.PREFILL_COMPUTED: Query(
                 b.rate(_Counter(_VLLM_COMPUTED + "_sum")), _VLLM_COMPUTED + "_sum"
@@ -433,7 +433,7 @@ def _prefill_queries(profile: EngineProfile, b: _Builder) -> dict[QueryKey, Quer
                 b.buckets((_VLLM_COMPUTED,)), _VLLM_COMPUTED + "_bucket"
             ),
         }
-    if profile is EngineProfile.VLLM_0_9_2:
+    if profile is MetricsGeneration.VLLM_0_9_2:
         prompt, hits = b.rate(_Counter(_VLLM_PROMPT_TOKENS)), b.rate(_VLLM.hits_local)
         reads = f"{_VLLM_PROMPT_TOKENS} - {_VLLM.hits_local.metric}"
         return {QueryKey.PREFILL_COMPUTED: Query(f"{prompt} - {hits}", reads)}
@@ -462,7 +462,7 @@ def detection_query(engine: Engine, scope: QueryScope) -> str:
 class Detection:
     """The profile chosen from the series that exist, or why none could be."""
 
-    profile: EngineProfile | None
+    profile: MetricsGeneration | None
     reason: str = ""
     """Why no profile (when ``profile`` is None)."""
     notes: tuple[str, ...] = ()
@@ -493,19 +493,19 @@ def _detect_vllm(selector: Selector, counts: Mapping[str, float]) -> Detection:
             "selector, the scrape config and that the engine is up",
         )
     if histograms == 0:
-        return Detection(EngineProfile.VLLM_0_9_2)
+        return Detection(MetricsGeneration.VLLM_0_9_2)
     if histograms < counters:
         note = (
             f"only {histograms:g} of {counters:g} engines export {_VLLM_COMPUTED} (mixed "
             "vLLM versions, e.g. mid-rollout): using the vLLM 0.9.2-0.12 formulas"
         )
-        return Detection(EngineProfile.VLLM_0_9_2, notes=(note,))
-    return Detection(EngineProfile.VLLM_0_13)
+        return Detection(MetricsGeneration.VLLM_0_9_2, notes=(note,))
+    return Detection(MetricsGeneration.VLLM_0_13)
 
 
 def _detect_sglang(selector: Selector, counts: Mapping[str, float]) -> Detection:
     if counts.get(_SGLANG_EFFECTIVE, 0.0) > 0:
-        return Detection(EngineProfile.SGLANG_0_5_20)
+        return Detection(MetricsGeneration.SGLANG_0_5_20)
     if counts.get(_SGLANG_RUNNING, 0.0) > 0:
         return Detection(
             None,

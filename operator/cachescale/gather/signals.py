@@ -41,9 +41,9 @@ from cachescale.gather.promql import (
 )
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
-    EngineProfile,
     EngineSignals,
     Measured,
+    MetricsGeneration,
     PodSignals,
     Unit,
 )
@@ -57,10 +57,10 @@ _ABSENT_HINTS = {
     QueryKey.GPU_SECONDS: " (is kube-state-metrics scraped, with GPU requests on the pods?)",
 }
 _NO_FULL_HIT_HISTOGRAM = {
-    EngineProfile.VLLM_0_9_2: (
+    MetricsGeneration.VLLM_0_9_2: (
         "needs vllm:request_prefill_kv_computed_tokens (vLLM 0.13 or newer, on every pod)"
     ),
-    EngineProfile.SGLANG_0_5_20: "SGLang exports no per-request computed-token histogram",
+    MetricsGeneration.SGLANG_0_5_20: "SGLang exports no per-request computed-token histogram",
 }
 
 
@@ -159,7 +159,7 @@ class _Computation:
     def __init__(
         self,
         request: SignalRequest,
-        profile: EngineProfile,
+        profile: MetricsGeneration,
         queries: Mapping[QueryKey, Query],
         results: Mapping[QueryKey, Sequence[ResultSeries]],
     ) -> None:
@@ -355,7 +355,7 @@ class _Computation:
             )
         requests = (
             self.fleet(QueryKey.COMPUTED_COUNT, Unit.REQUESTS_PER_SECOND)
-            if self._profile is EngineProfile.VLLM_0_13
+            if self._profile is MetricsGeneration.VLLM_0_13
             else rps
         )
         return _ratio(

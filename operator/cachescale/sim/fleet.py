@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
 
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.metrics import ReplicaSeries
-from cachescale.sim.profiles import EngineProfile
+from cachescale.sim.profiles import ReplicaProfile
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
 PREFIX_SAMPLE_STRIDE_BLOCKS = 16
@@ -82,7 +82,7 @@ class Fleet:
 
     def __init__(
         self,
-        profile: EngineProfile,
+        profile: ReplicaProfile,
         max_num_seqs: int,
         router: RouterKind,
         pod_start_delay_s: float,

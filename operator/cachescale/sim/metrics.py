@@ -26,7 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cachescale.sim.engine import EngineReplica
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
 MAX_MODEL_LEN_TOKENS = 8192

@@ -43,9 +43,9 @@ from cachescale.sim.fleet import Pod
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
     SIGNAL_UNITS,
-    EngineProfile,
     EngineSignals,
     Measured,
+    MetricsGeneration,
     PodSignals,
     Unit,
 )
@@ -461,7 +461,7 @@ class _Evaluation:
         rated = self._rate_based
         ttft, itl = self._layout.ttft, self._layout.itl
         return EngineSignals(
-            profile=EngineProfile.VLLM_0_13,
+            profile=MetricsGeneration.VLLM_0_13,
             observed_at=observed_at,
             window_seconds=self._window_s,
             token_hit_rate_local=rated("token_hit_rate_local", self._hit_rate),

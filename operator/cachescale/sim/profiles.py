@@ -126,7 +126,7 @@ class StepTimeModel:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineProfile:
+class ReplicaProfile:
     """Everything fixed about one vLLM replica: model, GPUs, cache layout, step model."""
 
     name: str
@@ -239,11 +239,11 @@ BATCHED_TOKENS_H100 = 8192  # OpenAI server default on H100/H200
 
 def _engine(
     name: str, model: ModelProfile, gpu: GpuProfile, gpus: int, batched_tokens: int, fp8: bool
-) -> EngineProfile:
+) -> ReplicaProfile:
     flops = gpu.fp8_flops if fp8 else gpu.bf16_flops
     if flops is None:
         raise ValueError(f"{gpu.name} has no FP8 tensor cores")
-    return EngineProfile(
+    return ReplicaProfile(
         name=name,
         model=model,
         gpu=gpu,
@@ -255,7 +255,7 @@ def _engine(
     )
 
 
-PROFILES: dict[str, EngineProfile] = {
+PROFILES: dict[str, ReplicaProfile] = {
     p.name: p
     for p in (
         # The brief's published batch-pressure pattern (Llama-3-8B on A100-80GB).
@@ -277,7 +277,7 @@ PROFILES: dict[str, EngineProfile] = {
 }
 
 
-def get_profile(name: str) -> EngineProfile:
+def get_profile(name: str) -> ReplicaProfile:
     """Look up an engine profile by name; the error lists the valid names."""
     try:
         return PROFILES[name]

@@ -36,8 +36,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.metrics import BucketCounts, ReplicaSeries
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
 # TokenizerMetricsCollector defaults (SGLang 0.5.23).

@@ -66,7 +66,7 @@ from itertools import compress, islice, repeat, tee
 from operator import is_, not_
 from typing import cast
 
-from cachescale.sim.profiles import EngineProfile
+from cachescale.sim.profiles import ReplicaProfile
 from cachescale.sim.request import SimRequest
 
 # Sequence states.
@@ -171,7 +171,7 @@ class EngineReplica:
     )
 
     def __init__(
-        self, profile: EngineProfile, max_num_seqs: int, replica_id: int, start_s: float
+        self, profile: ReplicaProfile, max_num_seqs: int, replica_id: int, start_s: float
     ) -> None:
         num_blocks = profile.num_blocks
         if num_blocks <= 0:
@@ -308,7 +308,7 @@ class EngineReplica:
     # --- read-only state ----------------------------------------------------------
 
     @property
-    def profile(self) -> EngineProfile:
+    def profile(self) -> ReplicaProfile:
         """The replica's engine profile."""
         return self._profile
 

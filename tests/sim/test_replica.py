@@ -11,17 +11,17 @@ from collections.abc import Callable
 import pytest
 
 from cachescale.capacity import GIB, free_kv_bytes
-from cachescale.sim.engine import EngineReplica
 from cachescale.sim.profiles import (
     H100_80GB,
     LLAMA3_70B,
     PROFILES,
-    EngineProfile,
     GpuProfile,
     ModelProfile,
+    ReplicaProfile,
     StepTimeModel,
     get_profile,
 )
+from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
 BS = 16
@@ -76,7 +76,7 @@ def unique(tag: int, n: int) -> list[int]:
     return [tag * 100_000 + j for j in range(n)]
 
 
-def tiny_profile(num_blocks: int, budget: int = 64, t_kv: float = 0.0) -> EngineProfile:
+def tiny_profile(num_blocks: int, budget: int = 64, t_kv: float = 0.0) -> ReplicaProfile:
     # 2 bytes of KV per token, so a 16-token block is 32 bytes: memory = blocks × 32.
     model = ModelProfile(
         "tiny", layers=1, kv_heads=1, head_dim=1, kv_dtype_bytes=1, weight_bytes=0, params=1
@@ -84,7 +84,7 @@ def tiny_profile(num_blocks: int, budget: int = 64, t_kv: float = 0.0) -> Engine
     gpu = GpuProfile(
         "toy", memory_bytes=num_blocks * BS * 2, hbm_bytes_per_s=1.0, bf16_flops=1.0, fp8_flops=None
     )
-    return EngineProfile(
+    return ReplicaProfile(
         name="tiny",
         model=model,
         gpu=gpu,

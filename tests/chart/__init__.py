@@ -1,0 +1,1 @@
+"""Tests of the Helm chart, the alert rules, the dashboard and the examples."""

@@ -1,0 +1,1 @@
+"""Tests of the pure decision layer (builders in ``decide_builders``)."""

@@ -1,0 +1,1 @@
+"""Tests of the gather layer (fakes, a synthetic dataset, a backfilled TSDB)."""
