@@ -32,9 +32,10 @@ Two measurements:
    initial listing), each awaiting ``evaluate`` on a 16-worker ``ThreadPoolExecutor`` and
    then sleeping the interval. The policy body is re-read from the API after each
    evaluation, on a separate small pool and off the clock (kopf has it from its watch).
-   Thin wrappers around ``KubeApi._call``, ``PrometheusClient.detect/query_many/query``,
-   ``gather_signals`` and ``decide`` time each evaluation's parts (the operator code is
-   unchanged). Afterwards, 20 evaluations run one at a time, for the cost of one
+   Timed subclasses of ``KubeApi`` (get/items/patch/post) and ``PrometheusClient``
+   (detect/query_many/query), and timed ``gather_signals`` and ``decide``, handed to the
+   ``Operator`` through its public seams, time each evaluation's parts (the operator code
+   runs unchanged). Afterwards, 20 evaluations run one at a time, for the cost of one
    evaluation without contention (wall and CPU seconds).
 2. **Through ``cachescale run``** (``--kopf-policies``, default: all): the real operator
    process (kopf) against a fresh kmock; evaluations are observed by polling its
@@ -85,11 +86,12 @@ import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachescale.controller import evaluation
-from cachescale.controller.evaluation import Operator, PolicyObject
+from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.handlers import WORKERS
 from cachescale.controller.kube import KubeApi
+from cachescale.decide import decide
 from cachescale.gather.prometheus import PrometheusClient
+from cachescale.gather.signals import gather_signals
 from tests.controller.cluster import NAMESPACE, deployment, fake_cluster, hpa, pods, policy
 from tests.polling import wait_for
 from tests.prometheus_fixture import (
@@ -382,7 +384,7 @@ def serve_kmock(conn: Any, objects: list[tuple[str, dict[str, Any]]]) -> None:
             "v1/namespaces": {"namespaced": False, "kind": "Namespace", "verbs": ["list", "watch"]},
         }
         for key, info in extra.items():
-            cluster._call(functools.partial(cluster.emulator.resources.__setitem__, key, info))
+            cluster.serve_resource(key, info)
         for resource_name, obj in objects:
             cluster.put(resource_name, obj)
         conn.send(cluster.url.rstrip("/"))
@@ -489,13 +491,13 @@ def _timed(fn: Callable[..., Any], part: str, count: Callable[..., int] | None =
     return wrapper
 
 
-def _timed_kube(fn: Callable[..., Any]) -> Any:
+def _timed_kube(fn: Callable[..., Any], method: str) -> Any:
     @functools.wraps(fn)
-    def wrapper(self: KubeApi, method: str, path: str, **kwargs: Any) -> Any:
+    def wrapper(self: KubeApi, path: str, *args: Any, **kwargs: Any) -> Any:
         record: Record | None = getattr(_current, "record", None)
         started = time.perf_counter()
         try:
-            return fn(self, method, path, **kwargs)
+            return fn(self, path, *args, **kwargs)
         finally:
             if record is not None:
                 took = time.perf_counter() - started
@@ -518,16 +520,37 @@ def _timed_query(fn: Callable[..., Any]) -> Any:
     return wrapper
 
 
-def instrument() -> None:
-    """Wrap the operator's I/O and decision entry points (behaviour unchanged)."""
-    KubeApi._call = _timed_kube(KubeApi._call)  # type: ignore[method-assign]
-    PrometheusClient.detect = _timed(PrometheusClient.detect, "prom_http")  # type: ignore[method-assign]
-    PrometheusClient.query_many = _timed(  # type: ignore[method-assign]
+class TimedKubeApi(KubeApi):
+    """The operator's Kubernetes client, each call timed into the running evaluation."""
+
+    get = _timed_kube(KubeApi.get, "GET")
+    items = _timed_kube(KubeApi.items, "GET")
+    patch = _timed_kube(KubeApi.patch, "PATCH")
+    post = _timed_kube(KubeApi.post, "POST")
+
+
+class TimedPrometheusClient(PrometheusClient):
+    """The operator's Prometheus client, each request timed into the running evaluation
+    (``query_many`` counts its queries) and each query's latency kept."""
+
+    detect = _timed(PrometheusClient.detect, "prom_http")
+    query_many = _timed(
         PrometheusClient.query_many, "prom_http", lambda self, queries, at: len(queries)
     )
-    PrometheusClient.query = _timed_query(PrometheusClient.query)  # type: ignore[method-assign]
-    evaluation.gather_signals = _timed(evaluation.gather_signals, "gather")  # type: ignore[attr-defined]
-    evaluation.decide = _timed(evaluation.decide, "decide")  # type: ignore[attr-defined]
+    query = _timed_query(PrometheusClient.query)
+
+
+def instrumented_operator(url: str) -> Operator:
+    """The operator with its I/O and its two computing parts timed, through the
+    ``Operator``'s seams (behaviour unchanged)."""
+    configuration = client.Configuration()
+    configuration.host = url
+    return Operator(
+        TimedKubeApi(client.ApiClient(configuration)),
+        new_client=TimedPrometheusClient,
+        read_signals=_timed(gather_signals, "gather"),
+        make_decision=_timed(decide, "decide"),
+    )
 
 
 class PoolWarnings:
@@ -687,7 +710,7 @@ def run_one(operator: Operator, body: dict[str, Any], record: Record) -> Record:
     _current.record = record
     record.start = time.monotonic()
     try:
-        record.reason = evaluation.evaluate(operator, PolicyObject.of(body)).reason
+        record.reason = evaluate(operator, PolicyObject.of(body)).reason
     except Exception as error:  # the daemon logs and counts these; so do we
         frames = traceback.extract_tb(error.__traceback__)
         ours = [f for f in frames if "cachescale" in f.filename] or frames
@@ -748,7 +771,7 @@ def measure_pool(
     pids: dict[str, int],
     warnings: PoolWarnings,
 ) -> PoolResult:
-    operator = Operator(kube_api(kmock.url))
+    operator = instrumented_operator(kmock.url)
     reader = kube_api(kmock.url)
     duration = rounds * interval
     rss_before, _ = proc_rss_mib()
@@ -1196,7 +1219,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(facts), flush=True)
     warnings = PoolWarnings()
     warnings.install()
-    instrument()
     with ExitStack() as stack:
         if args.workdir:
             workdir = args.workdir

@@ -92,6 +92,8 @@ class FetchFailure(StrEnum):
     TIMEOUT = "PrometheusTimeout"
     BAD_RESPONSE = "PrometheusBadResponse"
     QUERY_ERROR = "PrometheusQueryError"
+    CREDENTIALS_UNREADABLE = "PrometheusCredentialsUnreadable"
+    """A Secret named in ``spec.metrics.auth`` could not be read or has no usable value."""
 
 
 @dataclass(frozen=True, slots=True)

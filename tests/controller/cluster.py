@@ -68,6 +68,11 @@ class FakeCluster:
         """Requests made so far with this HTTP method."""
         return [r for r in list(self.emulator) if r.method.value.lower() == method.lower()]
 
+    def serve_resource(self, resource: str, info: Mapping[str, Any]) -> None:
+        """Serve one more kind of resource (its discovery info: namespaced, kind, verbs,
+        subresources), or replace how one is served."""
+        self._call(lambda: self.emulator.resources.__setitem__(resource, dict(info)))
+
     def react(self, criteria: Any, payload: Any) -> None:
         """Script a reaction, e.g. ``cluster.react(kmock_view, 409)``."""
         self._call(lambda: criteria << payload)

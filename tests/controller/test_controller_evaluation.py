@@ -7,10 +7,15 @@ minutes of evaluations take milliseconds.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
+
 from cachescale.api.policy import ORIGINAL_ENVELOPE
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+from cachescale.snapshot import FetchFailure
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.gather.gather_fakes import FakePrometheus
@@ -76,7 +81,7 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     stack(cluster, engines, prometheus, clock)
     before = cluster.get(HPAS, "vllm")
     outcomes = run(operator, cluster, clock, rounds=SETTLE)
-    assert outcomes[0].reason == "WaitingForFullWindow"
+    assert outcomes[0].reason == Action.WAITING_FOR_FULL_WINDOW
     after = cluster.get(HPAS, "vllm")
     # 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12
     assert after["spec"]["maxReplicas"] == 12
@@ -85,7 +90,7 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     assert after["spec"]["behavior"] == before["spec"]["behavior"]
     assert after["metadata"]["labels"] == {"team": "ml"}
     assert '"maxReplicas": 40' in after["metadata"]["annotations"][ORIGINAL_ENVELOPE]
-    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+    assert conditions(cluster)["Ready"] == ("True", ConditionReason.EVALUATED)
     assert conditions(cluster)["CacheHealthy"][0] in ("True", "Unknown")
 
 
@@ -106,7 +111,7 @@ def test_advise_mode_writes_nothing_but_status_and_events(
     }
     created = {str(r.url.path) for r in cluster.requests("post")}
     assert created == {f"/api/v1/namespaces/{NAMESPACE}/events"}
-    assert ("Warning", "PrefixCollapse") in events(cluster)
+    assert ("Warning", Diagnosis.PREFIX_COLLAPSE) in events(cluster)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 40
     status = cluster.get(POLICIES, "vllm")["status"]
     assert status["lastDecision"]["maxReplicas"] == 11  # what Enforce would have held
@@ -128,14 +133,14 @@ def test_a_collapse_holds_the_hpa_and_says_why(
     numbers.hit_rate, numbers.running = 0.04, 30.0
     run(operator, cluster, clock, rounds=3)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 11  # held at the pre-collapse 11
-    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
-    assert conditions(cluster)["ScalingHeld"] == ("True", "CollapseHold")
+    assert conditions(cluster)["CacheHealthy"] == ("False", Diagnosis.PREFIX_COLLAPSE)
+    assert conditions(cluster)["ScalingHeld"] == ("True", Hold.COLLAPSE)
     status = cluster.get(POLICIES, "vllm")["status"]
-    assert status["state"] == "PrefixCollapse"
+    assert status["state"] == Diagnosis.PREFIX_COLLAPSE
     (alert,) = status["alerts"]
     assert "token hit rate 0.85 → 0.04 over 3 windows on 11 warm pods" in alert["message"]
-    assert ("Warning", "PrefixCollapse") in events(cluster)
-    assert ("Normal", "HeldForPrefixCollapse") in events(cluster)
+    assert ("Warning", Diagnosis.PREFIX_COLLAPSE) in events(cluster)
+    assert ("Normal", Action.HELD_FOR_PREFIX_COLLAPSE) in events(cluster)
 
 
 def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
@@ -169,16 +174,21 @@ def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
     for _ in range(SETTLE):
         for name in ("invalid", "missing", "keda", "foreign", "vllm"):
             run(operator, cluster, clock, name)
-    assert conditions(cluster, "invalid")["Ready"] == ("False", "InvalidSpec")
-    assert conditions(cluster, "missing")["Ready"] == ("False", "TargetNotFound")
-    assert conditions(cluster, "keda")["Ready"] == ("False", "HPAManagedByKEDA")
-    assert conditions(cluster, "foreign")["Ready"] == ("False", "TargetMismatch")
-    assert conditions(cluster, "vllm")["Ready"] == ("True", "Evaluated")
+    assert conditions(cluster, "invalid")["Ready"] == ("False", Problem.INVALID_SPEC)
+    assert conditions(cluster, "missing")["Ready"] == ("False", Problem.TARGET_NOT_FOUND)
+    assert conditions(cluster, "keda")["Ready"] == ("False", Problem.HPA_MANAGED_BY_KEDA)
+    assert conditions(cluster, "foreign")["Ready"] == ("False", Problem.TARGET_MISMATCH)
+    assert conditions(cluster, "vllm")["Ready"] == ("True", ConditionReason.EVALUATED)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
     assert cluster.get(HPAS, "keda")["spec"]["maxReplicas"] == 40  # never touched
     warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
     # Each problem is one event, not one per evaluation.
-    for reason in ("InvalidSpec", "TargetNotFound", "HPAManagedByKEDA", "TargetMismatch"):
+    for reason in (
+        Problem.INVALID_SPEC,
+        Problem.TARGET_NOT_FOUND,
+        Problem.HPA_MANAGED_BY_KEDA,
+        Problem.TARGET_MISMATCH,
+    ):
         assert warnings.count(reason) == 1, reason
 
 
@@ -193,8 +203,8 @@ def test_prometheus_down_freezes_and_says_so(
     run(operator, cluster, clock, rounds=SETTLE)
     engines.down = True
     (outcome,) = run(operator, cluster, clock)
-    assert outcome.reason == "FrozenOnMissingMetrics"
-    assert conditions(cluster)["MetricsAvailable"] == ("False", "MetricsUnavailable")
+    assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS
+    assert conditions(cluster)["MetricsAvailable"] == ("False", Diagnosis.METRICS_UNAVAILABLE)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
     unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
     assert any("bad response" in u["reason"] and "is down" in u["reason"] for u in unknown)
@@ -302,7 +312,7 @@ def test_repeated_alerts_are_one_event(
     numbers.ttft_p95_s = 3.0  # SLO breached with replicas at the budget's cap
     cluster.put(DEPLOYMENTS, deployment(replicas=12))
     run(operator, cluster, clock, rounds=20)
-    assert [reason for _, reason in events(cluster)].count("SLOAtRisk") == 1
+    assert [reason for _, reason in events(cluster)].count(Diagnosis.SLO_AT_RISK) == 1
 
 
 def test_an_acknowledgement_annotation_releases_the_hold(
@@ -325,9 +335,9 @@ def test_an_acknowledgement_annotation_releases_the_hold(
     run(operator, cluster, clock, rounds=1)
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 19  # back to the budget's cap
     (alert,) = cluster.get(POLICIES, "vllm")["status"]["alerts"]
-    assert alert["reason"] == "PrefixCollapse"
+    assert alert["reason"] == Diagnosis.PREFIX_COLLAPSE
     assert alert["acknowledged"] is True
-    assert conditions(cluster)["CacheHealthy"] == ("False", "PrefixCollapse")
+    assert conditions(cluster)["CacheHealthy"] == ("False", Diagnosis.PREFIX_COLLAPSE)
 
 
 def test_conditions_move_their_transition_time_only_on_a_flip(
@@ -358,3 +368,85 @@ def test_conditions_move_their_transition_time_only_on_a_flip(
         c["observedGeneration"] for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]
     }
     assert generations == {1}
+
+
+SECRET = {"apiVersion": "v1", "kind": "Secret"}
+TOKEN_AUTH = {"metrics": {"auth": {"bearerTokenSecretRef": {"name": "prom", "key": "token"}}}}
+
+
+@pytest.mark.parametrize(
+    ("secret", "says"),
+    [
+        (None, "Secret prom: HTTP 404"),
+        ({"data": {"other": "dG9rZW4="}}, "Secret prom has no key 'token'"),
+        ({"data": {"token": "//79"}}, "Secret prom key 'token' is not base64-encoded text"),
+    ],
+    ids=["missing", "no-key", "not-text"],
+)
+def test_unreadable_prometheus_credentials_freeze_with_their_own_reason(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    secret: dict[str, Any] | None,
+    says: str,
+) -> None:
+    stack(cluster, engines, prometheus, clock, extra=TOKEN_AUTH)
+    if secret is not None:
+        metadata = {"name": "prom", "namespace": NAMESPACE}
+        cluster.put("v1/secrets", {**SECRET, "metadata": metadata, **secret})
+    (outcome,) = run(operator, cluster, clock)
+    assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS
+    assert conditions(cluster)["MetricsAvailable"] == ("False", Diagnosis.METRICS_UNAVAILABLE)
+    assert outcome.decision is not None
+    assert says in outcome.decision.message
+    labels = {"namespace": NAMESPACE, "policy": "vllm"}
+    errors = "cachescale_evaluation_errors_total"
+    kind = FetchFailure.CREDENTIALS_UNREADABLE.value
+    assert operator.metrics.registry.get_sample_value(errors, {**labels, "kind": kind}) == 1
+
+
+def test_an_invalid_stored_memory_is_reset_with_a_warning(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock)
+    body = cluster.get(POLICIES, "vllm")
+    body["status"]["memory"]["baseline"] = {"tokenHitRate": "high"}
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        run(operator, cluster, clock, rounds=2)  # the second reads the reset memory
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert f"{NAMESPACE}/vllm: status.memory is invalid, so it is reset" in record.getMessage()
+    assert "baseline.tokenHitRate" in record.getMessage()
+    assert cluster.get(POLICIES, "vllm")["status"]["memory"]["baseline"]["evaluations"] == 0
+
+
+def test_an_unparsable_acknowledge_annotation_is_ignored_with_one_warning(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    body = cluster.get(POLICIES, "vllm")
+    body["metadata"]["annotations"] = {"cachescale.dev/acknowledge": "yesterday"}
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        outcomes = run(operator, cluster, clock, rounds=3)
+    assert {o.reason for o in outcomes} == {Action.WAITING_FOR_FULL_WINDOW}
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"{NAMESPACE}/vllm: annotation cachescale.dev/acknowledge='yesterday' is not an RFC 3339 "
+        "time; the request is ignored"
+    )

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.controller.kube import NotFoundError
 from tests.controller.cluster import (
     NAMESPACE,
@@ -356,13 +357,16 @@ def check_healthy_first(watch: Watch, original: dict[str, Any]) -> None:
     watch.until(finalized, 30.0, "kopf's finalizer on the policy")
 
     def learned() -> bool | None:
-        healthy = condition(status(cluster), "CacheHealthy") == ("True", "HitRateAtBaseline")
+        healthy = condition(status(cluster), "CacheHealthy") == (
+            "True",
+            ConditionReason.HIT_RATE_AT_BASELINE,
+        )
         return True if healthy else None
 
     watch.until(learned, BASELINE_TIMEOUT_S, "CacheHealthy=True (a baseline learned)")
     current = status(cluster)
-    assert condition(current, "MetricsAvailable") == ("True", "SignalsRead")
-    assert condition(current, "ScalingHeld") == ("False", "NotHeld")
+    assert condition(current, "MetricsAvailable") == ("True", ConditionReason.SIGNALS_READ)
+    assert condition(current, "ScalingHeld") == ("False", ConditionReason.NOT_HELD)
     assert current["baseline"]["tokenHitRate"] > 0.6, current["baseline"]
     assert current["signals"]["warmReplicas"] == PODS
     now = cluster.api.get(hpa_path())
@@ -379,19 +383,24 @@ def check_collapse(watch: Watch) -> int:
 
     def flipped() -> dict[str, Any] | None:
         current = status(cluster)
-        if not suspected and condition(current, "CacheHealthy") == ("Unknown", "CollapseSuspected"):
+        if not suspected and condition(current, "CacheHealthy") == (
+            "Unknown",
+            ConditionReason.COLLAPSE_SUSPECTED,
+        ):
             suspected.append(current["lastDecision"]["time"])
             watch.mark("CacheHealthy=Unknown (CollapseSuspected): a collapse is building")
         return (
-            current if condition(current, "CacheHealthy") == ("False", "PrefixCollapse") else None
+            current
+            if condition(current, "CacheHealthy") == ("False", Diagnosis.PREFIX_COLLAPSE)
+            else None
         )
 
     collapsed = watch.until(flipped, COLLAPSE_TIMEOUT_S, "CacheHealthy=False (PrefixCollapse)")
-    assert condition(collapsed, "ScalingHeld") == ("True", "CollapseHold")
-    assert collapsed["state"] == "PrefixCollapse"
-    assert collapsed["lastDecision"]["reason"] == "HeldForPrefixCollapse"
+    assert condition(collapsed, "ScalingHeld") == ("True", Hold.COLLAPSE)
+    assert collapsed["state"] == Diagnosis.PREFIX_COLLAPSE
+    assert collapsed["lastDecision"]["reason"] == Action.HELD_FOR_PREFIX_COLLAPSE
     alerts = collapsed["alerts"]
-    assert [a["reason"] for a in alerts] == ["PrefixCollapse"], alerts
+    assert [a["reason"] for a in alerts] == [Diagnosis.PREFIX_COLLAPSE], alerts
     watch.mark(f"alert: {alerts[0]['message']}")
     evidence = EVIDENCE.search(alerts[0]["message"])
     assert evidence is not None, alerts[0]["message"]
@@ -401,7 +410,7 @@ def check_collapse(watch: Watch) -> int:
     assert float(after) < 0.5 * float(before), alerts[0]["message"]
     assert "likely cause: the prompts' shared prefixes changed" in alerts[0]["message"]
 
-    warnings = [e for e in policy_events(cluster) if e["reason"] == "PrefixCollapse"]
+    warnings = [e for e in policy_events(cluster) if e["reason"] == Diagnosis.PREFIX_COLLAPSE]
     assert len(warnings) == 1, warnings
     assert warnings[0]["type"] == "Warning"
     assert warnings[0]["message"] == alerts[0]["message"]

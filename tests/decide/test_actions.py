@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Memory, decide
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
@@ -30,10 +31,13 @@ def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
     assert decision.budget_max_replicas == 12
     assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (4, 12)
     # The HPA's metric asks for 10 (11 pods × 20 running / 24): the cap does not bind.
-    assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.FALSE, "NotHeld")
+    assert condition(decision, ConditionType.SCALING_HELD) == (
+        ConditionStatus.FALSE,
+        ConditionReason.NOT_HELD,
+    )
     busy = snapshot(signals(running_requests_per_pod=30.0))  # asks for 14
     (held,) = run(spec(), [busy])
-    assert condition(held, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, "BudgetCap")
+    assert condition(held, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, Hold.BUDGET)
 
 
 def test_a_saturated_fleet_over_budget_is_held_at_its_replicas() -> None:
@@ -74,15 +78,15 @@ def collapse(on_collapse: str, p95: float = 0.5) -> list:  # type: ignore[type-a
 @pytest.mark.parametrize(
     ("action", "top", "held"),
     [
-        ("Hold", 11, "CollapseHold"),
-        ("CapAtBudget", 19, "BudgetCap"),
-        ("ScaleAsUsual", 19, "BudgetCap"),
+        ("Hold", 11, Hold.COLLAPSE),
+        ("CapAtBudget", 19, Hold.BUDGET),
+        ("ScaleAsUsual", 19, Hold.BUDGET),
     ],
 )
 def test_collapse_actions(action: str, top: int, held: str) -> None:
     *_, decision = collapse(action)
     assert decision.envelope.max_replicas == top
-    assert decision.alert_active("PrefixCollapse")  # every action alerts
+    assert decision.alert_active(Diagnosis.PREFIX_COLLAPSE)  # every action alerts
     assert condition(decision, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, held)
 
 
@@ -118,7 +122,7 @@ def test_slo_guard_lowers_the_target_in_steps_when_the_budget_has_room() -> None
     decisions = run(spec(), [snapshot(engine, workload(replicas=8))] * 6)
     targets = [d.envelope.target_average_value for d in decisions]
     assert targets == [24.0, 19.2, 19.2, 15.36, 15.36, 12.288]
-    assert decisions[1].reason == "ScaledForSLO"
+    assert decisions[1].reason == Action.SCALED_FOR_SLO
 
 
 def test_slo_guard_waits_while_new_pods_warm() -> None:
@@ -131,7 +135,7 @@ def test_slo_alert_names_the_trade_off_when_the_budget_forbids_scaling() -> None
     engine = signals(ttft_p95_seconds=1.5)
     decisions = run(spec(), [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 3)
     (raised,) = decisions[-1].raised
-    assert raised.reason == "SLOAtRisk"
+    assert raised.reason == Diagnosis.SLO_AT_RISK
     assert "replicas at the 12 the budget of 780 GPU-s/1k allows" in raised.message
 
 
@@ -146,7 +150,7 @@ def pressured(seqs: int, running: float = 60.0) -> object:
 def test_sustained_eviction_lowers_by_at_most_a_quarter() -> None:
     decisions = run(spec(batching=BATCHING), [pressured(128)] * 3)
     assert [d.max_num_seqs for d in decisions] == [128, 128, 96]
-    assert decisions[-1].reason == "LoweredMaxNumSeqs"
+    assert decisions[-1].reason == Action.LOWERED_MAX_NUM_SEQS
     assert "--max-num-seqs 128 → 96" in decisions[-1].message
 
 
@@ -196,14 +200,14 @@ def test_no_raise_when_the_cache_hits_or_the_batch_is_idle(engine: object) -> No
 def test_unmanaged_ceiling_is_never_changed_and_eviction_alerts_instead() -> None:
     decisions = run(spec(), [pressured(128, running=120)] * 3)
     assert {d.max_num_seqs for d in decisions} == {128}
-    assert decisions[-1].alert_active("EvictionPressure")
+    assert decisions[-1].alert_active(Diagnosis.EVICTION_PRESSURE)
     assert "not managed" in decisions[-1].alerts[-1].message
 
 
 def test_out_of_bounds_ceiling_is_clamped() -> None:
     (decision,) = run(spec(batching=BATCHING), [snapshot(fleet=workload(max_num_seqs=512))])
     assert decision.max_num_seqs == 256
-    assert decision.reason == "ClampedMaxNumSeqs"
+    assert decision.reason == Action.CLAMPED_MAX_NUM_SEQS
 
 
 # --- humans and memory ----------------------------------------------------------------
@@ -219,7 +223,7 @@ def test_acknowledging_a_collapse_releases_the_hold_but_keeps_the_alert() -> Non
     human = HumanRequests(acknowledge_at=T0 + 3 * INTERVAL)
     later = T0 + 4 * INTERVAL
     decision = decide(spec(), snapshot(signals(hit=0.04), human=human), memory, later)
-    assert decision.alert_active("PrefixCollapse")
+    assert decision.alert_active(Diagnosis.PREFIX_COLLAPSE)
     assert decision.alerts[0].acknowledged
     assert decision.envelope.max_replicas == 12  # the budget's, not the hold's 11
     assert "collapse acknowledged" in decision.notes[0]
@@ -230,8 +234,8 @@ def test_rebaseline_accepts_the_new_hit_rate() -> None:
     human = HumanRequests(rebaseline_at=T0 + 3 * INTERVAL)
     later = T0 + 4 * INTERVAL
     decision = decide(spec(), snapshot(signals(hit=0.04), human=human), memory, later)
-    assert not decision.alert_active("PrefixCollapse")
-    assert [c.reason for c in decision.cleared] == ["PrefixCollapse"]  # one Normal Event
+    assert not decision.alert_active(Diagnosis.PREFIX_COLLAPSE)
+    assert [c.reason for c in decision.cleared] == [Diagnosis.PREFIX_COLLAPSE]  # one Normal Event
     assert decision.memory.baseline.token_hit_rate == pytest.approx(0.04)
     again = decide(
         spec(), snapshot(signals(hit=0.04), human=human), decision.memory, later + INTERVAL

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from cachescale.api.reasons import Diagnosis
+from cachescale.api.reasons import Action, ConditionReason, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
@@ -52,7 +52,7 @@ def test_healthy_fleet_is_healthy_and_learns() -> None:
     assert decision.alerts == ()
     assert condition(decision, ConditionType.CACHE_HEALTHY) == (
         ConditionStatus.TRUE,
-        "HitRateAtBaseline",
+        ConditionReason.HIT_RATE_AT_BASELINE,
     )
     baseline = decision.memory.baseline
     # After 120 evaluations the baseline is a one-hour exponential average: 30 s / 3600 s.
@@ -83,20 +83,20 @@ def test_missing_data_freezes_the_envelope(engine: EngineSignals, reason: str) -
     assert decision.state is Diagnosis.METRICS_UNAVAILABLE
     assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (4, 14)
     assert decision.envelope.target_average_value == 24.0
-    assert decision.reason == "FrozenOnMissingMetrics"
+    assert decision.reason == Action.FROZEN_ON_MISSING_METRICS
     assert reason in decision.message
-    assert [change.reason for change in decision.raised] == ["MetricsUnavailable"]
+    assert [change.reason for change in decision.raised] == [Diagnosis.METRICS_UNAVAILABLE]
     assert condition(decision, ConditionType.METRICS_AVAILABLE)[0] is ConditionStatus.FALSE
 
 
 def test_metrics_unavailable_clears_when_data_returns_but_waits_a_window() -> None:
     blind = EngineSignals.all_unknown("down", observed_at=T0, window_seconds=300)
     frozen, back, *filling = run(spec(), [snapshot(blind)] + [snapshot()] * 11)
-    assert frozen.alert_active("MetricsUnavailable")
-    assert [c.reason for c in back.cleared] == ["MetricsUnavailable"]
-    assert back.reason == "WaitingForFullWindow"
-    assert [d.reason for d in filling[:9]] == ["WaitingForFullWindow"] * 9
-    assert filling[-1].reason != "WaitingForFullWindow"  # 300 s after the data came back
+    assert frozen.alert_active(Diagnosis.METRICS_UNAVAILABLE)
+    assert [c.reason for c in back.cleared] == [Diagnosis.METRICS_UNAVAILABLE]
+    assert back.reason == Action.WAITING_FOR_FULL_WINDOW
+    assert [d.reason for d in filling[:9]] == [Action.WAITING_FOR_FULL_WINDOW] * 9
+    assert filling[-1].reason != Action.WAITING_FOR_FULL_WINDOW  # 300 s after the data came back
 
 
 def collapse_run(hits: Sequence[float], **kwargs: float | None) -> list[Decision]:
@@ -110,7 +110,7 @@ def test_collapse_needs_the_configured_number_of_windows() -> None:
         Diagnosis.HEALTHY,
         Diagnosis.PREFIX_COLLAPSE,
     ]
-    assert [c.reason for c in decisions[2].raised] == ["PrefixCollapse"]
+    assert [c.reason for c in decisions[2].raised] == [Diagnosis.PREFIX_COLLAPSE]
     assert not decisions[1].alerts
 
 
@@ -163,12 +163,12 @@ def test_no_warm_pod_means_the_cache_is_unknown_and_nothing_changes() -> None:
     fleet = workload(cold_pods=11, hpa=(4, 40, 24.0))
     decisions = run(spec(), [snapshot(engine, fleet)] * 4)
     assert not decisions[-1].has(Diagnosis.PREFIX_COLLAPSE)
-    assert {d.reason for d in decisions} == {"WaitingForWarmPods"}
+    assert {d.reason for d in decisions} == {Action.WAITING_FOR_WARM_PODS}
     assert {d.envelope.max_replicas for d in decisions} == {40}  # no budget cap from warm-up costs
     assert not any(d.raised for d in decisions)
     assert condition(decisions[-1], ConditionType.CACHE_HEALTHY) == (
         ConditionStatus.UNKNOWN,
-        "NoWarmPods",
+        ConditionReason.NO_WARM_PODS,
     )
 
 
@@ -254,7 +254,7 @@ def test_precedence_orders_the_findings() -> None:
 def test_collapse_clears_only_after_recovering_past_the_midpoint() -> None:
     hits = [0.04] * 3 + [0.6] * 3 + [0.7, 0.7]
     decisions = collapse_run(hits)
-    active = [d.alert_active("PrefixCollapse") for d in decisions]
+    active = [d.alert_active(Diagnosis.PREFIX_COLLAPSE) for d in decisions]
     assert active == [False, False, True, True, True, True, True, False]  # midpoint 0.6375
 
 
@@ -268,7 +268,7 @@ def test_a_slow_decline_is_caught_not_learned() -> None:
     # 0.85 → 0.04 over 40 minutes: the baseline barely moves, the collapse is raised.
     hits = [0.85 - (0.81 * i / 80) for i in range(80)] + [0.04] * 4
     decisions = collapse_run(hits)
-    assert decisions[-1].alert_active("PrefixCollapse")
+    assert decisions[-1].alert_active(Diagnosis.PREFIX_COLLAPSE)
     assert decisions[-1].memory.baseline.token_hit_rate > 0.8
 
 

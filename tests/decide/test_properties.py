@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cachescale.api.reasons import Hold
 from cachescale.api.status import ConditionType
 from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.memory import BaselineMemory
@@ -131,7 +132,7 @@ def test_invariants_hold_on_any_sequence(
         if envelope.max_replicas != current.max_replicas:
             direction = 1 if envelope.max_replicas > current.max_replicas else -1
             held = any(
-                c.type is ConditionType.SCALING_HELD and c.reason == "CollapseHold"
+                c.type is ConditionType.SCALING_HELD and c.reason == Hold.COLLAPSE
                 for c in decision.conditions
             )
             if max_changes:

@@ -3,26 +3,33 @@
 Condition reasons, Event reasons, the ``reason`` of a decision and the ``state`` shown by
 ``kubectl get`` are an interface: users' alert rules and dashboards match them. So each is
 a ``StrEnum`` member here, with a note saying where it appears, and ``docs/decisions.md``
-or ``docs/runbook.md`` says what it means (a test checks that every member is there).
+or ``docs/runbook.md`` says what it means (``tests/api/test_reasons.py`` checks that every
+member is there). The values never change; a new reason is a new member.
+
+The families: ``Diagnosis`` (what an evaluation found), ``Action`` (what it did),
+``Hold`` (why the envelope's top is held), ``ConditionReason`` (the other condition
+reasons), ``AlertCleared`` (the Events of a clearing alert) and ``Problem`` (why no
+decision could be made). Why Prometheus could not be read at all is
+``cachescale.snapshot.FetchFailure``, part of the snapshot the decision reads.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeAlias
 
 
 class Diagnosis(StrEnum):
-    """What an evaluation found (CamelCase: also the reason of conditions and Events).
+    """What an evaluation found: ``status.state`` (``kubectl get``) shows the leading one.
 
-    Declaration order is precedence: the first that holds leads ``status.state``.
+    Declaration order is precedence: the first that holds leads.
     """
 
     METRICS_UNAVAILABLE = "MetricsUnavailable"
-    """Required signals unknown: ``MetricsAvailable=False`` (the other health conditions
-    Unknown), a Warning Event, ``MetricsUnavailableCleared`` when data is back."""
+    """Required signals unknown: ``MetricsAvailable=False`` (``CacheHealthy``, ``SLOMet``
+    and ``WithinBudget`` Unknown) and a Warning Event."""
     PREFIX_COLLAPSE = "PrefixCollapse"
-    """Warm-pod hit rate collapsed: ``CacheHealthy=False``, a Warning Event,
-    ``PrefixCollapseCleared`` on recovery or a rebaseline."""
+    """Warm-pod hit rate collapsed: ``CacheHealthy=False`` and a Warning Event."""
     EVICTION_PRESSURE = "EvictionPressure"
     """Preemptions or a full KV pool with the batch near its ceiling: ``CacheHealthy=False``;
     a Warning Event when the ceiling could not be lowered."""
@@ -31,8 +38,117 @@ class Diagnosis(StrEnum):
     OVER_BUDGET = "OverBudget"
     """GPU-s per 1k requests over the budget: ``WithinBudget=False`` and a Warning Event."""
     COLD_FLEET = "ColdFleet"
-    """Pods still warming up (or a rollout): ``status.state`` only, expected and benign."""
+    """Pods still warming up, or a rollout: ``status.state`` only (expected, benign)."""
     DEMAND_GROWTH = "DemandGrowth"
-    """More requests at a steady cost per request: ``status.state`` only, benign."""
+    """More requests at a steady cost per request: ``status.state`` only (benign)."""
     HEALTHY = "Healthy"
     """Nothing wrong: ``status.state`` only."""
+
+
+class AlertCleared(StrEnum):
+    """The Normal Event posted when an alert clears (one member per alerting diagnosis)."""
+
+    METRICS_UNAVAILABLE = "MetricsUnavailableCleared"
+    """Event: every required signal is read again."""
+    PREFIX_COLLAPSE = "PrefixCollapseCleared"
+    """Event: the warm hit rate recovered, or a rebaseline accepted it."""
+    EVICTION_PRESSURE = "EvictionPressureCleared"
+    """Event: two evaluations without eviction pressure."""
+    SLO_AT_RISK = "SLOAtRiskCleared"
+    """Event: two evaluations within the SLO."""
+    OVER_BUDGET = "OverBudgetCleared"
+    """Event: two evaluations within the budget."""
+
+
+def cleared(alert: Diagnosis) -> AlertCleared:
+    """The Event reason of ``alert`` clearing."""
+    return AlertCleared[alert.name]
+
+
+class Action(StrEnum):
+    """What an evaluation did: ``status.lastDecision.reason``, and the reason of the Normal
+    Event posted when the change is applied (``mode: Enforce``)."""
+
+    LOWERED_MAX_NUM_SEQS = "LoweredMaxNumSeqs"
+    """``--max-num-seqs`` lowered toward B_max under sustained eviction pressure."""
+    RAISED_MAX_NUM_SEQS = "RaisedMaxNumSeqs"
+    """``--max-num-seqs`` raised: the hit rate is too low to be worth protecting."""
+    CLAMPED_MAX_NUM_SEQS = "ClampedMaxNumSeqs"
+    """``--max-num-seqs`` brought inside ``minNumSeqs..maxNumSeqs``."""
+    HELD_FOR_PREFIX_COLLAPSE = "HeldForPrefixCollapse"
+    """maxReplicas held at the pre-collapse level (``ScalingHeld=True, CollapseHold``)."""
+    SCALED_FOR_SLO = "ScaledForSLO"
+    """The SLO guard released a hold or lowered the HPA target."""
+    CAPPED_AT_BUDGET = "CappedAtBudget"
+    """The HPA wants more replicas than the budget allows."""
+    ENVELOPE_UPDATED = "EnvelopeUpdated"
+    """The HPA's min/max/target changed for any other reason."""
+    NO_CHANGE = "NoChange"
+    """Nothing changed."""
+    FROZEN_ON_MISSING_METRICS = "FrozenOnMissingMetrics"
+    """Required signals unknown: nothing changed; also the ``ScalingHeld=True`` reason."""
+    WAITING_FOR_FULL_WINDOW = "WaitingForFullWindow"
+    """The window still covers time without data: nothing changed."""
+    WAITING_FOR_WARM_PODS = "WaitingForWarmPods"
+    """Every ready pod is still warming up: nothing changed."""
+
+
+class Hold(StrEnum):
+    """Why the top of the envelope is below what the HPA would otherwise get: the
+    ``ScalingHeld=True`` reasons."""
+
+    COLLAPSE = "CollapseHold"
+    """``ScalingHeld=True``: maxReplicas held at the pre-collapse level."""
+    BUDGET = "BudgetCap"
+    """``ScalingHeld=True``: maxReplicas capped by the budget, and the cap binds."""
+
+
+class ConditionReason(StrEnum):
+    """Condition reasons that are neither a diagnosis nor a hold."""
+
+    EVALUATED = "Evaluated"
+    """``Ready=True``: the last evaluation completed."""
+    SIGNALS_READ = "SignalsRead"
+    """``MetricsAvailable=True``: every required signal was read."""
+    NO_WARM_PODS = "NoWarmPods"
+    """``CacheHealthy=Unknown``: no warm pod looked a prompt token up."""
+    COLLAPSE_SUSPECTED = "CollapseSuspected"
+    """``CacheHealthy=Unknown``: under the collapse threshold, not yet for
+    ``collapseWindows`` evaluations."""
+    LEARNING_BASELINE = "LearningBaseline"
+    """``CacheHealthy=Unknown``: no baseline learned yet."""
+    HIT_RATE_AT_BASELINE = "HitRateAtBaseline"
+    """``CacheHealthy=True``: no collapse streak."""
+    TTFT_WITHIN_SLO = "TTFTWithinSLO"
+    """``SLOMet=True``."""
+    COST_UNKNOWN = "CostUnknown"
+    """``WithinBudget=Unknown``: GPU-s per 1k requests could not be measured."""
+    COST_WITHIN_BUDGET = "CostWithinBudget"
+    """``WithinBudget=True``."""
+    NOT_HELD = "NotHeld"
+    """``ScalingHeld=False``: the envelope's top does not bind."""
+
+
+class Problem(StrEnum):
+    """Why an evaluation could not decide: ``Ready=False``, ``status.state``, a Warning
+    Event and the ``kind`` of ``cachescale_evaluation_errors_total``."""
+
+    INVALID_SPEC = "InvalidSpec"
+    """The spec fails the operator's checks."""
+    TARGET_NOT_FOUND = "TargetNotFound"
+    """The Deployment or HPA named in ``spec.target`` does not exist."""
+    TARGET_MISMATCH = "TargetMismatch"
+    """The HPA does not scale the Deployment, or the container or its flag is missing."""
+    HPA_MANAGED_BY_KEDA = "HPAManagedByKEDA"
+    """The HPA belongs to a KEDA ScaledObject."""
+    API_ERROR = "ApiError"
+    """The Kubernetes API failed while reading the target."""
+    API_CONFLICT = "ApiConflict"
+    """The decision could not be applied (a conflicting writer); a Warning Event and the
+    error counter only, the status is still written."""
+    INTERNAL = "Internal"
+    """An unexpected exception (a bug): the error counter only."""
+
+
+AnyConditionReason: TypeAlias = Diagnosis | Hold | Action | ConditionReason | Problem
+"""Any reason a status condition can carry."""

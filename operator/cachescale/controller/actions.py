@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
+from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import rewritten
 from cachescale.controller.kube import ConflictError, KubeApi, NotFoundError, resource_version_test
@@ -157,7 +158,9 @@ def apply_max_num_seqs(
     def build(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
         index, container, flag = engine_container(deployment, target)
         if flag is None:
-            raise TargetError("TargetMismatch", f"no {target.engine} batch-ceiling flag to change")
+            raise TargetError(
+                Problem.TARGET_MISMATCH, f"no {target.engine} batch-ceiling flag to change"
+            )
         if flag.value == value:
             return []
         tokens = rewritten(container[flag.field], flag, Engine(target.engine), value)

@@ -11,6 +11,7 @@ this or any other policy.
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cachescale.api.policy import ACKNOWLEDGE, GROUP, PLURAL, REBASELINE, VERSION
+from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
@@ -36,11 +38,16 @@ from cachescale.controller.status import previous_status, render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
-from cachescale.gather.promql import Selector
+from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
 
 log = logging.getLogger("cachescale.operator")
+
+
+class PrometheusCredentialsError(Exception):
+    """A Secret named in ``spec.metrics.auth`` could not be read, lacks the key, or holds
+    no base64 text: the policy freezes as ``PrometheusCredentialsUnreadable``."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,21 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     events: EventRecorder | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
+    # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
+    new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
+    """Makes the client for one Prometheus endpoint."""
+    read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
+        default=gather_signals
+    )
+    """Reads one policy's signals (``gather.signals.gather_signals``)."""
+    make_decision: Callable[[CacheScalingPolicySpec, Snapshot, Memory, datetime], Decision] = field(
+        default=decide
+    )
+    """Decides (``decide.decide``); pure, so wrapping it cannot change what it returns."""
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _lock: Lock = field(default_factory=Lock)
+    _reported: set[tuple[str, ...]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.events is None:
@@ -105,15 +125,24 @@ class Operator:
         ).hexdigest()
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = PrometheusClient(config)
+                self._clients[key] = self.new_client(config)
             return self._clients[key]
+
+    def first_report(self, *key: str) -> bool:
+        """True the first time ``key`` is reported (a warning worth one log line, not one
+        per evaluation)."""
+        with self._lock:
+            if key in self._reported:
+                return False
+            self._reported.add(key)
+            return True
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What one evaluation did (for logs, tests and the benchmark)."""
 
-    reason: str
+    reason: Action | Problem
     decision: Decision | None = None
     applied: bool = False
 
@@ -135,18 +164,22 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
-        message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return _problem(operator, policy, previous, "InvalidSpec", f"invalid spec: {message}", now)
+        message = _summary(error)
+        return _problem(
+            operator, policy, previous, Problem.INVALID_SPEC, f"invalid spec: {message}", now
+        )
     try:
         target = read_target(operator.api, policy.namespace, spec.target, now)
     except TargetError as error:
         return _problem(operator, policy, previous, error.reason, error.message, now)
     except KubeError as error:
-        return _problem(operator, policy, previous, "ApiError", f"reading the target: {error}", now)
+        return _problem(
+            operator, policy, previous, Problem.API_ERROR, f"reading the target: {error}", now
+        )
     signals = _signals(operator, policy, spec, target, now)
-    memory = _memory(previous.memory, target)
-    snapshot = Snapshot(signals, target.state, _human(policy.annotations))
-    decision = decide(spec, snapshot, memory, now)
+    memory = _memory(policy, previous.memory, target)
+    snapshot = Snapshot(signals, target.state, _human(operator, policy))
+    decision = operator.make_decision(spec, snapshot, memory, now)
     applied, act_error = _act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
@@ -166,8 +199,8 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
     _announce(operator, policy, decision, applied, now)
     operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)
     if act_error:
-        operator.metrics.failed(policy.namespace, policy.name, "ApiConflict")
-        _event(operator, policy, "Warning", "ApiConflict", act_error, now)
+        operator.metrics.failed(policy.namespace, policy.name, Problem.API_CONFLICT)
+        _event(operator, policy, "Warning", Problem.API_CONFLICT, act_error, now)
     if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     return Outcome(decision.reason, decision, applied)
@@ -177,7 +210,7 @@ def _problem(
     operator: Operator,
     policy: PolicyObject,
     previous: Any,
-    reason: str,
+    reason: Problem,
     message: str,
     now: datetime,
 ) -> Outcome:
@@ -207,12 +240,17 @@ def _signals(
             pod_ages_seconds=target.pod_ages,
             demand_query=spec.metrics.demand_query,
         )
-        return gather_signals(operator.prometheus(config), request, now)
+        return operator.read_signals(operator.prometheus(config), request, now)
     except PrometheusError as error:
         return EngineSignals.all_unknown(
             str(error), observed_at=now, window_seconds=window, failure=error.failure
         )
-    except (AmbiguousSeriesError, KubeError, ValueError) as error:
+    except PrometheusCredentialsError as error:
+        failure = FetchFailure.CREDENTIALS_UNREADABLE
+        return EngineSignals.all_unknown(
+            str(error), observed_at=now, window_seconds=window, failure=failure
+        )
+    except (AmbiguousSeriesError, SelectorError) as error:
         failure = FetchFailure.QUERY_ERROR
         return EngineSignals.all_unknown(
             str(error), observed_at=now, window_seconds=window, failure=failure
@@ -235,11 +273,19 @@ def _prometheus_config(
 
 
 def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:
-    secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{ref.name}")
+    try:
+        secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{ref.name}")
+    except KubeError as error:
+        raise PrometheusCredentialsError(f"Secret {ref.name}: {error}") from error
     value = secret.get("data", {}).get(ref.key)
     if value is None:
-        raise ValueError(f"Secret {ref.name} has no key {ref.key!r}")
-    return b64decode(value).decode()
+        raise PrometheusCredentialsError(f"Secret {ref.name} has no key {ref.key!r}")
+    try:
+        return b64decode(value).decode()
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise PrometheusCredentialsError(
+            f"Secret {ref.name} key {ref.key!r} is not base64-encoded text"
+        ) from error
 
 
 def _ca_file(pem: str) -> str:
@@ -252,12 +298,26 @@ def _ca_file(pem: str) -> str:
     return path
 
 
-def _memory(stored: Mapping[str, Any] | None, target: Target) -> Memory:
+def _summary(error: ValidationError) -> str:
+    """Each validation problem as ``field.path: message``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+
+
+def _memory(policy: PolicyObject, stored: Mapping[str, Any] | None, target: Target) -> Memory:
     """The memory from status, with the Deployment's own record of the last ceiling
-    change folded in (survives a status write that never happened)."""
+    change folded in (survives a status write that never happened). A stored memory that
+    fails validation (edited by hand, or written by an incompatible version) is reset,
+    and the warning says so: the learned baseline is gone and relearning starts."""
     try:
         memory = Memory.model_validate(stored or {})
-    except ValidationError:
+    except ValidationError as error:
+        log.warning(
+            "%s/%s: status.memory is invalid, so it is reset and the baseline is relearned "
+            "(streaks, alerts and cooldowns start over too): %s",
+            policy.namespace,
+            policy.name,
+            _summary(error),
+        )
         memory = Memory()
     changed = target.max_num_seqs_changed_at
     last = memory.last_max_num_seqs_change_at
@@ -266,19 +326,30 @@ def _memory(stored: Mapping[str, Any] | None, target: Target) -> Memory:
     return memory
 
 
-def _human(annotations: Mapping[str, str]) -> HumanRequests:
+def _human(operator: Operator, policy: PolicyObject) -> HumanRequests:
     return HumanRequests(
-        acknowledge_at=_rfc3339(annotations.get(ACKNOWLEDGE)),
-        rebaseline_at=_rfc3339(annotations.get(REBASELINE)),
+        acknowledge_at=_annotation_time(operator, policy, ACKNOWLEDGE),
+        rebaseline_at=_annotation_time(operator, policy, REBASELINE),
     )
 
 
-def _rfc3339(text: str | None) -> datetime | None:
+def _annotation_time(operator: Operator, policy: PolicyObject, key: str) -> datetime | None:
+    """The RFC 3339 time in annotation ``key``; None when absent or unparsable (a warning
+    is logged once per policy and value: the request is ignored, not guessed)."""
+    text = policy.annotations.get(key)
     if not text:
         return None
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
+        if operator.first_report(policy.uid, key, text):
+            log.warning(
+                "%s/%s: annotation %s=%r is not an RFC 3339 time; the request is ignored",
+                policy.namespace,
+                policy.name,
+                key,
+                text,
+            )
         return None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # no zone: UTC
 
@@ -325,7 +396,7 @@ def _announce(
     for change in decision.raised:
         _event(operator, policy, "Warning", change.reason, change.message, now)
     for change in decision.cleared:
-        _event(operator, policy, "Normal", f"{change.reason}Cleared", change.message, now)
+        _event(operator, policy, "Normal", cleared(change.reason), change.message, now)
     if applied:
         _event(operator, policy, "Normal", decision.reason, decision.message, now)
 

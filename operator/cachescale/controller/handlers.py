@@ -25,6 +25,7 @@ import kopf
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
+from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
 from cachescale.controller.actions import restore_envelope
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
@@ -147,7 +148,7 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
                 log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
             except Exception:  # one policy's bug must not end its loop, nor anyone else's
                 log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
-                runtime.operator.metrics.failed(policy.namespace, policy.name, "Internal")
+                runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
         await stopped.wait(interval_of(body.get("spec", {})))
 
 

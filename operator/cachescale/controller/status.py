@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from cachescale.api.reasons import ConditionReason, Problem
 from cachescale.api.status import (
     DECISION_HISTORY_LIMIT,
     ActiveAlert,
@@ -88,7 +89,10 @@ def render(
 ) -> dict[str, Any]:
     """The status after an evaluation that reached a decision."""
     ready = ConditionVerdict(
-        ConditionType.READY, ConditionStatus.TRUE, "Evaluated", "the last evaluation completed"
+        ConditionType.READY,
+        ConditionStatus.TRUE,
+        ConditionReason.EVALUATED,
+        "the last evaluation completed",
     )
     record = _record(decision, now, applied)
     history = previous.history
@@ -120,7 +124,7 @@ def render(
 
 def render_problem(
     previous: CacheScalingPolicyStatus,
-    reason: str,
+    reason: Problem,
     message: str,
     *,
     generation: int,

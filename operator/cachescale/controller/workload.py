@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED
+from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
 from cachescale.controller.kube import KubeApi, NotFoundError
@@ -36,9 +37,9 @@ QUEUE_METRICS = (
 
 
 class TargetError(Exception):
-    """The policy's target cannot be managed; ``reason`` is a condition reason."""
+    """The policy's target cannot be managed; ``reason`` says why (``Ready=False``)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Problem, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -120,7 +121,7 @@ def engine_container(
     if index is None:
         names = ", ".join(c.get("name", "?") for c in containers)
         raise TargetError(
-            "TargetMismatch",
+            Problem.TARGET_MISMATCH,
             f"Deployment {target.deployment_name} has no container {target.container_name!r} "
             f"(it has: {names}); set spec.target.containerName",
         )
@@ -134,7 +135,7 @@ def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, An
     except NotFoundError:
         name = target.deployment_name if kind == "Deployment" else target.hpa_name
         raise TargetError(
-            "TargetNotFound", f"{kind} {name} not found in the policy's namespace"
+            Problem.TARGET_NOT_FOUND, f"{kind} {name} not found in the policy's namespace"
         ) from None
 
 
@@ -144,7 +145,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec) -> None:
             "keda.sh"
         ):
             raise TargetError(
-                "HPAManagedByKEDA",
+                Problem.HPA_MANAGED_BY_KEDA,
                 f"HorizontalPodAutoscaler {target.hpa_name} is owned by KEDA ScaledObject "
                 f"{owner.get('name')}, which would overwrite every change; point the policy at "
                 "an HPA you own, or let cachescale advise only",
@@ -152,7 +153,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec) -> None:
     ref = hpa.get("spec", {}).get("scaleTargetRef", {})
     if ref.get("kind") != "Deployment" or ref.get("name") != target.deployment_name:
         raise TargetError(
-            "TargetMismatch",
+            Problem.TARGET_MISMATCH,
             f"HorizontalPodAutoscaler {target.hpa_name} scales {ref.get('kind')} "
             f"{ref.get('name')}, not Deployment {target.deployment_name}",
         )
@@ -162,7 +163,9 @@ def _flag(container: Mapping[str, Any], engine: Engine) -> FlagLocation | None:
     try:
         return find_flag(engine, container.get("command"), container.get("args"))
     except FlagError as error:
-        raise TargetError("TargetMismatch", f"container {container.get('name')}: {error}") from None
+        raise TargetError(
+            Problem.TARGET_MISMATCH, f"container {container.get('name')}: {error}"
+        ) from None
 
 
 def _selector(deployment: Mapping[str, Any]) -> str:

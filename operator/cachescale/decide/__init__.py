@@ -3,7 +3,7 @@
 No I/O, no clock, no Kubernetes or Prometheus imports (import-linter enforces it): the
 operator and the simulator feed it the same values, and tests can state any situation
 by hand. Start at ``engine.decide``; ``docs/decisions.md`` explains it for users. What it
-reads is ``cachescale.snapshot.Snapshot``; the diagnoses it names are in
+reads is ``cachescale.snapshot.Snapshot``; every reason it writes is in
 ``cachescale.api.reasons``; every tuning threshold is in ``thresholds.py``.
 """
 

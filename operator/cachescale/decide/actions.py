@@ -9,9 +9,10 @@ replicas. Wording only: the decisions themselves are made in ``envelope.py`` and
 
 from __future__ import annotations
 
+from cachescale.api.reasons import Action, Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.batching import BatchPlan
-from cachescale.decide.envelope import EnvelopePlan, Hold
+from cachescale.decide.envelope import EnvelopePlan
 from cachescale.snapshot import Snapshot
 
 
@@ -34,7 +35,7 @@ def collapse_action(
 
 def action(
     snapshot: Snapshot, plan: EnvelopePlan, batch: BatchPlan, hpa_wanted: int | None
-) -> tuple[str, str]:
+) -> tuple[Action, str]:
     """``(reason, words)`` of what this evaluation does to the envelope and the ceiling."""
     hpa = snapshot.workload.hpa
     envelope = plan.envelope
@@ -44,19 +45,19 @@ def action(
     if batch.reason is not None:
         reason = batch.reason
     elif plan.held_by == Hold.COLLAPSE:
-        reason = "HeldForPrefixCollapse"
+        reason = Action.HELD_FOR_PREFIX_COLLAPSE
     elif plan.slo_guard:
-        reason = "ScaledForSLO"
+        reason = Action.SCALED_FOR_SLO
     elif (
         plan.held_by == Hold.BUDGET
         and hpa_wanted is not None
         and hpa_wanted > envelope.max_replicas
     ):
-        reason = "CappedAtBudget"
+        reason = Action.CAPPED_AT_BUDGET
     elif changed or retarget:
-        reason = "EnvelopeUpdated"
+        reason = Action.ENVELOPE_UPDATED
     else:
-        reason = "NoChange"
+        reason = Action.NO_CHANGE
     parts.append(
         f"HPA envelope {envelope.min_replicas}..{envelope.max_replicas}"
         + (f" (was {hpa.min_replicas}..{hpa.max_replicas})" if changed else "")

@@ -28,7 +28,7 @@ from cachescale.snapshot import Snapshot
 class AlertChange:
     """An alert raised or cleared by this evaluation (each becomes one Event)."""
 
-    reason: str
+    reason: Diagnosis
     message: str
 
 
@@ -36,11 +36,11 @@ class AlertChange:
 class AlertRules:
     """What one evaluation wants done to the alerts."""
 
-    wanted: dict[str, str]
+    wanted: dict[Diagnosis, str]
     """Raise or keep, with this fresh message."""
-    quiet: set[str]
+    quiet: set[Diagnosis]
     """The condition is absent this evaluation (clears after ``RECOVERY_EVALUATIONS``)."""
-    clear_now: frozenset[str]
+    clear_now: frozenset[Diagnosis]
     """Clear at once: its own recovery rule already held."""
 
 
@@ -57,9 +57,9 @@ def alert_rules(
     by = {f.diagnosis: f for f in findings}
     windows = spec.cache.collapse_windows
     streaks = memory.streaks
-    wanted: dict[str, str] = {}
-    clear_now = {Diagnosis.METRICS_UNAVAILABLE.value}
-    clearing: set[str] = set()
+    wanted: dict[Diagnosis, str] = {}
+    clear_now = {Diagnosis.METRICS_UNAVAILABLE}
+    clearing: set[Diagnosis] = set()
     collapse = by.get(Diagnosis.PREFIX_COLLAPSE)
     if collapse is not None:
         wanted[Diagnosis.PREFIX_COLLAPSE] = (
@@ -96,10 +96,10 @@ def alert_rules(
 
 def reconcile_alerts(
     active: list[AlertMemory],
-    wanted: dict[str, str],
-    quiet: set[str],
+    wanted: dict[Diagnosis, str],
+    quiet: set[Diagnosis],
     now: datetime,
-    clear_now: frozenset[str] = frozenset(),
+    clear_now: frozenset[Diagnosis] = frozenset(),
     *,
     keep_counters: bool = False,
 ) -> tuple[tuple[AlertMemory, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:

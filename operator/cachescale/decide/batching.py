@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from cachescale.api.reasons import Action
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide.memory import Memory
 from cachescale.decide.thresholds import (
@@ -30,20 +31,12 @@ from cachescale.decide.thresholds import (
 from cachescale.snapshot import Snapshot
 
 
-class BatchReason:
-    """CamelCase reasons of ceiling changes."""
-
-    LOWERED = "LoweredMaxNumSeqs"
-    RAISED = "RaisedMaxNumSeqs"
-    CLAMPED = "ClampedMaxNumSeqs"
-
-
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """The ceiling decided: ``desired`` differs from the current one only on a change."""
 
     desired: int | None
-    reason: str | None
+    reason: Action | None
     message: str
     blocked: str | None = None
     """Why a wanted change did not happen (cooldown, rollout, unknown ceiling)."""
@@ -89,11 +82,11 @@ def _wanted(
     memory: Memory,
     facts: BatchFacts,
     current: int,
-) -> tuple[int, str | None, str]:
+) -> tuple[int, Action | None, str]:
     low, high = spec.batching.min_num_seqs, spec.batching.max_num_seqs
     if not low <= current <= high:
         bounded = max(low, min(high, current))
-        return bounded, BatchReason.CLAMPED, f"outside the policy's {low}..{high}"
+        return bounded, Action.CLAMPED_MAX_NUM_SEQS, f"outside the policy's {low}..{high}"
     if facts.eviction_sustained:
         if facts.ceiling is None:
             return current, None, "eviction pressure, but B_max is unknown (no context length)"
@@ -107,7 +100,7 @@ def _wanted(
         wanted = max(low, facts.ceiling, step)
         return (
             wanted,
-            BatchReason.LOWERED,
+            Action.LOWERED_MAX_NUM_SEQS,
             (
                 f"sustained eviction pressure with the batch above the cache-friendly ceiling "
                 f"B_max {facts.ceiling}"
@@ -122,7 +115,7 @@ def _wanted(
         wanted = min(high, math.floor(current * (1 + MAX_STEP)))
         return (
             wanted,
-            BatchReason.RAISED,
+            Action.RAISED_MAX_NUM_SEQS,
             (
                 f"token hit rate under {LOW_HIT_RATE:.2f} for {LOW_HIT_SECONDS / 60:.0f} min: "
                 "nothing to protect, so the batch buys throughput"

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cachescale.api.reasons import Diagnosis
+from cachescale.api.reasons import (
+    Action,
+    AnyConditionReason,
+    ConditionReason,
+    Diagnosis,
+    Hold,
+)
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import words
 from cachescale.decide.checks import CheckResults
 from cachescale.decide.diagnosis import Finding
-from cachescale.decide.envelope import EnvelopePlan, Hold
+from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.memory import Memory
 from cachescale.snapshot import Snapshot
 
@@ -28,19 +34,23 @@ class ConditionVerdict:
 
     type: ConditionType
     status: ConditionStatus
-    reason: str
+    reason: AnyConditionReason
     message: str
 
 
-def frozen_conditions(reason: str, message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
+def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
     """Missing data: metrics unavailable, health unknown, scaling held as it is."""
+    reason = Diagnosis.METRICS_UNAVAILABLE
     return (
         ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
         ConditionVerdict(ConditionType.CACHE_HEALTHY, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(ConditionType.SLO_MET, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(ConditionType.WITHIN_BUDGET, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(
-            ConditionType.SCALING_HELD, ConditionStatus.TRUE, "FrozenOnMissingMetrics", message
+            ConditionType.SCALING_HELD,
+            ConditionStatus.TRUE,
+            Action.FROZEN_ON_MISSING_METRICS,
+            message,
         ),
     )
 
@@ -59,7 +69,7 @@ def conditions(
     available = ConditionVerdict(
         ConditionType.METRICS_AVAILABLE,
         ConditionStatus.TRUE,
-        "SignalsRead",
+        ConditionReason.SIGNALS_READ,
         "every required signal was read",
     )
     return (
@@ -83,12 +93,14 @@ def _cache_condition(
             return _failing(kind, by[diagnosis])
     warm = results.collapse.warm_hit_rate
     if warm.value is None:
-        return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "NoWarmPods", str(warm.reason))
+        return ConditionVerdict(
+            kind, ConditionStatus.UNKNOWN, ConditionReason.NO_WARM_PODS, str(warm.reason)
+        )
     if memory.streaks.collapse and results.collapse.threshold is not None:
         return ConditionVerdict(
             kind,
             ConditionStatus.UNKNOWN,
-            "CollapseSuspected",
+            ConditionReason.COLLAPSE_SUSPECTED,
             f"warm-pod token hit rate {words.ratio(warm.value)} under the collapse threshold "
             f"{words.ratio(results.collapse.threshold)} for {memory.streaks.collapse} of the "
             f"{spec.cache.collapse_windows} windows a collapse needs",
@@ -97,13 +109,13 @@ def _cache_condition(
         return ConditionVerdict(
             kind,
             ConditionStatus.UNKNOWN,
-            "LearningBaseline",
+            ConditionReason.LEARNING_BASELINE,
             f"warm-pod token hit rate {words.ratio(warm.value)}; no baseline yet",
         )
     return ConditionVerdict(
         kind,
         ConditionStatus.TRUE,
-        "HitRateAtBaseline",
+        ConditionReason.HIT_RATE_AT_BASELINE,
         f"warm-pod token hit rate {words.ratio(warm.value)} against a baseline of "
         f"{words.ratio(memory.baseline.token_hit_rate)}",
     )
@@ -125,7 +137,7 @@ def _slo_condition(
     return ConditionVerdict(
         kind,
         ConditionStatus.TRUE,
-        "TTFTWithinSLO",
+        ConditionReason.TTFT_WITHIN_SLO,
         f"TTFT p95 {words.seconds(p95)} within the {words.seconds(spec.slo.ttft_p95_seconds)} SLO",
     )
 
@@ -138,11 +150,13 @@ def _budget_condition(
         return _failing(kind, by[Diagnosis.OVER_BUDGET])
     cost = snapshot.signals.gpu_seconds_per_1k_requests
     if cost.value is None:
-        return ConditionVerdict(kind, ConditionStatus.UNKNOWN, "CostUnknown", str(cost.reason))
+        return ConditionVerdict(
+            kind, ConditionStatus.UNKNOWN, ConditionReason.COST_UNKNOWN, str(cost.reason)
+        )
     return ConditionVerdict(
         kind,
         ConditionStatus.TRUE,
-        "CostWithinBudget",
+        ConditionReason.COST_WITHIN_BUDGET,
         f"{words.cost(cost.value)} GPU-s per 1k requests within the budget of "
         f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)}",
     )
@@ -171,5 +185,5 @@ def _held_condition(
             f"maxReplicas capped at {top}, what the GPU-s/1k budget allows at the current req/s",
         )
     return ConditionVerdict(
-        kind, ConditionStatus.FALSE, "NotHeld", f"maxReplicas {top} does not bind"
+        kind, ConditionStatus.FALSE, ConditionReason.NOT_HELD, f"maxReplicas {top} does not bind"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cachescale.api.reasons import Diagnosis
+from cachescale.api.reasons import Action, Diagnosis
 from cachescale.decide.alerts import AlertChange
 from cachescale.decide.conditions import ConditionVerdict
 from cachescale.decide.diagnosis import Finding
@@ -27,8 +27,8 @@ class Decision:
     envelope: Envelope
     max_num_seqs: int | None
     """The batch ceiling to run with (the current one when unchanged or unmanaged)."""
-    reason: str
-    """CamelCase reason of the action taken."""
+    reason: Action
+    """What the evaluation did (the Event's reason when it is applied)."""
     message: str
     alerts: tuple[AlertMemory, ...]
     raised: tuple[AlertChange, ...]
@@ -46,6 +46,6 @@ class Decision:
         """Whether ``diagnosis`` is among the findings."""
         return any(f.diagnosis is diagnosis for f in self.findings)
 
-    def alert_active(self, reason: str) -> bool:
+    def alert_active(self, reason: Diagnosis) -> bool:
         """Whether an alert with this reason is active after the evaluation."""
         return any(a.reason == reason for a in self.alerts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cachescale.api.reasons import Diagnosis
+from cachescale.api.reasons import Action, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide.actions import action
 from cachescale.decide.alerts import AlertRules, alert_rules, reconcile_alerts
@@ -75,14 +75,14 @@ def decide(
         wait = (
             f"waiting for a full {spec.metrics.window} window of data (until {ready_at:%H:%M:%S})"
         )
-        return _waiting(spec, snapshot, memory, now, notes, "WaitingForFullWindow", wait)
+        return _waiting(spec, snapshot, memory, now, notes, Action.WAITING_FOR_FULL_WINDOW, wait)
     workload = snapshot.workload
     if workload.ready_replicas and not workload.warm_replicas(spec.cache.pod_warmup_seconds):
         wait = (
             f"waiting for a pod older than {spec.cache.pod_warmup_seconds} s: every cache is "
             "still filling, so hit rates and costs describe the warm-up, not the workload"
         )
-        return _waiting(spec, snapshot, memory, now, notes, "WaitingForWarmPods", wait)
+        return _waiting(spec, snapshot, memory, now, notes, Action.WAITING_FOR_WARM_PODS, wait)
     return _evaluate(spec, snapshot, memory, now, notes, rebaselined)
 
 
@@ -112,24 +112,24 @@ def _frozen(
 ) -> Decision:
     """Missing data: change nothing, raise MetricsUnavailable, keep every other alert."""
     evidence = "; ".join(missing)
-    reason = Diagnosis.METRICS_UNAVAILABLE
+    diagnosis = Diagnosis.METRICS_UNAVAILABLE
     message = f"not scaling on missing data, HPA envelope left as it is: {evidence}"
     active, raised, cleared = reconcile_alerts(
-        memory.alerts, {reason: message}, set(), now, keep_counters=True
+        memory.alerts, {diagnosis: message}, set(), now, keep_counters=True
     )
     memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
     return Decision(
-        state=reason,
-        findings=(Finding(reason, evidence),),
+        state=diagnosis,
+        findings=(Finding(diagnosis, evidence),),
         envelope=frozen_envelope(snapshot),
         max_num_seqs=snapshot.workload.max_num_seqs,
-        reason="FrozenOnMissingMetrics",
+        reason=Action.FROZEN_ON_MISSING_METRICS,
         message=message,
         alerts=active,
         raised=raised,
         cleared=cleared,
-        conditions=frozen_conditions(reason, message, evidence),
+        conditions=frozen_conditions(message, evidence),
         memory=memory,
         notes=notes,
     )
@@ -141,7 +141,7 @@ def _waiting(
     memory: Memory,
     now: datetime,
     notes: tuple[str, ...],
-    reason: str,
+    reason: Action,
     wait: str,
 ) -> Decision:
     """Signals exist but cannot be trusted yet: the window still spans blank time (data is
@@ -154,7 +154,7 @@ def _waiting(
         {},
         set(),
         now,
-        frozenset({Diagnosis.METRICS_UNAVAILABLE.value}),
+        frozenset({Diagnosis.METRICS_UNAVAILABLE}),
         keep_counters=True,
     )
     memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from cachescale.api.reasons import Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
@@ -52,13 +53,6 @@ class Envelope:
     target_average_value: float | None
 
 
-class Hold:
-    """Why the top of the envelope is below what the HPA would otherwise get."""
-
-    COLLAPSE = "CollapseHold"
-    BUDGET = "BudgetCap"
-
-
 @dataclass(frozen=True, slots=True)
 class EnvelopePlan:
     """The envelope decided, why it is held (if it is), and the memory it leaves."""
@@ -66,7 +60,8 @@ class EnvelopePlan:
     envelope: Envelope
     budget_max: int | None
     """Most replicas the budget allows now (None: request rate unknown or zero)."""
-    held_by: str | None
+    held_by: Hold | None
+    """Why the top is below what the HPA would otherwise get, if it is."""
     slo_guard: bool
     """True when the SLO guard overrode a collapse hold or lowered the target."""
     memory: Memory

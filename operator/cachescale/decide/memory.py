@@ -102,7 +102,7 @@ class CollapseEvidence(ApiModel):
 class AlertMemory(ApiModel):
     """One active alert."""
 
-    reason: str
+    reason: Diagnosis
     """The diagnosis that raised it, e.g. PrefixCollapse."""
     since: datetime
     message: str
@@ -157,7 +157,7 @@ class Memory(ApiModel):
     rebaselined_at: datetime | None = None
     """The last rebaseline request handled."""
 
-    def alert(self, reason: str) -> AlertMemory | None:
+    def alert(self, reason: Diagnosis) -> AlertMemory | None:
         """The active alert raised by ``reason``, if any."""
         return next((a for a in self.alerts if a.reason == reason), None)
 
