@@ -57,6 +57,10 @@ def loops() -> dict[str, LoopSummary]:
         "batch-pressure-loop/cachescale": LoopRun.builtin("batch-pressure-loop", "cachescale"),
         "unique-prefixes/cachescale": LoopRun.builtin("unique-prefixes", "cachescale"),
         "metrics-outage/cachescale": LoopRun.builtin("metrics-outage", "cachescale"),
+        "collapse-with-growth/cachescale": LoopRun.builtin("collapse-with-growth", "cachescale"),
+        "scaleout-round-robin/cachescale": LoopRun.builtin("scaleout-round-robin", "cachescale"),
+        "outage-rising-demand/cachescale": LoopRun.builtin("outage-rising-demand", "cachescale"),
+        "sliding-window/cachescale": LoopRun.builtin("sliding-window", "cachescale"),
     }
     for replicas, router in COLD_DILUTION_POINTS:
         jobs[f"cold-dilution-{replicas}-{router}"] = cold_dilution(replicas, router)
@@ -71,8 +75,9 @@ def interval(summary: LoopSummary) -> float:
     return scenario_policy(summary.scenario).metrics.interval_seconds
 
 
-def test_rag_rechunk_alerts_within_three_intervals(loops: dict[str, Any]) -> None:
-    loop = loops["rag-rechunk/cachescale"]
+@pytest.mark.parametrize("name", ["rag-rechunk", "collapse-with-growth"])
+def test_collapse_alerts_within_three_intervals(loops: dict[str, Any], name: str) -> None:
+    loop = loops[f"{name}/cachescale"]
     change = loop.scenario.change_at_s
     cache = scenario_policy(loop.scenario).cache
     below = next(
@@ -113,6 +118,14 @@ def test_traffic_doubling_follows_the_hpa_without_a_collapse(loops: dict[str, An
     alone, loop = loops["traffic-doubling/hpa"], loops["traffic-doubling/cachescale"]
     assert abs(loop.samples[-1].replicas - alone.samples[-1].replicas) <= 1
     assert not raised(loop, "PrefixCollapse")
+
+
+@pytest.mark.parametrize("name", ["scaleout-round-robin", "sliding-window"])
+def test_scale_out_and_truncation_raise_no_collapse(loops: dict[str, Any], name: str) -> None:
+    # Cold pods behind round-robin, and a hit-rate fall below the collapse thresholds.
+    loop = loops[f"{name}/cachescale"]
+    assert not raised(loop, "PrefixCollapse")
+    assert loop.after.offered_req_per_s == pytest.approx(loop.after.req_per_s, rel=0.05)
 
 
 @pytest.mark.parametrize("name", ["rolling-deploy/cachescale"])
@@ -181,8 +194,9 @@ def test_unique_prefixes_raise_nothing_and_keep_the_ceiling(loops: dict[str, Any
     assert all(b >= a for a, b in itertools.pairwise(seqs))
 
 
-def test_metrics_outage_freezes_then_clears(loops: dict[str, Any]) -> None:
-    loop = loops["metrics-outage/cachescale"]
+@pytest.mark.parametrize("name", ["metrics-outage", "outage-rising-demand"])
+def test_metrics_outage_freezes_then_clears(loops: dict[str, Any], name: str) -> None:
+    loop = loops[f"{name}/cachescale"]
     outage = next(p for p in loop.scenario.perturbations if p.kind == "metrics_outage")
     start, end = outage.at_s, outage.at_s + outage.duration_s
     before = [r for r in loop.policy if r.t_s < start][-1]

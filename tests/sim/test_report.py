@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cachescale.sim.present import verdict
 from cachescale.sim.report import Windows, quantile
 from cachescale.sim.run import run
 from cachescale.sim.scenario import load_builtin
@@ -83,3 +84,5 @@ def test_timed_out_clients_are_aborted_not_served() -> None:
     assert signals.req_per_s < signals.offered_req_per_s
     assert all(r.first_token_s is None and r.aborted_s is not None for r in result.aborted)
     assert not {id(r) for r in result.aborted} & {id(r) for r in result.finished}
+    assert "req/s arrived and" in verdict(result)
+    assert "aborted by clients that gave up" in verdict(result)
