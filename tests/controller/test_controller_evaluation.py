@@ -450,3 +450,26 @@ def test_an_unparsable_acknowledge_annotation_is_ignored_with_one_warning(
         f"{NAMESPACE}/vllm: annotation cachescale.dev/acknowledge='yesterday' is not an RFC 3339 "
         "time; the request is ignored"
     )
+
+
+def test_an_invalid_stored_status_is_replaced_with_a_warning(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock)
+    body = cluster.get(POLICIES, "vllm")
+    body["status"]["conditions"] = "all good"
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        run(operator, cluster, clock)
+    (record,) = caplog.records
+    assert f"{NAMESPACE}/vllm: the stored status is invalid, so it is replaced" in (
+        record.getMessage()
+    )
+    assert "conditions" in record.getMessage()
+    assert isinstance(cluster.get(POLICIES, "vllm")["status"]["conditions"], list)

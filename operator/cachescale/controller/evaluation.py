@@ -30,11 +30,12 @@ from pydantic import ValidationError
 from cachescale.api.policy import ACKNOWLEDGE, GROUP, PLURAL, REBASELINE, VERSION
 from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
+from cachescale.api.status import CacheScalingPolicyStatus
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
-from cachescale.controller.status import previous_status, render, render_problem
+from cachescale.controller.status import render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
@@ -160,7 +161,7 @@ def evaluate(operator: Operator, policy: PolicyObject) -> Outcome:
 
 
 def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcome:
-    previous = previous_status(policy.status)
+    previous = _previous_status(policy)
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
@@ -301,6 +302,23 @@ def _ca_file(pem: str) -> str:
 def _summary(error: ValidationError) -> str:
     """Each validation problem as ``field.path: message``."""
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+
+
+def _previous_status(policy: PolicyObject) -> CacheScalingPolicyStatus:
+    """The stored status, or an empty one if absent or unreadable (written by an older
+    version, edited by hand): the next write replaces it, and the warning says that the
+    memory inside it (baseline, alerts, cooldowns) is lost with it."""
+    try:
+        return CacheScalingPolicyStatus.model_validate(policy.status or {})
+    except ValidationError as error:
+        log.warning(
+            "%s/%s: the stored status is invalid, so it is replaced and the baseline is "
+            "relearned (streaks, alerts and cooldowns start over too): %s",
+            policy.namespace,
+            policy.name,
+            _summary(error),
+        )
+        return CacheScalingPolicyStatus()
 
 
 def _memory(policy: PolicyObject, stored: Mapping[str, Any] | None, target: Target) -> Memory:

@@ -9,7 +9,6 @@ along so a restarted operator picks up where it left off.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,15 +42,6 @@ STATUS_FIELDS = {
     "kv_cache_usage_ratio": "kvCacheUsageRatio",
 }
 """Engine signals shown in status (snapshot field → status field)."""
-
-
-def previous_status(raw: Mapping[str, Any] | None) -> CacheScalingPolicyStatus:
-    """The stored status, or an empty one if absent or unreadable (written by an older
-    version, edited by hand): the next write replaces it."""
-    try:
-        return CacheScalingPolicyStatus.model_validate(raw or {})
-    except ValueError:
-        return CacheScalingPolicyStatus()
 
 
 def merge_conditions(
