@@ -242,7 +242,7 @@ def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
     assert cluster.get(POLICIES, "vllm")["status"]["signals"]["arrivalsPerSecond"] == 50.0
     del engines.demand[DEMAND]  # now it returns no series
     (outcome,) = run(operator, cluster, clock)
-    assert outcome.reason != "FrozenOnMissingMetrics"
+    assert outcome.reason != Action.FROZEN_ON_MISSING_METRICS
     assert conditions(cluster)["MetricsAvailable"][0] == "True"
     signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
     assert "arrivalsPerSecond" not in signals

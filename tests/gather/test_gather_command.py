@@ -89,17 +89,17 @@ def test_table_shows_values_with_units_and_reasons(
 def test_served_and_offered_side_by_side_and_a_demand_query(
     synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(steady(synthetic_prometheus)) == EXIT_OK
+    assert run(steady(synthetic_prometheus)) == ExitCode.OK
     out = capsys.readouterr().out
     assert re.search(r"successful requests per second \(served\) +2 req/s", out)
     assert re.search(r"arriving requests per second \(offered\) +3 req/s", out)
     demand = 'sum(rate(vllm:request_success_total{model_name="steady",pod="steady-a"}[5m]))'
-    assert run(steady(synthetic_prometheus, "--json", "--demand-query", demand)) == EXIT_OK
+    assert run(steady(synthetic_prometheus, "--json", "--demand-query", demand)) == ExitCode.OK
     arrivals = json.loads(capsys.readouterr().out)["signals"]["arrivals_per_second"]
     assert arrivals["value"] == pytest.approx(3.0)
     assert (
         run(steady(synthetic_prometheus, "--json", "--demand-query", "vllm:num_requests_running"))
-        == EXIT_OK
+        == ExitCode.OK
     )
     arrivals = json.loads(capsys.readouterr().out)["signals"]["arrivals_per_second"]
     assert arrivals["value"] is None
