@@ -55,6 +55,27 @@ def test_a_saturated_fleet_within_budget_is_not_capped_by_what_it_serves() -> No
     assert decision.envelope.max_replicas == 40  # the budget's range, not what it serves
 
 
+def test_with_arrivals_known_the_budget_reads_them_even_while_requests_queue() -> None:
+    # 15 saturated pods serve 27 req/s of the 41 arriving: the allowance is read at the
+    # arrivals, 780 × 41 / (1000 × 2) = 15.99 → 15, not pinned at the replicas.
+    engine = signals(
+        requests_per_second=27.0,
+        arrivals_per_second=41.0,
+        waiting_requests_per_pod=3.0,
+        gpu_seconds_per_1k_requests=1111,
+    )
+    (decision,) = run(spec(), [snapshot(engine, workload(replicas=9, hpa=(4, 9, 24.0)))])
+    assert decision.budget_max_replicas == 15
+    assert "budget allows 15" in decision.message
+    # Within budget at a steady cost, demand growth is the arrivals' allowance (20), not
+    # the budget's whole range.
+    growth = signals(
+        requests_per_second=27.0, arrivals_per_second=52.0, waiting_requests_per_pod=3.0
+    )
+    (grown,) = run(spec(), [snapshot(growth, workload(replicas=10, hpa=(4, 10, 24.0)))])
+    assert grown.budget_max_replicas == 20
+
+
 def test_budget_range_bounds_the_envelope() -> None:
     policy = spec(budget={"gpuSecondsPer1kRequests": 100_000, "minReplicas": 6, "maxReplicas": 20})
     (decision,) = run(policy, [snapshot(fleet=workload(hpa=(2, 60, 24.0)))])

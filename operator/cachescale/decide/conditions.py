@@ -33,14 +33,15 @@ class ConditionVerdict:
 
 
 def frozen_conditions(reason: str, message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
-    """Missing data: metrics unavailable, health unknown, scaling held as it is."""
+    """Missing data: metrics unavailable, health unknown, scaling not held (the envelope
+    is open to the original, ``open_envelope``)."""
     return (
         ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
         ConditionVerdict(ConditionType.CACHE_HEALTHY, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(ConditionType.SLO_MET, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(ConditionType.WITHIN_BUDGET, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(
-            ConditionType.SCALING_HELD, ConditionStatus.TRUE, "FrozenOnMissingMetrics", message
+            ConditionType.SCALING_HELD, ConditionStatus.FALSE, "FrozenOnMissingMetrics", message
         ),
     )
 

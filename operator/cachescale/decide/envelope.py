@@ -22,7 +22,8 @@ Against flapping:
   back up only after each full window of comfortable latency.
 
 On unknown data nothing here lowers anything: an unknown request rate means no budget cap
-is derived, and the current maxReplicas is kept.
+is derived, and the current maxReplicas is kept; with a required signal missing the top
+opens back to the user's original maxReplicas (``open_envelope``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
@@ -85,14 +87,26 @@ def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
 
 
 def frozen_envelope(snapshot: Snapshot) -> Envelope:
-    """The HPA's envelope exactly as it is (nothing decided on missing data)."""
+    """The HPA's envelope exactly as it is (nothing decided while the data is not trusted)."""
     hpa = snapshot.workload.hpa
     return Envelope(hpa.min_replicas, hpa.max_replicas, hpa.target_average_value)
 
 
+def open_envelope(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> Envelope:
+    """The envelope on missing data: fail open. Nothing is lowered (minReplicas and the
+    target stay as they are) and the top returns to the user's original maxReplicas
+    (within ``budget.maxReplicas``), or stays where it is if that is higher, so a cap set
+    on data that is now stale cannot block the HPA's own scale-up."""
+    hpa = snapshot.workload.hpa
+    original = original_envelope(snapshot, memory)
+    top = max(hpa.max_replicas, min(original.max_replicas, spec.budget.max_replicas))
+    return Envelope(hpa.min_replicas, top, hpa.target_average_value)
+
+
 def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, current: int) -> int:
     """Pre-collapse replicas, scaled up by demand growth since (never down); the current
-    replicas when no healthy evaluation was ever seen (nothing better to return to)."""
+    replicas when no healthy evaluation was ever seen (nothing better to return to).
+    ``requests_per_second`` is the demand (``decide.demand``), as the mark's is."""
     if mark is None:
         return current
     growth = 1.0
@@ -133,7 +147,7 @@ def plan_envelope(
     if facts.budget_max is not None and facts.budget_max < high:
         held_by = Hold.BUDGET
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
-        rps = snapshot.signals.requests_per_second.value
+        rps = demand(snapshot).per_second
         level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
         released = memory.hold_released_for_slo
         window = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
@@ -219,9 +233,9 @@ def _stabilized_max(
 
 
 def mark_unchanged(memory: Memory, current_max: int, now: datetime) -> Memory:
-    """Record that maxReplicas stayed at ``current_max`` (an evaluation that decided
-    nothing): a lowering after a freeze or a wait still needs a window of lower
-    recommendations."""
+    """Record that maxReplicas is ``current_max`` after an evaluation that decided nothing
+    from the data (a wait, or missing data): a lowering afterwards still needs a window of
+    lower recommendations."""
     marks = [
         m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]
