@@ -114,6 +114,67 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
     assert "TTFT breaches the SLO, so replicas may grow to the budget's 19" in message
 
 
+def slo_first(on_collapse: str, p95s: list[float]) -> list:  # type: ignore[type-arg]
+    """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
+    serve 28 of the 32 arriving req/s, with TTFT p95 going through ``p95s``."""
+
+    def at(p95: float) -> object:
+        engine = signals(
+            hit=0.04,
+            ttft_p95_seconds=p95,
+            requests_per_second=28.0,
+            arrivals_per_second=32.0,
+            gpu_seconds_per_1k_requests=1100.0,
+            prefill_tokens_per_request=2000,
+            running_requests_per_pod=40,
+        )
+        return snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
+
+    policy = spec(cache={"onCollapse": on_collapse})
+    return run(policy, [at(p95) for p95 in p95s])  # type: ignore[arg-type]
+
+
+def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
+    # ceil(12 ready × 32 arriving / 28 served / 0.85) = 17, above the budget's 12.
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 12)
+    tops = [d.envelope.max_replicas for d in decisions]
+    assert tops[2] == 11  # held at the pre-collapse 11 (the demand alone needs 10.9 → 11)
+    assert tops[4] == 17
+    assert decisions[4].slo_needed_replicas == 17
+    assert decisions[4].reason == "ScaledForSLO"
+    # Latency recovered, the collapse alert is still active: the cap does not fall back.
+    assert tops[5:] == [17] * 12
+    message = decisions[4].alerts[0].message
+    assert "replicas may grow to 17, what the SLO needs at the current cost" in message
+    assert "above the budget's 12" in message
+
+
+def test_cap_at_budget_says_latency_is_sacrificed_and_how_much() -> None:
+    decisions = slo_first("CapAtBudget", [0.5] * 3 + [2.5] * 3)
+    last = decisions[-1]
+    assert last.envelope.max_replicas == 12
+    assert last.slo_needed_replicas == 17
+    messages = {a.reason: a.message for a in last.alerts}
+    for reason in ("PrefixCollapse", "SLOAtRisk"):
+        assert (
+            "latency is being sacrificed to the budget (onCollapse: CapAtBudget)"
+            in (messages[reason])
+        )
+        assert "TTFT p95 2.50 s against the 1.00 s SLO" in messages[reason]
+        assert "the SLO needs 17 replicas" in messages[reason]
+
+
+def test_no_policy_caps_below_the_demand_alone() -> None:
+    # A budget under the healthy cost: 500 × 32 / 2000 = 8, but the demand alone at the
+    # baseline's 680 GPU-s/1k needs ceil(680 × 32 / 2000) = 11.
+    for action in ("Hold", "CapAtBudget", "ScaleAsUsual"):
+        policy = spec(budget={"gpuSecondsPer1kRequests": 500}, cache={"onCollapse": action})
+        (decision,) = run(policy, [snapshot()])
+        assert decision.budget_max_replicas == 8
+        assert decision.demand_replicas == 11
+        assert decision.envelope.max_replicas == 11
+
+
 def test_hold_follows_demand_growth_since_the_mark() -> None:
     memory = learned(pre_collapse=ReplicaMark(replicas=10, requests_per_second=20.0, at=T0))
     policy = spec(budget={"gpuSecondsPer1kRequests": 1200})

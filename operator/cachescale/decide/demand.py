@@ -42,3 +42,30 @@ def demand(snapshot: Snapshot) -> Demand:
     if arrivals is not None:
         return Demand(arrivals, True)
     return Demand(signals.requests_per_second.value, False)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraCost:
+    """What requests cost over the healthy baseline, at the demand."""
+
+    gpu_seconds_per_1k: float
+    """Current minus baseline GPU-seconds per 1k requests."""
+    gpu_hours_per_day: float
+    """``gpu_seconds_per_1k × req/s × 86,400 / 1,000 / 3,600``."""
+
+    def words(self) -> str:
+        """``this costs X GPU-s per 1k requests over the baseline, Y GPU-hours per day``."""
+        return (
+            f"this costs {words.cost(self.gpu_seconds_per_1k)} GPU-s per 1k requests over "
+            f"the baseline, {self.gpu_hours_per_day:,.0f} GPU-hours per day"
+        )
+
+
+def extra_cost(cost: float | None, baseline_cost: float | None, need: Demand) -> ExtraCost | None:
+    """The cost over the baseline (None when unknown or not over it)."""
+    if cost is None or baseline_cost is None or need.per_second is None:
+        return None
+    extra = cost - baseline_cost
+    if extra <= 0:
+        return None
+    return ExtraCost(extra, extra * need.per_second * 86_400 / 1000 / 3600)

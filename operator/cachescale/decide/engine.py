@@ -183,6 +183,7 @@ def _waiting(
         cleared=cleared,
         conditions=conditions(spec, snapshot, memory, results, found, plan, hpa_wanted),
         memory=memory,
+        demand=demand(snapshot),
         notes=notes,
     )
 
@@ -255,6 +256,7 @@ def _evaluate(
             slo_breached=results.slo_breach,
             budget_max=results.budget_max,
             max_num_seqs=batch.desired,
+            over_budget=results.over_budget,
         ),
     )
     memory = plan.memory
@@ -286,5 +288,9 @@ def _evaluate(
         budget_max_replicas=plan.budget_max,
         hpa_wanted_replicas=hpa_wanted,
         ceiling=results.ceiling,
+        demand=demand(snapshot),
+        slo_needed_replicas=plan.slo_needed,
+        demand_replicas=plan.demand_replicas,
+        extra_cost=rules.extra_cost,
         notes=notes + ((batch.blocked,) if batch.blocked else ()),
     )

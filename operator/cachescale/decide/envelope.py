@@ -32,12 +32,14 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
     SLO_BREACH_EVALUATIONS,
+    SLO_NEEDED_UTILISATION,
     STABILIZATION_SECONDS,
     TARGET_FLOOR,
     TARGET_STEP,
@@ -72,6 +74,11 @@ class EnvelopePlan:
     slo_guard: bool
     """True when the SLO guard overrode a collapse hold or lowered the target."""
     memory: Memory
+    slo_needed: int | None = None
+    """Replicas the SLO needs at the current cost (``slo_needed_replicas``), while an
+    incident lasts; under ``CapAtBudget`` reported, not applied."""
+    demand_replicas: int | None = None
+    """The demand-alone reference: replicas the demand needs at the baseline cost."""
 
 
 def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
@@ -115,6 +122,27 @@ def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, curr
     return math.ceil(mark.replicas * growth - 1e-9)
 
 
+def demand_replicas(snapshot: Snapshot, memory: Memory) -> int | None:
+    """The "demand alone" reference: ``ceil(baseline GPU-s/1k × demand / (1000 × GPUs))``,
+    the replicas the demand needs at the healthy cost per request (None when either is
+    unknown). No policy caps the fleet below it."""
+    cost = memory.baseline.gpu_seconds_per_1k_requests
+    rps = demand(snapshot).per_second
+    gpus = snapshot.workload.gpus_per_pod
+    if cost is None or rps is None or rps <= 0 or gpus <= 0:
+        return None
+    return math.ceil(cost * rps / (1000 * gpus) - 1e-9)
+
+
+def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) -> int:
+    """The remembered SLO-needed replicas, scaled by the demand's change since (both
+    ways: the estimate is per request)."""
+    growth = 1.0
+    if requests_per_second is not None and mark.requests_per_second > 0:
+        growth = requests_per_second / mark.requests_per_second
+    return max(1, math.ceil(mark.replicas * growth - 1e-9))
+
+
 @dataclass(frozen=True, slots=True)
 class EnvelopeFacts:
     """What the diagnosis found that the envelope depends on."""
@@ -125,6 +153,8 @@ class EnvelopeFacts:
     budget_max: int | None
     max_num_seqs: int | None = None
     """The batch ceiling the pods will run with (after this decision's change, if any)."""
+    over_budget: bool = False
+    """The cost per request is over the budget (an incident the SLO floor may outlast)."""
 
 
 def plan_envelope(
@@ -160,8 +190,23 @@ def plan_envelope(
             slo_guard = True
         elif level < budget_top:
             recommended, held_by = level, Hold.COLLAPSE
+    # Under every policy: never below what the demand needs at the healthy cost.
+    reference = demand_replicas(snapshot, memory)
+    if reference is not None:
+        recommended = max(recommended, _clamp(reference, low, high))
+    # SLO first (not under CapAtBudget): never below what the SLO needs.
+    slo_mark = _slo_mark(spec, snapshot, memory, now, facts)
+    memory = memory.model_copy(update={"slo_needed": slo_mark})
+    slo_needed = None
+    slo_raise = False
+    if slo_mark is not None:
+        slo_needed = min(high, slo_needed_replicas(slo_mark, demand(snapshot).per_second))
+        if spec.cache.on_collapse is not CollapseAction.CAP_AT_BUDGET and slo_needed > recommended:
+            recommended, held_by, slo_guard, slo_raise = slo_needed, None, True, True
     immediate = held_by == Hold.COLLAPSE
-    max_replicas, memory = _stabilized_max(recommended, current_max, memory, now, immediate)
+    max_replicas, memory = _stabilized_max(
+        recommended, current_max, memory, now, immediate, slo_raise
+    )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
     target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
@@ -173,7 +218,51 @@ def plan_envelope(
         held_by=held_by,
         slo_guard=slo_guard or lowered,
         memory=memory,
+        slo_needed=slo_needed,
+        demand_replicas=reference,
     )
+
+
+def _slo_mark(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    now: datetime,
+    facts: EnvelopeFacts,
+) -> ReplicaMark | None:
+    """The replicas the SLO needs, remembered while the incident lasts.
+
+    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations, and only on settled
+    pods (all ready, the youngest a whole window old: a window still covering the time
+    before new pods were ready would overstate the need): ``ceil(ready × max(arrivals /
+    served, 1) / SLO_NEEDED_UTILISATION)``, the pods that served what they did, scaled to
+    what arrives, with headroom. A later estimate replaces it only upward. It is released
+    when the budget's allowance alone covers it, or when the incident is over (no
+    collapse alert and the cost within budget)."""
+    mark = memory.slo_needed
+    need = demand(snapshot).per_second
+    served = snapshot.signals.requests_per_second.value
+    workload = snapshot.workload
+    settled = (
+        workload.ready_replicas >= workload.replicas > 0
+        and min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
+    )
+    if (
+        memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+        and settled
+        and need is not None
+        and served is not None
+        and served > 0
+    ):
+        ratio = max(need / served, 1.0)
+        needed = math.ceil(workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION - 1e-9)
+        if mark is None or needed > slo_needed_replicas(mark, need):
+            mark = ReplicaMark(replicas=needed, requests_per_second=need, at=now)
+    if mark is None:
+        return None
+    covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
+    incident = memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
+    return None if covered or not incident else mark
 
 
 def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
@@ -198,9 +287,15 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 
 def _stabilized_max(
-    recommended: int, current: int, memory: Memory, now: datetime, immediate: bool
+    recommended: int,
+    current: int,
+    memory: Memory,
+    now: datetime,
+    immediate: bool,
+    slo_raise: bool = False,
 ) -> tuple[int, Memory]:
-    """Apply the lowering window and the reversal window to a maxReplicas recommendation."""
+    """Apply the lowering window and the reversal window to a maxReplicas recommendation
+    (a raise for the SLO, like a hold's release, is never delayed)."""
     marks = [
         m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]
@@ -214,7 +309,7 @@ def _stabilized_max(
     last = memory.last_max_replicas_change_at
     reversing = direction != 0 and direction == -memory.last_max_replicas_direction
     hold_lowering = immediate and direction < 0
-    hold_release = direction > 0 and memory.last_max_replicas_was_hold
+    hold_release = direction > 0 and (memory.last_max_replicas_was_hold or slo_raise)
     if (
         reversing
         and not (hold_lowering or hold_release)

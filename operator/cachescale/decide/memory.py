@@ -152,6 +152,10 @@ class Memory(ApiModel):
     hold_released_for_slo: bool = False
     """The SLO guard released a collapse hold; it stays released until latency has been
     comfortable for a stabilization window."""
+    slo_needed: ReplicaMark | None = None
+    """The replicas the SLO needed (and the demand then), estimated while TTFT breached
+    the SLO on settled pods; kept while the incident lasts so the cap does not fall back
+    and breach again once latency recovers (``decide.envelope``, "SLO first")."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None
