@@ -116,7 +116,8 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
 
 def slo_first(on_collapse: str, p95s: list[float]) -> list:  # type: ignore[type-arg]
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
-    serve 28 of the 32 arriving req/s, with TTFT p95 going through ``p95s``."""
+    serve 28 of the 32 arriving req/s (3 waiting per pod), with TTFT p95 going through
+    ``p95s``."""
 
     def at(p95: float) -> object:
         engine = signals(
@@ -124,6 +125,7 @@ def slo_first(on_collapse: str, p95s: list[float]) -> list:  # type: ignore[type
             ttft_p95_seconds=p95,
             requests_per_second=28.0,
             arrivals_per_second=32.0,
+            waiting_requests_per_pod=3.0,
             gpu_seconds_per_1k_requests=1100.0,
             prefill_tokens_per_request=2000,
             running_requests_per_pod=40,

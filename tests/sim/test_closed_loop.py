@@ -57,6 +57,8 @@ def loops() -> dict[str, LoopSummary]:
         "batch-pressure-loop/cachescale": LoopRun.builtin("batch-pressure-loop", "cachescale"),
         "unique-prefixes/cachescale": LoopRun.builtin("unique-prefixes", "cachescale"),
         "metrics-outage/cachescale": LoopRun.builtin("metrics-outage", "cachescale"),
+        "outage-rising-demand/hpa": LoopRun.builtin("outage-rising-demand", "hpa"),
+        "outage-rising-demand/cachescale": LoopRun.builtin("outage-rising-demand", "cachescale"),
     }
     for replicas, router in COLD_DILUTION_POINTS:
         jobs[f"cold-dilution-{replicas}-{router}"] = cold_dilution(replicas, router)
@@ -194,3 +196,23 @@ def test_metrics_outage_freezes_then_clears(loops: dict[str, Any]) -> None:
     assert raised(loop, "MetricsUnavailable")[0].t_s == during[0].t_s
     cleared = next(r for r in loop.policy if "MetricsUnavailable" in r.cleared)
     assert end <= cleared.t_s <= end + interval(loop)
+
+
+def test_a_metrics_outage_fails_open_and_the_fleet_follows_the_hpa_alone(
+    loops: dict[str, Any],
+) -> None:
+    alone, loop = loops["outage-rising-demand/hpa"], loops["outage-rising-demand/cachescale"]
+    outage = next(p for p in loop.scenario.perturbations if p.kind == "metrics_outage")
+    start, end = outage.at_s, outage.at_s + outage.duration_s
+    during = [r for r in loop.policy if start <= r.t_s < end]
+    original = loop.scenario.autoscaler
+    assert original is not None
+    assert all(r.max_replicas == original.max_replicas for r in during)
+    assert "HPA may scale up to 40 (the original envelope)" in during[0].message
+    pairs = [
+        (a.replicas, c.replicas)
+        for a, c in zip(alone.samples, loop.samples, strict=True)
+        if start <= c.t_s < end
+    ]
+    assert pairs
+    assert all(abs(a - c) <= 1 for a, c in pairs)

@@ -38,6 +38,7 @@ from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
+    QUEUED_PER_POD,
     SLO_BREACH_EVALUATIONS,
     SLO_NEEDED_UTILISATION,
     STABILIZATION_SECONDS,
@@ -232,24 +233,30 @@ def _slo_mark(
 ) -> ReplicaMark | None:
     """The replicas the SLO needs, remembered while the incident lasts.
 
-    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations, and only on settled
-    pods (all ready, the youngest a whole window old: a window still covering the time
-    before new pods were ready would overstate the need): ``ceil(ready × max(arrivals /
-    served, 1) / SLO_NEEDED_UTILISATION)``, the pods that served what they did, scaled to
-    what arrives, with headroom. A later estimate replaces it only upward. It is released
-    when the budget's allowance alone covers it, or when the incident is over (no
-    collapse alert and the cost within budget)."""
+    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while requests
+    queue (a breach without a queue is the target guard's, not a lack of replicas):
+    ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
+    served what they did, scaled to what arrives, with headroom. The first estimate needs
+    every pod ready; a later one replaces it only upward, and only on settled pods (the
+    youngest a whole window old: a window still covering the time before new pods were
+    ready would overstate the need). It is released when the budget's allowance alone
+    covers it, or when the incident is over (no breach, no collapse alert, the cost
+    within budget)."""
     mark = memory.slo_needed
     need = demand(snapshot).per_second
-    served = snapshot.signals.requests_per_second.value
+    signals = snapshot.signals
+    served = signals.requests_per_second.value
+    waiting = signals.waiting_requests_per_pod.value
     workload = snapshot.workload
-    settled = (
-        workload.ready_replicas >= workload.replicas > 0
-        and min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
+    ready = workload.ready_replicas >= workload.replicas > 0
+    settled = ready and (
+        mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
     )
+    breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
     if (
-        memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+        breaching
         and settled
+        and (waiting is None or waiting >= QUEUED_PER_POD)
         and need is not None
         and served is not None
         and served > 0
@@ -261,7 +268,7 @@ def _slo_mark(
     if mark is None:
         return None
     covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
-    incident = memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
+    incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
     return None if covered or not incident else mark
 
 
