@@ -114,7 +114,7 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
     assert "TTFT breaches the SLO, so replicas may grow to the budget's 19" in message
 
 
-def slo_first(on_collapse: str, p95s: list[float]) -> list:  # type: ignore[type-arg]
+def slo_first(on_collapse: str, p95s: list[float], served: float = 28.0) -> list:  # type: ignore[type-arg]
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
     serve 28 of the 32 arriving req/s (3 waiting per pod), with TTFT p95 going through
     ``p95s``."""
@@ -123,7 +123,7 @@ def slo_first(on_collapse: str, p95s: list[float]) -> list:  # type: ignore[type
         engine = signals(
             hit=0.04,
             ttft_p95_seconds=p95,
-            requests_per_second=28.0,
+            requests_per_second=served,
             arrivals_per_second=32.0,
             waiting_requests_per_pod=3.0,
             gpu_seconds_per_1k_requests=1100.0,
@@ -149,6 +149,13 @@ def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
     message = decisions[4].alerts[0].message
     assert "replicas may grow to 17, what the SLO needs at the current cost" in message
     assert "above the budget's 12" in message
+
+
+def test_a_draining_backlog_is_not_a_lack_of_replicas() -> None:
+    # Serving 34 req/s of the 32 arriving: the queue is a backlog the fleet is draining.
+    *_, last = slo_first("Hold", [0.5] * 3 + [2.5] * 3, served=34.0)
+    assert last.slo_needed_replicas is None
+    assert last.envelope.max_replicas < 17
 
 
 def test_cap_at_budget_says_latency_is_sacrificed_and_how_much() -> None:

@@ -234,7 +234,9 @@ def _slo_mark(
     """The replicas the SLO needs, remembered while the incident lasts.
 
     Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while requests
-    queue (a breach without a queue is the target guard's, not a lack of replicas):
+    queue and arrive faster than they are served (a breach without a queue is the target
+    guard's, not a lack of replicas; a queue served faster than requests arrive is a
+    backlog draining):
     ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
     served what they did, scaled to what arrives, with headroom. The first estimate needs
     every pod ready; a later one replaces it only upward, and only on settled pods (the
@@ -253,9 +255,14 @@ def _slo_mark(
         mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
     )
     breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+    # Serving at least what arrives, the fleet keeps up: its queue is a backlog draining.
+    behind = not demand(snapshot).arrivals or (
+        need is not None and served is not None and need > served
+    )
     if (
         breaching
         and settled
+        and behind
         and (waiting is None or waiting >= QUEUED_PER_POD)
         and need is not None
         and served is not None
