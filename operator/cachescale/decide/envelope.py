@@ -1,10 +1,13 @@
 """The HPA envelope: min/max replicas and the queue target the HPA scales inside.
 
 cachescale does not replace the HPA; it reshapes the box the HPA moves in. The box is
-always inside ``budget.minReplicas..maxReplicas`` and never above what the GPU-s/1k budget
-allows at the observed request rate. On a confirmed prefix collapse with ``Hold`` the top
-is pinned at the pre-collapse level (scaled by any demand growth since), unless TTFT
-breaches the SLO, in which case the SLO guard lets the HPA use the budget.
+always inside ``budget.minReplicas..maxReplicas`` (the hard cap) and otherwise never above
+what the GPU-s/1k budget allows at the demand. On a confirmed prefix collapse with
+``Hold`` the top is pinned at the pre-collapse level (scaled by any demand growth since),
+unless TTFT breaches the SLO, in which case the SLO guard lets the HPA use the budget.
+Two floors come first (``docs/decisions.md``, "Precedence"): never below what the demand
+needs at the baseline cost (every policy), and, except under ``CapAtBudget``, never below
+what the SLO needs while an incident lasts (``_slo_mark``).
 
 Against flapping:
 
