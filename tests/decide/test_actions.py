@@ -59,6 +59,27 @@ def test_a_saturated_fleet_within_budget_is_not_capped_by_what_it_serves() -> No
     assert decision.envelope.max_replicas == 40  # the budget's range, not what it serves
 
 
+def test_with_arrivals_known_the_budget_reads_them_even_while_requests_queue() -> None:
+    # 15 saturated pods serve 27 req/s of the 41 arriving: the allowance is read at the
+    # arrivals, 780 × 41 / (1000 × 2) = 15.99 → 15, not pinned at the replicas.
+    engine = signals(
+        requests_per_second=27.0,
+        arrivals_per_second=41.0,
+        waiting_requests_per_pod=3.0,
+        gpu_seconds_per_1k_requests=1111,
+    )
+    (decision,) = run(spec(), [snapshot(engine, workload(replicas=9, hpa=(4, 9, 24.0)))])
+    assert decision.budget_max_replicas == 15
+    assert "budget allows 15" in decision.message
+    # Within budget at a steady cost, demand growth is the arrivals' allowance (20), not
+    # the budget's whole range.
+    growth = signals(
+        requests_per_second=27.0, arrivals_per_second=52.0, waiting_requests_per_pod=3.0
+    )
+    (grown,) = run(spec(), [snapshot(growth, workload(replicas=10, hpa=(4, 10, 24.0)))])
+    assert grown.budget_max_replicas == 20
+
+
 def test_budget_range_bounds_the_envelope() -> None:
     policy = spec(budget={"gpuSecondsPer1kRequests": 100_000, "minReplicas": 6, "maxReplicas": 20})
     (decision,) = run(policy, [snapshot(fleet=workload(hpa=(2, 60, 24.0)))])
@@ -95,6 +116,76 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
     assert decision.envelope.max_replicas == 19
     message = decision.alerts[0].message
     assert "TTFT breaches the SLO, so replicas may grow to the budget's 19" in message
+
+
+def slo_first(on_collapse: str, p95s: list[float], served: float = 28.0) -> list:  # type: ignore[type-arg]
+    """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
+    serve 28 of the 32 arriving req/s (3 waiting per pod), with TTFT p95 going through
+    ``p95s``."""
+
+    def at(p95: float) -> object:
+        engine = signals(
+            hit=0.04,
+            ttft_p95_seconds=p95,
+            requests_per_second=served,
+            arrivals_per_second=32.0,
+            waiting_requests_per_pod=3.0,
+            gpu_seconds_per_1k_requests=1100.0,
+            prefill_tokens_per_request=2000,
+            running_requests_per_pod=40,
+        )
+        return snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
+
+    policy = spec(cache={"onCollapse": on_collapse})
+    return run(policy, [at(p95) for p95 in p95s])  # type: ignore[arg-type]
+
+
+def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
+    # ceil(12 ready × 32 arriving / 28 served / 0.85) = 17, above the budget's 12.
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 12)
+    tops = [d.envelope.max_replicas for d in decisions]
+    assert tops[2] == 11  # held at the pre-collapse 11 (the demand alone needs 10.9 → 11)
+    assert tops[4] == 17
+    assert decisions[4].slo_needed_replicas == 17
+    assert decisions[4].reason == "ScaledForSLO"
+    # Latency recovered, the collapse alert is still active: the cap does not fall back.
+    assert tops[5:] == [17] * 12
+    message = decisions[4].alerts[0].message
+    assert "replicas may grow to 17, what the SLO needs at the current cost" in message
+    assert "above the budget's 12" in message
+
+
+def test_a_draining_backlog_is_not_a_lack_of_replicas() -> None:
+    # Serving 34 req/s of the 32 arriving: the queue is a backlog the fleet is draining.
+    *_, last = slo_first("Hold", [0.5] * 3 + [2.5] * 3, served=34.0)
+    assert last.slo_needed_replicas is None
+    assert last.envelope.max_replicas < 17
+
+
+def test_cap_at_budget_says_latency_is_sacrificed_and_how_much() -> None:
+    decisions = slo_first("CapAtBudget", [0.5] * 3 + [2.5] * 3)
+    last = decisions[-1]
+    assert last.envelope.max_replicas == 12
+    assert last.slo_needed_replicas == 17
+    messages = {a.reason: a.message for a in last.alerts}
+    for reason in ("PrefixCollapse", "SLOAtRisk"):
+        assert (
+            "latency is being sacrificed to the budget (onCollapse: CapAtBudget)"
+            in (messages[reason])
+        )
+        assert "TTFT p95 2.50 s against the 1.00 s SLO" in messages[reason]
+        assert "the SLO needs 17 replicas" in messages[reason]
+
+
+def test_no_policy_caps_below_the_demand_alone() -> None:
+    # A budget under the healthy cost: 500 × 32 / 2000 = 8, but the demand alone at the
+    # baseline's 680 GPU-s/1k needs ceil(680 × 32 / 2000) = 11.
+    for action in ("Hold", "CapAtBudget", "ScaleAsUsual"):
+        policy = spec(budget={"gpuSecondsPer1kRequests": 500}, cache={"onCollapse": action})
+        (decision,) = run(policy, [snapshot()])
+        assert decision.budget_max_replicas == 8
+        assert decision.demand_replicas == 11
+        assert decision.envelope.max_replicas == 11
 
 
 def test_hold_follows_demand_growth_since_the_mark() -> None:

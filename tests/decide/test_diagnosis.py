@@ -12,6 +12,8 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.decide.envelope import Envelope
+from cachescale.decide.memory import OriginalEnvelope
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
@@ -89,6 +91,28 @@ def test_missing_data_freezes_the_envelope(engine: EngineSignals, reason: str) -
     assert condition(decision, ConditionType.METRICS_AVAILABLE)[0] is ConditionStatus.FALSE
 
 
+def test_missing_data_fails_open_to_the_original_envelope() -> None:
+    """A cap set on data that is now stale must not block the HPA's own scale-up: the top
+    returns to the user's original maxReplicas (within the budget's), nothing is lowered."""
+    blind = EngineSignals.all_unknown("down", observed_at=T0, window_seconds=300)
+    capped = workload(replicas=12, hpa=(5, 12, 20.0))
+    original = OriginalEnvelope(min_replicas=4, max_replicas=30, target_average_value=24.0)
+    (decision,) = run(spec(), [snapshot(blind, capped)], learned(original_envelope=original))
+    assert decision.envelope == Envelope(5, 30, 20.0)
+    assert "HPA may scale up to 30 (the original envelope) until data returns" in (decision.message)
+    assert condition(decision, ConditionType.SCALING_HELD)[0] is ConditionStatus.FALSE
+    # Within the budget's range, and never below where it is now.
+    (narrow,) = run(
+        spec(budget={"maxReplicas": 20}),
+        [snapshot(blind, capped)],
+        learned(original_envelope=original),
+    )
+    assert narrow.envelope.max_replicas == 20
+    above = workload(replicas=12, hpa=(5, 36, 20.0))
+    (kept,) = run(spec(), [snapshot(blind, above)], learned(original_envelope=original))
+    assert kept.envelope == Envelope(5, 36, 20.0)
+
+
 def test_metrics_unavailable_clears_when_data_returns_but_waits_a_window() -> None:
     blind = EngineSignals.all_unknown("down", observed_at=T0, window_seconds=300)
     frozen, back, *filling = run(spec(), [snapshot(blind)] + [snapshot()] * 11)
@@ -119,13 +143,26 @@ def test_collapse_message_carries_the_evidence() -> None:
     message = decisions[-1].alerts[0].message
     for fragment in (
         "token hit rate 0.85 → 0.04 over 3 windows on 11 warm pods",
-        "req/s stayed 32 ± 1",
+        "req/s stayed 32 ± 1 (served; arrivals unknown)",
         "prefill tokens per request rose 400 → 2,000",
         "preemptions stayed at 0/s",
         "replicas held at 11",
         "prompt layout, chunking",
     ):
         assert fragment in message
+
+
+def test_collapse_message_quotes_arrivals_and_flags_the_served_rate() -> None:
+    # Demand read as arrivals: traffic grew 32 → 48 while a saturated fleet served 32.
+    grown = (
+        collapse_run([0.04] * 3, prefill_tokens_per_request=2000, arrivals_per_second=48.0)[-1]
+        .alerts[0]
+        .message
+    )
+    assert "req/s moved 32 → 48 and" in grown
+    # Without an arrival estimate the served rate stands in, and says so.
+    served = collapse_run([0.04] * 3, prefill_tokens_per_request=2000)[-1].alerts[0].message
+    assert "req/s stayed 32 ± 1 (served; arrivals unknown)" in served
 
 
 @pytest.mark.parametrize(

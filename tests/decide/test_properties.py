@@ -6,17 +6,22 @@ unknown), random replica counts inside the envelope the previous decision set, a
 batch ceiling the previous decision chose. Whatever happens:
 
 - the envelope stays inside ``budget.minReplicas..maxReplicas``;
-- maxReplicas is never raised above what the budget allows at the observed rate, and is
-  never raised or lowered while data is missing;
+- maxReplicas is never raised above what the budget allows at the observed rate, nothing
+  is lowered while data is missing, and the only raise then is back to the original
+  envelope (fail open, see ``decide.envelope.open_envelope``);
 - maxReplicas never reverses direction inside the stabilization window, except for a
-  confirmed collapse hold and its release (immediate by design, see ``decide.envelope``);
+  confirmed collapse hold and its release (immediate by design, see ``decide.envelope``)
+  and failing open on missing data;
 - ``--max-num-seqs`` stays within the policy's bounds, moves at most 25% per change and
   at most once per cooldown;
+- every number a message quotes (the applied cap, the budget's allowance, the demand, what
+  the SLO needs, the cost over baseline) is the decision's own field;
 - the memory survives a JSON round trip unchanged (what a restart does to it).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +29,7 @@ from hypothesis import strategies as st
 
 from cachescale.api.reasons import Hold
 from cachescale.api.status import ConditionType
-from cachescale.decide import Decision, Memory, decide
+from cachescale.decide import Decision, Memory, decide, words
 from cachescale.decide.memory import BaselineMemory
 from cachescale.decide.thresholds import STABILIZATION_SECONDS
 from cachescale.snapshot import Snapshot
@@ -40,6 +45,7 @@ POLICY = spec(
 class Step:
     hit: float | None
     rps: float | None
+    arrivals: float | None
     p95: float | None
     cost: float | None
     waiting: float
@@ -53,6 +59,7 @@ steps = st.builds(
     Step,
     hit=st.one_of(st.none(), st.sampled_from([0.04, 0.3, 0.5, 0.85]), st.floats(0, 1)),
     rps=st.one_of(st.none(), st.floats(0.0, 80.0)),
+    arrivals=st.one_of(st.none(), st.floats(0.0, 80.0)),
     p95=st.one_of(st.none(), st.floats(0.01, 5.0)),
     cost=st.one_of(st.none(), st.floats(100.0, 3000.0)),
     waiting=st.floats(0.0, 6.0),
@@ -75,6 +82,7 @@ def snapshot_for(step: Step, previous: Decision | None, seqs: int) -> Snapshot:
         warm_pods=max(0, replicas - step.cold),
         cold_pods=min(step.cold, replicas),
         requests_per_second=step.rps,
+        arrivals_per_second=step.arrivals,
         ttft_p95_seconds=step.p95,
         gpu_seconds_per_1k_requests=step.cost,
         waiting_requests_per_pod=step.waiting,
@@ -121,14 +129,25 @@ def test_invariants_hold_on_any_sequence(
         t = index * INTERVAL.total_seconds()
 
         assert 3 <= envelope.min_replicas <= envelope.max_replicas <= 30
-        if frozen(snapshot) or decision.reason.startswith("WaitingFor"):
+        if frozen(snapshot):
+            original = memory.original_envelope
+            top = max(current.max_replicas, original.max_replicas if original else 0)
+            assert current.max_replicas <= envelope.max_replicas <= min(30, top) or (
+                envelope.max_replicas == current.max_replicas
+            )
+            assert envelope.min_replicas == current.min_replicas
+            assert envelope.target_average_value == current.target_average_value
+            assert decision.max_num_seqs == seqs
+        elif decision.reason.startswith("WaitingFor"):
             assert envelope.max_replicas == current.max_replicas
             assert envelope.min_replicas == current.min_replicas
             assert decision.max_num_seqs == seqs
-        if envelope.max_replicas > current.max_replicas:
+        elif envelope.max_replicas > current.max_replicas:
+            # Above the budget's allowance only for what the SLO or the demand alone needs.
             cap = decision.budget_max_replicas
             assert cap is not None
-            assert envelope.max_replicas <= max(3, cap)
+            floors = (decision.slo_needed_replicas or 0, decision.demand_replicas or 0)
+            assert envelope.max_replicas <= max(3, cap, *floors)
         if envelope.max_replicas != current.max_replicas:
             direction = 1 if envelope.max_replicas > current.max_replicas else -1
             held = any(
@@ -138,8 +157,10 @@ def test_invariants_hold_on_any_sequence(
             if max_changes:
                 last_t, last_direction, last_held = max_changes[-1]
                 if direction == -last_direction and t - last_t < STABILIZATION_SECONDS:
-                    # Only a collapse hold (down) and its release (up) may reverse quickly.
-                    assert (held and direction == -1) or (last_held and direction == 1), (
+                    # Only a collapse hold (down) and its release (up), or failing open
+                    # on missing data (up), may reverse quickly.
+                    opened = frozen(snapshot) and direction == 1
+                    assert (held and direction == -1) or (last_held and direction == 1) or opened, (
                         max_changes,
                         t,
                         direction,
@@ -156,6 +177,41 @@ def test_invariants_hold_on_any_sequence(
             seq_changes.append(t)
             seqs = decision.max_num_seqs
 
+        assert_quotes_are_the_decision(decision, frozen(snapshot))
+
         restored = Memory.model_validate_json(decision.memory.model_dump_json())
         assert restored == decision.memory
         memory, previous = restored, decision
+
+
+def assert_quotes_are_the_decision(decision: Decision, missing: bool) -> None:
+    """Every number a message quotes is the number the decision used: the applied cap,
+    the budget's allowance, the demand, what the SLO needs and the cost over baseline."""
+    texts = [decision.message, *(change.message for change in decision.raised)]
+    texts += [alert.message for alert in decision.alerts]
+    envelope = decision.envelope
+    if missing:
+        assert f"HPA may scale up to {envelope.max_replicas} " in decision.message
+        return
+    if not decision.reason.startswith("WaitingFor"):
+        assert f"HPA envelope {envelope.min_replicas}..{envelope.max_replicas}" in (
+            decision.message
+        )
+    for text in texts:
+        for quoted in re.findall(r"budget allows (\d+)", text):
+            assert int(quoted) == decision.budget_max_replicas, text
+        for quoted in re.findall(r"the SLO needs (\d+)", text):
+            assert int(quoted) == decision.slo_needed_replicas, text
+        for quoted in re.findall(r"req/s (?:moved|\d+(?:\.\d+)?) → (\S+)", text):
+            assert decision.demand is not None
+            assert decision.demand.per_second is not None
+            assert quoted == words.rate(decision.demand.per_second), text
+        if "over the baseline" in text and text in (
+            decision.message,
+            *(change.message for change in decision.raised),
+        ):
+            assert decision.extra_cost is not None
+            assert decision.extra_cost.words() in text, text
+        if "(served; arrivals unknown)" in text and text is decision.message:
+            assert decision.demand is not None
+            assert not decision.demand.arrivals

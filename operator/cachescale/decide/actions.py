@@ -11,13 +11,36 @@ from __future__ import annotations
 
 from cachescale.api.reasons import Action, Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.snapshot import Snapshot
 
 
+def sacrificed(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> bool:
+    """``CapAtBudget`` keeps the top below what the SLO needs (the user's explicit choice)."""
+    return (
+        spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET
+        and plan.slo_needed is not None
+        and plan.slo_needed > plan.envelope.max_replicas
+    )
+
+
+def sacrifice_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan, p95: float | None) -> str:
+    """The plain statement that latency is being sacrificed, and how much."""
+    latency = (
+        f"TTFT p95 {words.seconds(p95)} against the {words.seconds(spec.slo.ttft_p95_seconds)} SLO"
+        if p95 is not None
+        else f"TTFT over the {words.seconds(spec.slo.ttft_p95_seconds)} SLO"
+    )
+    return (
+        f"latency is being sacrificed to the budget (onCollapse: CapAtBudget): {latency}; "
+        f"the SLO needs {plan.slo_needed} replicas at the current cost"
+    )
+
+
 def collapse_action(
-    spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None
+    spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None, p95: float | None
 ) -> str:
     """What a collapse did to the replicas, for the collapse alert's message."""
     top = plan.envelope.max_replicas
@@ -26,10 +49,22 @@ def collapse_action(
     )
     if plan.held_by == Hold.COLLAPSE:
         return f"replicas held at {top}{wanted}"
+    if plan.slo_needed is not None and plan.slo_guard and top >= plan.slo_needed:
+        over = (
+            f", above the budget's {plan.budget_max}"
+            if plan.budget_max is not None and plan.budget_max < top
+            else ""
+        )
+        return (
+            f"TTFT breached the SLO, so replicas may grow to {top}, what the SLO needs at "
+            f"the current cost{over}"
+        )
     if plan.slo_guard:
         return f"TTFT breaches the SLO, so replicas may grow to the budget's {top}{wanted}"
     if spec.cache.on_collapse is CollapseAction.SCALE_AS_USUAL:
         return f"scaling as usual (onCollapse: ScaleAsUsual), up to {top}"
+    if sacrificed(spec, plan):
+        return f"replicas capped at the budget's {top}{wanted}: {sacrifice_words(spec, plan, p95)}"
     return f"replicas capped at the budget's {top}{wanted}"
 
 
@@ -66,6 +101,8 @@ def action(
         parts.append(f"target {hpa.target_average_value:g} → {envelope.target_average_value:g}")
     if plan.budget_max is not None:
         parts.append(f"budget allows {plan.budget_max}")
+    if plan.slo_needed is not None:
+        parts.append(f"the SLO needs {plan.slo_needed}")
     if batch.message:
         parts.append(batch.message)
     return reason, "; ".join(parts)

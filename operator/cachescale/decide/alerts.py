@@ -15,8 +15,9 @@ from datetime import datetime
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
-from cachescale.decide.actions import collapse_action
+from cachescale.decide.actions import collapse_action, sacrifice_words, sacrificed
 from cachescale.decide.batching import BatchPlan
+from cachescale.decide.demand import ExtraCost, demand, extra_cost
 from cachescale.decide.diagnosis import Finding, likely_cause
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.memory import AlertMemory, Memory
@@ -42,6 +43,8 @@ class AlertRules:
     """The condition is absent this evaluation (clears after ``RECOVERY_EVALUATIONS``)."""
     clear_now: frozenset[Diagnosis]
     """Clear at once: its own recovery rule already held."""
+    extra_cost: ExtraCost | None = None
+    """The cost over the baseline the messages quote."""
 
 
 def alert_rules(
@@ -60,10 +63,17 @@ def alert_rules(
     wanted: dict[Diagnosis, str] = {}
     clear_now = {Diagnosis.METRICS_UNAVAILABLE}
     clearing: set[Diagnosis] = set()
+    extra = extra_cost(
+        snapshot.signals.gpu_seconds_per_1k_requests.value,
+        memory.baseline.gpu_seconds_per_1k_requests,
+        demand(snapshot),
+    )
+    costs = f"; {extra.words()}" if extra is not None else ""
+    p95 = snapshot.signals.ttft_p95_seconds.value
     collapse = by.get(Diagnosis.PREFIX_COLLAPSE)
     if collapse is not None:
         wanted[Diagnosis.PREFIX_COLLAPSE] = (
-            f"{collapse.evidence}; {collapse_action(spec, plan, hpa_wanted)}; "
+            f"{collapse.evidence}{costs}; {collapse_action(spec, plan, hpa_wanted, p95)}; "
             f"likely cause: {likely_cause(snapshot, memory.baseline)}"
         )
     elif streaks.recovered >= RECOVERY_EVALUATIONS or memory.baseline.token_hit_rate is None:
@@ -77,21 +87,49 @@ def alert_rules(
     over = by.get(Diagnosis.OVER_BUDGET)
     if over is not None and streaks.over_budget >= windows:
         wanted[Diagnosis.OVER_BUDGET] = (
-            f"{over.evidence}; maxReplicas capped at {plan.envelope.max_replicas}"
+            f"{over.evidence}{costs}; maxReplicas {_top_words(spec, plan)}"
         )
     elif over is None:
         clearing.add(Diagnosis.OVER_BUDGET)
     slo = by.get(Diagnosis.SLO_AT_RISK)
     at_cap = snapshot.workload.replicas >= plan.envelope.max_replicas
+    top = plan.envelope.max_replicas
     if slo is not None and streaks.slo_breach >= windows and at_cap:
-        wanted[Diagnosis.SLO_AT_RISK] = (
-            f"{slo.evidence} with replicas at the {plan.envelope.max_replicas} the budget of "
-            f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows: meeting "
-            "the SLO needs a larger budget or cheaper requests"
-        )
+        if sacrificed(spec, plan):
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas capped at the budget's {top}: "
+                f"{sacrifice_words(spec, plan, p95)}"
+            )
+        elif plan.slo_needed is not None and top >= plan.slo_needed:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at {top}, what the SLO needed at the last "
+                f"estimate (the budget allows {plan.budget_max}); the estimate is raised "
+                "while requests keep arriving faster than they are served"
+            )
+        elif top >= spec.budget.max_replicas:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at budget.maxReplicas {top}, the hard cap: "
+                "meeting the SLO needs a larger maxReplicas or cheaper requests"
+            )
+        else:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at the {top} the budget of "
+                f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows: "
+                "meeting the SLO needs a larger budget or cheaper requests"
+            )
     elif slo is None:
         clearing.add(Diagnosis.SLO_AT_RISK)
-    return AlertRules(wanted, clearing, frozenset(clear_now))
+    return AlertRules(wanted, clearing, frozenset(clear_now), extra)
+
+
+def _top_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
+    """What the top of the envelope is, and why, for the OverBudget message."""
+    top = plan.envelope.max_replicas
+    if plan.slo_needed is not None and top >= plan.slo_needed and plan.slo_guard:
+        return f"{top}, what the SLO needs at the current cost (SLO first)"
+    if sacrificed(spec, plan):
+        return f"capped at {top} (onCollapse: CapAtBudget)"
+    return f"capped at {top}"
 
 
 def reconcile_alerts(

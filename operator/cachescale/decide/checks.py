@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
+from cachescale.decide.demand import demand
 from cachescale.decide.diagnosis import (
     PRECEDENCE,
     CollapseCheck,
@@ -220,7 +221,8 @@ def _cold_evidence(facts: Facts) -> str:
 
 def _demand_growth(facts: Facts) -> Finding | None:
     baseline = facts.memory.baseline
-    rps = facts.snapshot.signals.requests_per_second.value
+    need = demand(facts.snapshot)
+    rps = need.per_second
     cost = facts.snapshot.signals.gpu_seconds_per_1k_requests.value
     if rps is None or baseline.requests_per_second is None:
         return None
@@ -231,7 +233,7 @@ def _demand_growth(facts: Facts) -> Finding | None:
         return None
     return Finding(
         Diagnosis.DEMAND_GROWTH,
-        f"req/s {words.rate(baseline.requests_per_second)} → {words.rate(rps)} with the cost "
+        f"req/s {words.rate(baseline.requests_per_second)} → {need.rate()} with the cost "
         "per request steady: the HPA scales for it, inside the budget",
     )
 

@@ -39,7 +39,8 @@ class ConditionVerdict:
 
 
 def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
-    """Missing data: metrics unavailable, health unknown, scaling held as it is."""
+    """Missing data: metrics unavailable, health unknown, scaling not held (the envelope
+    is open to the original, ``open_envelope``)."""
     reason = Diagnosis.METRICS_UNAVAILABLE
     return (
         ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
@@ -48,7 +49,7 @@ def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ..
         ConditionVerdict(ConditionType.WITHIN_BUDGET, ConditionStatus.UNKNOWN, reason, evidence),
         ConditionVerdict(
             ConditionType.SCALING_HELD,
-            ConditionStatus.TRUE,
+            ConditionStatus.FALSE,
             Action.FROZEN_ON_MISSING_METRICS,
             message,
         ),

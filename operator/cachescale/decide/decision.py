@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.decide.alerts import AlertChange
 from cachescale.decide.conditions import ConditionVerdict
+from cachescale.decide.demand import Demand, ExtraCost
 from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import Envelope
 from cachescale.decide.memory import AlertMemory, Memory
@@ -40,6 +41,15 @@ class Decision:
     """What the HPA's own metric asks for at the current target (an estimate)."""
     ceiling: int | None = None
     """B_max, when known."""
+    demand: Demand | None = None
+    """The request rate the decision read as demand (arrivals when known)."""
+    slo_needed_replicas: int | None = None
+    """Replicas the SLO needs at the current cost, while an incident lasts."""
+    demand_replicas: int | None = None
+    """The demand-alone reference: replicas the demand needs at the baseline cost."""
+    extra_cost: ExtraCost | None = None
+    """What requests cost over the baseline, as the OverBudget and PrefixCollapse
+    messages quote it."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def has(self, diagnosis: Diagnosis) -> bool:

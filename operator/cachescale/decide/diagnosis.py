@@ -29,6 +29,7 @@ from cachescale.capacity import (
     kv_bytes_per_token,
 )
 from cachescale.decide import words
+from cachescale.decide.demand import SERVED_ONLY, demand
 from cachescale.decide.memory import BaselineMemory, Memory
 from cachescale.decide.thresholds import (
     BATCH_NEAR_CEILING,
@@ -172,29 +173,34 @@ def check_eviction(snapshot: Snapshot, ceiling: int | None) -> EvictionCheck:
 def budget_replicas(
     spec: CacheScalingPolicySpec, snapshot: Snapshot, requests_got_dearer: bool = False
 ) -> int | None:
-    """Most replicas the GPU-s/1k budget allows at the observed request rate.
+    """Most replicas the GPU-s/1k budget allows at the demand (``decide.demand``).
 
     ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
     unknown or zero (no cost per request can be computed, so no cap is derived from it).
+    With the arrival rate known, that is the whole rule: arrivals are the demand even
+    while requests queue.
 
-    While requests queue (``QUEUED_PER_POD`` or more waiting per pod) the finished-request
-    rate is what the fleet manages to serve, not the demand, so the formula would cap
-    the fleet at what it already serves. Two cases: the cost per served request is over
-    budget (every request got more expensive, e.g. a collapse): the cap stays at the
-    current replicas — adding replicas cannot make requests cheaper, and removing
-    saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
+    Without it, while requests queue (``QUEUED_PER_POD`` or more waiting per pod) the
+    finished-request rate is what the fleet manages to serve, not the demand, so the
+    formula would cap the fleet at what it already serves. Two cases: the cost per served
+    request is over budget (every request got more expensive, e.g. a collapse): the cap
+    stays at the current replicas — adding replicas cannot make requests cheaper, and
+    removing saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
     the cap is the budget's ``maxReplicas`` — the HPA scales for the demand inside the
     budget's range (``DemandGrowth`` in ``docs/decisions.md``). ``requests_got_dearer``
     (the cache fell, or prefill per request rose) overrules a windowed cost that has not
     caught up yet: then the fleet is held at its replicas too.
     """
     signals = snapshot.signals
-    rps = signals.requests_per_second.value
+    need = demand(snapshot)
+    rps = need.per_second
     gpus = snapshot.workload.gpus_per_pod
     if rps is None or rps <= 0 or gpus <= 0:
         return None
     budget = spec.budget.gpu_seconds_per_1k_requests
     cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
+    if need.arrivals:
+        return cap
     waiting = signals.waiting_requests_per_pod.value
     if waiting is None or waiting >= QUEUED_PER_POD:
         cost = signals.gpu_seconds_per_1k_requests.value
@@ -240,7 +246,8 @@ def collapse_evidence(
 
 def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory) -> str:
     evidence = memory.collapse_evidence
-    rps = snapshot.signals.requests_per_second.value
+    need = demand(snapshot)
+    rps = need.per_second
     if rps is None:
         return ""
     low = high = rps
@@ -248,9 +255,10 @@ def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory)
         low = min(low, evidence.requests_per_second_min)
         high = max(high, evidence.requests_per_second_max or rps)
     base = baseline.requests_per_second
+    served = "" if need.arrivals else SERVED_ONLY
     if base is not None and abs(rps / base - 1) > FLAT_DEMAND:
-        return f"req/s moved {words.rate(base)} → {words.rate(rps)}"
-    return f"req/s stayed {words.spread(low, high)}"
+        return f"req/s moved {words.rate(base)} → {words.rate(rps)}{served}"
+    return f"req/s stayed {words.spread(low, high)}{served}"
 
 
 def likely_cause(snapshot: Snapshot, baseline: BaselineMemory) -> str:

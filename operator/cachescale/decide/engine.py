@@ -10,8 +10,9 @@ This module is the orchestrator (what it returns is ``decision.py``); each step 
 beside it:
 
 1. human requests (acknowledge, rebaseline: ``memory.py``), then two gates here. Anything
-   the decision needs unknown means *freeze*: the envelope stays as it is, nothing scales
-   down, ``MetricsUnavailable`` is raised. A window still spanning blank time, or only
+   the decision needs unknown means *fail open*: nothing is lowered, the top of the
+   envelope returns to the user's original (or stays, if higher) so the HPA can scale up
+   on its own metric, ``MetricsUnavailable`` is raised. A window still spanning blank time, or only
    warming pods, means *wait*: report, change nothing;
 2. the checks (collapse, eviction, SLO, budget, cold pods, demand) and their streaks, and
    the findings, ordered by ``PRECEDENCE`` (``checks.py``, ``diagnosis.py``);
@@ -38,6 +39,7 @@ from cachescale.decide.checks import (
 )
 from cachescale.decide.conditions import conditions, frozen_conditions
 from cachescale.decide.decision import Decision
+from cachescale.decide.demand import demand
 from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import (
     EnvelopeFacts,
@@ -45,6 +47,7 @@ from cachescale.decide.envelope import (
     frozen_envelope,
     hpa_wanted_replicas,
     mark_unchanged,
+    open_envelope,
     plan_envelope,
 )
 from cachescale.decide.memory import (
@@ -56,7 +59,7 @@ from cachescale.decide.memory import (
 from cachescale.snapshot import Snapshot
 
 REQUIRED_SIGNALS = ("requests_per_second", "ttft_p95_seconds", "token_hit_rate_local")
-"""Without these nothing can be decided; unknown freezes the envelope."""
+"""Without these nothing can be decided; unknown opens the envelope (``open_envelope``)."""
 
 
 def decide(
@@ -67,7 +70,7 @@ def decide(
     missing = _missing(snapshot)
     if missing:
         memory = memory.model_copy(update={"data_since": None})
-        return _frozen(snapshot, memory, now, missing, notes)
+        return _frozen(spec, snapshot, memory, now, missing, notes)
     since = memory.data_since or now
     memory = memory.model_copy(update={"data_since": since})
     if (now - since).total_seconds() < spec.metrics.window_seconds:
@@ -104,25 +107,31 @@ def _missing(snapshot: Snapshot) -> list[str]:
 
 
 def _frozen(
+    spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
     memory: Memory,
     now: datetime,
     missing: list[str],
     notes: tuple[str, ...],
 ) -> Decision:
-    """Missing data: change nothing, raise MetricsUnavailable, keep every other alert."""
+    """Missing data: fail open (``open_envelope``: lower nothing, let the HPA scale up to
+    the original envelope), raise MetricsUnavailable, keep every other alert."""
     evidence = "; ".join(missing)
     diagnosis = Diagnosis.METRICS_UNAVAILABLE
-    message = f"not scaling on missing data, HPA envelope left as it is: {evidence}"
+    envelope = open_envelope(spec, snapshot, memory)
+    message = (
+        f"not scaling on missing data, nothing lowered; HPA may scale up to "
+        f"{envelope.max_replicas} (the original envelope) until data returns: {evidence}"
+    )
     active, raised, cleared = reconcile_alerts(
         memory.alerts, {diagnosis: message}, set(), now, keep_counters=True
     )
-    memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
+    memory = mark_unchanged(memory, envelope.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
     return Decision(
         state=diagnosis,
         findings=(Finding(diagnosis, evidence),),
-        envelope=frozen_envelope(snapshot),
+        envelope=envelope,
         max_num_seqs=snapshot.workload.max_num_seqs,
         reason=Action.FROZEN_ON_MISSING_METRICS,
         message=message,
@@ -174,6 +183,7 @@ def _waiting(
         cleared=cleared,
         conditions=conditions(spec, snapshot, memory, results, found, plan, hpa_wanted),
         memory=memory,
+        demand=demand(snapshot),
         notes=notes,
     )
 
@@ -209,7 +219,7 @@ def _evaluate(
     results = run_checks(spec, snapshot, memory)
     streaks = next_streaks(results, snapshot, memory.streaks)
     memory = memory.model_copy(update={"streaks": streaks})
-    memory = track_collapse_evidence(memory, snapshot.signals.requests_per_second.value, now)
+    memory = track_collapse_evidence(memory, demand(snapshot).per_second, now)
     windows = spec.cache.collapse_windows
     active_collapse = collapse_active(memory, spec)
     found = findings(Facts(spec, snapshot, memory, results, active_collapse))
@@ -246,6 +256,7 @@ def _evaluate(
             slo_breached=results.slo_breach,
             budget_max=results.budget_max,
             max_num_seqs=batch.desired,
+            over_budget=results.over_budget,
         ),
     )
     memory = plan.memory
@@ -277,5 +288,9 @@ def _evaluate(
         budget_max_replicas=plan.budget_max,
         hpa_wanted_replicas=hpa_wanted,
         ceiling=results.ceiling,
+        demand=demand(snapshot),
+        slo_needed_replicas=plan.slo_needed,
+        demand_replicas=plan.demand_replicas,
+        extra_cost=rules.extra_cost,
         notes=notes + ((batch.blocked,) if batch.blocked else ()),
     )

@@ -1,10 +1,13 @@
 """The HPA envelope: min/max replicas and the queue target the HPA scales inside.
 
 cachescale does not replace the HPA; it reshapes the box the HPA moves in. The box is
-always inside ``budget.minReplicas..maxReplicas`` and never above what the GPU-s/1k budget
-allows at the observed request rate. On a confirmed prefix collapse with ``Hold`` the top
-is pinned at the pre-collapse level (scaled by any demand growth since), unless TTFT
-breaches the SLO, in which case the SLO guard lets the HPA use the budget.
+always inside ``budget.minReplicas..maxReplicas`` (the hard cap) and otherwise never above
+what the GPU-s/1k budget allows at the demand. On a confirmed prefix collapse with
+``Hold`` the top is pinned at the pre-collapse level (scaled by any demand growth since),
+unless TTFT breaches the SLO, in which case the SLO guard lets the HPA use the budget.
+Two floors come first (``docs/decisions.md``, "Precedence"): never below what the demand
+needs at the baseline cost (every policy), and, except under ``CapAtBudget``, never below
+what the SLO needs while an incident lasts (``_slo_mark``).
 
 Against flapping:
 
@@ -22,7 +25,8 @@ Against flapping:
   back up only after each full window of comfortable latency.
 
 On unknown data nothing here lowers anything: an unknown request rate means no budget cap
-is derived, and the current maxReplicas is kept.
+is derived, and the current maxReplicas is kept; with a required signal missing the top
+opens back to the user's original maxReplicas (``open_envelope``).
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from cachescale.api.reasons import Hold
+from cachescale.api.reasons import Diagnosis, Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
+    QUEUED_PER_POD,
     SLO_BREACH_EVALUATIONS,
+    SLO_NEEDED_UTILISATION,
     STABILIZATION_SECONDS,
     TARGET_FLOOR,
     TARGET_STEP,
@@ -65,6 +72,11 @@ class EnvelopePlan:
     slo_guard: bool
     """True when the SLO guard overrode a collapse hold or lowered the target."""
     memory: Memory
+    slo_needed: int | None = None
+    """Replicas the SLO needs at the current cost (``slo_needed_replicas``), while an
+    incident lasts; under ``CapAtBudget`` reported, not applied."""
+    demand_replicas: int | None = None
+    """The demand-alone reference: replicas the demand needs at the baseline cost."""
 
 
 def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
@@ -80,20 +92,53 @@ def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
 
 
 def frozen_envelope(snapshot: Snapshot) -> Envelope:
-    """The HPA's envelope exactly as it is (nothing decided on missing data)."""
+    """The HPA's envelope exactly as it is (nothing decided while the data is not trusted)."""
     hpa = snapshot.workload.hpa
     return Envelope(hpa.min_replicas, hpa.max_replicas, hpa.target_average_value)
 
 
+def open_envelope(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> Envelope:
+    """The envelope on missing data: fail open. Nothing is lowered (minReplicas and the
+    target stay as they are) and the top returns to the user's original maxReplicas
+    (within ``budget.maxReplicas``), or stays where it is if that is higher, so a cap set
+    on data that is now stale cannot block the HPA's own scale-up."""
+    hpa = snapshot.workload.hpa
+    original = original_envelope(snapshot, memory)
+    top = max(hpa.max_replicas, min(original.max_replicas, spec.budget.max_replicas))
+    return Envelope(hpa.min_replicas, top, hpa.target_average_value)
+
+
 def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, current: int) -> int:
     """Pre-collapse replicas, scaled up by demand growth since (never down); the current
-    replicas when no healthy evaluation was ever seen (nothing better to return to)."""
+    replicas when no healthy evaluation was ever seen (nothing better to return to).
+    ``requests_per_second`` is the demand (``decide.demand``), as the mark's is."""
     if mark is None:
         return current
     growth = 1.0
     if requests_per_second is not None and mark.requests_per_second > 0:
         growth = max(1.0, requests_per_second / mark.requests_per_second)
     return math.ceil(mark.replicas * growth - 1e-9)
+
+
+def demand_replicas(snapshot: Snapshot, memory: Memory) -> int | None:
+    """The "demand alone" reference: ``ceil(baseline GPU-s/1k × demand / (1000 × GPUs))``,
+    the replicas the demand needs at the healthy cost per request (None when either is
+    unknown). No policy caps the fleet below it."""
+    cost = memory.baseline.gpu_seconds_per_1k_requests
+    rps = demand(snapshot).per_second
+    gpus = snapshot.workload.gpus_per_pod
+    if cost is None or rps is None or rps <= 0 or gpus <= 0:
+        return None
+    return math.ceil(cost * rps / (1000 * gpus) - 1e-9)
+
+
+def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) -> int:
+    """The remembered SLO-needed replicas, scaled by the demand's change since (both
+    ways: the estimate is per request)."""
+    growth = 1.0
+    if requests_per_second is not None and mark.requests_per_second > 0:
+        growth = requests_per_second / mark.requests_per_second
+    return max(1, math.ceil(mark.replicas * growth - 1e-9))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +151,8 @@ class EnvelopeFacts:
     budget_max: int | None
     max_num_seqs: int | None = None
     """The batch ceiling the pods will run with (after this decision's change, if any)."""
+    over_budget: bool = False
+    """The cost per request is over the budget (an incident the SLO floor may outlast)."""
 
 
 def plan_envelope(
@@ -128,7 +175,7 @@ def plan_envelope(
     if facts.budget_max is not None and facts.budget_max < high:
         held_by = Hold.BUDGET
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
-        rps = snapshot.signals.requests_per_second.value
+        rps = demand(snapshot).per_second
         level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
         released = memory.hold_released_for_slo
         window = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
@@ -141,8 +188,23 @@ def plan_envelope(
             slo_guard = True
         elif level < budget_top:
             recommended, held_by = level, Hold.COLLAPSE
+    # Under every policy: never below what the demand needs at the healthy cost.
+    reference = demand_replicas(snapshot, memory)
+    if reference is not None:
+        recommended = max(recommended, _clamp(reference, low, high))
+    # SLO first (not under CapAtBudget): never below what the SLO needs.
+    slo_mark = _slo_mark(spec, snapshot, memory, now, facts)
+    memory = memory.model_copy(update={"slo_needed": slo_mark})
+    slo_needed = None
+    slo_raise = False
+    if slo_mark is not None:
+        slo_needed = min(high, slo_needed_replicas(slo_mark, demand(snapshot).per_second))
+        if spec.cache.on_collapse is not CollapseAction.CAP_AT_BUDGET and slo_needed > recommended:
+            recommended, held_by, slo_guard, slo_raise = slo_needed, None, True, True
     immediate = held_by == Hold.COLLAPSE
-    max_replicas, memory = _stabilized_max(recommended, current_max, memory, now, immediate)
+    max_replicas, memory = _stabilized_max(
+        recommended, current_max, memory, now, immediate, slo_raise
+    )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
     target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
@@ -154,7 +216,64 @@ def plan_envelope(
         held_by=held_by,
         slo_guard=slo_guard or lowered,
         memory=memory,
+        slo_needed=slo_needed,
+        demand_replicas=reference,
     )
+
+
+def _slo_mark(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    now: datetime,
+    facts: EnvelopeFacts,
+) -> ReplicaMark | None:
+    """The replicas the SLO needs, remembered while the incident lasts.
+
+    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while requests
+    queue and arrive faster than they are served (a breach without a queue is the target
+    guard's, not a lack of replicas; a queue served faster than requests arrive is a
+    backlog draining):
+    ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
+    served what they did, scaled to what arrives, with headroom. The first estimate needs
+    every pod ready; a later one replaces it only upward, and only on settled pods (the
+    youngest a whole window old: a window still covering the time before new pods were
+    ready would overstate the need). It is released when the budget's allowance alone
+    covers it, or when the incident is over (no breach, no collapse alert, the cost
+    within budget)."""
+    mark = memory.slo_needed
+    need = demand(snapshot).per_second
+    signals = snapshot.signals
+    served = signals.requests_per_second.value
+    waiting = signals.waiting_requests_per_pod.value
+    workload = snapshot.workload
+    ready = workload.ready_replicas >= workload.replicas > 0
+    settled = ready and (
+        mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
+    )
+    breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+    # Serving at least what arrives, the fleet keeps up: its queue is a backlog draining.
+    behind = not demand(snapshot).arrivals or (
+        need is not None and served is not None and need > served
+    )
+    if (
+        breaching
+        and settled
+        and behind
+        and (waiting is None or waiting >= QUEUED_PER_POD)
+        and need is not None
+        and served is not None
+        and served > 0
+    ):
+        ratio = max(need / served, 1.0)
+        needed = math.ceil(workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION - 1e-9)
+        if mark is None or needed > slo_needed_replicas(mark, need):
+            mark = ReplicaMark(replicas=needed, requests_per_second=need, at=now)
+    if mark is None:
+        return None
+    covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
+    incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
+    return None if covered or not incident else mark
 
 
 def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
@@ -179,9 +298,15 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 
 def _stabilized_max(
-    recommended: int, current: int, memory: Memory, now: datetime, immediate: bool
+    recommended: int,
+    current: int,
+    memory: Memory,
+    now: datetime,
+    immediate: bool,
+    slo_raise: bool = False,
 ) -> tuple[int, Memory]:
-    """Apply the lowering window and the reversal window to a maxReplicas recommendation."""
+    """Apply the lowering window and the reversal window to a maxReplicas recommendation
+    (a raise for the SLO, like a hold's release, is never delayed)."""
     marks = [
         m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]
@@ -195,7 +320,7 @@ def _stabilized_max(
     last = memory.last_max_replicas_change_at
     reversing = direction != 0 and direction == -memory.last_max_replicas_direction
     hold_lowering = immediate and direction < 0
-    hold_release = direction > 0 and memory.last_max_replicas_was_hold
+    hold_release = direction > 0 and (memory.last_max_replicas_was_hold or slo_raise)
     if (
         reversing
         and not (hold_lowering or hold_release)
@@ -214,9 +339,9 @@ def _stabilized_max(
 
 
 def mark_unchanged(memory: Memory, current_max: int, now: datetime) -> Memory:
-    """Record that maxReplicas stayed at ``current_max`` (an evaluation that decided
-    nothing): a lowering after a freeze or a wait still needs a window of lower
-    recommendations."""
+    """Record that maxReplicas is ``current_max`` after an evaluation that decided nothing
+    from the data (a wait, or missing data): a lowering afterwards still needs a window of
+    lower recommendations."""
     marks = [
         m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from cachescale.api.base import ApiModel
 from cachescale.api.reasons import Diagnosis
+from cachescale.decide.demand import demand
 from cachescale.decide.thresholds import AT_BASELINE_SHARE, BASELINE_TIME_CONSTANT_S
 from cachescale.snapshot import HumanRequests, Snapshot
 
@@ -31,6 +32,7 @@ class BaselineMemory(ApiModel):
     prefill_tokens_per_request: float | None = None
     gpu_seconds_per_1k_requests: float | None = None
     requests_per_second: float | None = None
+    """Demand: arrivals per second when known, else the served rate (``decide.demand``)."""
     updated_at: datetime | None = None
     evaluations: int = 0
     """Healthy evaluations folded into it."""
@@ -71,6 +73,7 @@ class ReplicaMark(ApiModel):
 
     replicas: int
     requests_per_second: float
+    """Demand: arrivals when known, else the served rate (``decide.demand``)."""
     at: datetime
 
 
@@ -149,6 +152,10 @@ class Memory(ApiModel):
     hold_released_for_slo: bool = False
     """The SLO guard released a collapse hold; it stays released until latency has been
     comfortable for a stabilization window."""
+    slo_needed: ReplicaMark | None = None
+    """The replicas the SLO needed (and the demand then), estimated while TTFT breached
+    the SLO on settled pods; kept while the incident lasts so the cap does not fall back
+    and breach again once latency recovers (``decide.envelope``, "SLO first")."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None
@@ -202,7 +209,7 @@ def apply_human_requests(
 def track_collapse_evidence(
     memory: Memory, requests_per_second: float | None, now: datetime
 ) -> Memory:
-    """Widen the building collapse's request-rate range (its message quotes it); forget it
+    """Widen the building collapse's demand range (its message quotes it); forget it
     once the streak is broken and no alert still needs it."""
     if memory.streaks.collapse == 0:
         if memory.alert(Diagnosis.PREFIX_COLLAPSE) is None:
@@ -235,7 +242,7 @@ def learn(
     the SLO or budget are in trouble; the cost half (GPU-s/1k, req/s) only when nothing at
     all is wrong."""
     signals = snapshot.signals
-    rps = signals.requests_per_second.value
+    rps = demand(snapshot).per_second
     update: dict[str, object] = {}
     relearning = memory.baseline.token_hit_rate is None  # a collapse alert is about to clear
     cache_alerted = any(

@@ -57,6 +57,9 @@ SLO_BREACH_EVALUATIONS = 2
 """Breaching evaluations before the SLO guard lowers the target."""
 BATCH_TARGET_SHARE = 0.75
 """Most of the batch ceiling a running-requests HPA target may ask for (24 of 32)."""
+SLO_NEEDED_UTILISATION = 0.85
+"""The SLO-needed replicas serve the arrivals with the pods this busy at most (15%
+headroom): ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``."""
 SLO_COMFORTABLE_SHARE = 0.7
 """TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
 
