@@ -100,16 +100,16 @@ def alert_rules(
                 f"{slo.evidence} with replicas capped at the budget's {top}: "
                 f"{sacrifice_words(spec, plan, p95)}"
             )
+        elif top >= spec.budget.max_replicas:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at budget.maxReplicas {top}, the hard cap: "
+                "meeting the SLO needs a larger maxReplicas or cheaper requests"
+            )
         elif plan.slo_needed is not None and top >= plan.slo_needed:
             wanted[Diagnosis.SLO_AT_RISK] = (
                 f"{slo.evidence} with replicas at {top}, what the SLO needed at the last "
                 f"estimate (the budget allows {plan.budget_max}); the estimate is raised "
                 "while requests keep arriving faster than they are served"
-            )
-        elif top >= spec.budget.max_replicas:
-            wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at budget.maxReplicas {top}, the hard cap: "
-                "meeting the SLO needs a larger maxReplicas or cheaper requests"
             )
         else:
             wanted[Diagnosis.SLO_AT_RISK] = (

@@ -256,7 +256,7 @@ def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory)
         high = max(high, evidence.requests_per_second_max or rps)
     base = baseline.requests_per_second
     served = "" if need.arrivals else SERVED_ONLY
-    if base is not None and abs(rps / base - 1) > FLAT_DEMAND:
+    if base is not None and base > 0 and abs(rps / base - 1) > FLAT_DEMAND:
         return f"req/s moved {words.rate(base)} → {words.rate(rps)}{served}"
     return f"req/s stayed {words.spread(low, high)}{served}"
 

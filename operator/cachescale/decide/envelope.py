@@ -17,7 +17,8 @@ Against flapping:
 - a confirmed collapse hold is exempt from both: it has already waited
   ``collapseWindows`` evaluations, and every minute of delay buys replicas it exists to
   prevent; so is releasing a hold (the SLO guard, an acknowledgement, recovery): a hold
-  is a deliberate state, and leaving it is not a flap;
+  is a deliberate state, and leaving it is not a flap; so is a raise to what the SLO
+  needs (it already waited ``SLO_BREACH_EVALUATIONS`` breaching evaluations);
 - once the SLO guard has released a hold, the hold returns only after a whole window of
   comfortable latency (not on the first evaluation without a breach), so hold and
   release cannot alternate;
@@ -266,7 +267,9 @@ def _slo_mark(
         and served > 0
     ):
         ratio = max(need / served, 1.0)
-        needed = math.ceil(workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION - 1e-9)
+        estimate = workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION
+        # Never above the hard cap (and finite however little was served).
+        needed = math.ceil(min(estimate, spec.budget.max_replicas) - 1e-9)
         if mark is None or needed > slo_needed_replicas(mark, need):
             mark = ReplicaMark(replicas=needed, requests_per_second=need, at=now)
     if mark is None:
