@@ -142,14 +142,21 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
             if stopped or body.get("metadata", {}).get("deletionTimestamp"):
                 break  # being deleted: the restore must have the last word
             try:
-                outcome = await loop.run_in_executor(
-                    runtime.executor, evaluate, runtime.operator, policy
+                await loop.run_in_executor(
+                    runtime.executor, _evaluate_and_log, runtime.operator, policy
                 )
-                log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
             except Exception:  # one policy's bug must not end its loop, nor anyone else's
                 log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
                 runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
         await stopped.wait(interval_of(body.get("spec", {})))
+
+
+def _evaluate_and_log(operator: Operator, policy: PolicyObject) -> None:
+    """One evaluation and its log line, in the worker thread: a daemon paused or cancelled
+    mid-evaluation (peering, shutdown) stops waiting, but the worker still writes the
+    status, so the line that reports it must come from the worker too."""
+    outcome = evaluate(operator, policy)
+    log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
