@@ -155,11 +155,27 @@ def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
     assert "above the budget's 12" in message
 
 
+def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches() -> None:
+    # A raised top only lets the HPA add replicas; its own metric may not ask for them.
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 2)
+    mins = [d.envelope.min_replicas for d in decisions]
+    assert mins[:4] == [4] * 4  # the user's own minReplicas before the breach is sustained
+    assert mins[4] == 17  # second breaching evaluation: the SLO's 17 as the floor
+    assert "HPA envelope 17..17" in decisions[4].message
+    assert mins[5:] == [4, 4]  # the breach is over: the HPA's own scale-down takes over
+
+
+def test_cap_at_budget_raises_no_floor() -> None:
+    decisions = slo_first("CapAtBudget", [0.5] * 3 + [2.5] * 3)
+    assert [d.envelope.min_replicas for d in decisions] == [4] * 6
+
+
 def test_a_draining_backlog_is_not_a_lack_of_replicas() -> None:
     # Serving 34 req/s of the 32 arriving: the queue is a backlog the fleet is draining.
     *_, last = slo_first("Hold", [0.5] * 3 + [2.5] * 3, served=34.0)
     assert last.slo_needed_replicas is None
     assert last.envelope.max_replicas < 17
+    assert last.envelope.min_replicas == 4
 
 
 def test_cap_at_budget_says_latency_is_sacrificed_and_how_much() -> None:
@@ -214,6 +230,14 @@ def test_slo_guard_lowers_the_target_in_steps_when_the_budget_has_room() -> None
     targets = [d.envelope.target_average_value for d in decisions]
     assert targets == [24.0, 19.2, 19.2, 15.36, 15.36, 12.288]
     assert decisions[1].reason == Action.SCALED_FOR_SLO
+
+
+def test_slo_guard_leaves_the_target_while_a_backlog_drains() -> None:
+    # Serving 32 req/s of the 30 arriving: the queue shrinks by itself; a lower target
+    # would leave the fleet oversized once it is gone.
+    engine = signals(ttft_p95_seconds=1.5, requests_per_second=32.0, arrivals_per_second=30.0)
+    decisions = run(spec(), [snapshot(engine, workload(replicas=8))] * 6)
+    assert {d.envelope.target_average_value for d in decisions} == {24.0}
 
 
 def test_slo_guard_waits_while_new_pods_warm() -> None:

@@ -208,6 +208,9 @@ def plan_envelope(
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
+    slo_floor = _slo_floor(spec, memory, slo_needed)
+    if slo_floor is not None and slo_floor > min_replicas:
+        min_replicas, slo_guard = min(slo_floor, max_replicas), True
     target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
     memory = memory.model_copy(update={"original_envelope": original})
@@ -253,10 +256,7 @@ def _slo_mark(
         mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
     )
     breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
-    # Serving at least what arrives, the fleet keeps up: its queue is a backlog draining.
-    behind = not demand(snapshot).arrivals or (
-        need is not None and served is not None and need > served
-    )
+    behind = falling_behind(snapshot)
     if (
         breaching
         and settled
@@ -277,6 +277,30 @@ def _slo_mark(
     covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
     incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
     return None if covered or not incident else mark
+
+
+def falling_behind(snapshot: Snapshot) -> bool:
+    """Requests arrive faster than the fleet serves them. Serving at least what arrives,
+    the fleet keeps up: its queue is a backlog draining, and more capacity would only
+    overshoot once it is gone. True when arrivals are unknown (nothing says it drains)."""
+    need = demand(snapshot)
+    served = snapshot.signals.requests_per_second.value
+    if not need.arrivals:
+        return True
+    return need.per_second is not None and served is not None and need.per_second > served
+
+
+def _slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
+    """The replicas the SLO needs, as ``minReplicas``, while TTFT breaches the SLO (not
+    under ``CapAtBudget``). Raising the top only lets the HPA add replicas; an HPA whose
+    own metric is under its target (a running-batch metric while requests wait for
+    prefill) adds none, and the queue grows. The floor makes the HPA add them now; it
+    ends with the breach, and the HPA's own scale-down window takes the fleet back."""
+    if slo_needed is None or spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+        return None
+    if memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
+        return None
+    return slo_needed
 
 
 def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
@@ -386,6 +410,7 @@ def _slo_target(
         workload.replicas < max_replicas
         and workload.ready_replicas >= workload.replicas
         and settled
+        and falling_behind(snapshot)
     )
     window_evaluations = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
     breach, comfortable = memory.streaks.slo_breach, memory.streaks.slo_comfortable
