@@ -3,15 +3,16 @@ human controls, and the memory that carries it all across evaluations and restar
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Memory, decide
+from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
-from cachescale.snapshot import HumanRequests
+from cachescale.snapshot import HumanRequests, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
@@ -118,12 +119,14 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
     assert "TTFT breaches the SLO, so replicas may grow to the budget's 19" in message
 
 
-def slo_first(on_collapse: str, p95s: list[float], served: float = 28.0) -> list:  # type: ignore[type-arg]
+def slo_first(
+    on_collapse: str, p95s: list[float], served: float = 28.0, applied: bool = False
+) -> list[Decision]:
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
     serve 28 of the 32 arriving req/s (3 waiting per pod), with TTFT p95 going through
-    ``p95s``."""
+    ``p95s``. ``applied``: each evaluation reads the HPA as the one before left it."""
 
-    def at(p95: float) -> object:
+    def at(p95: float) -> Snapshot:
         engine = signals(
             hit=0.04,
             ttft_p95_seconds=p95,
@@ -137,12 +140,25 @@ def slo_first(on_collapse: str, p95s: list[float], served: float = 28.0) -> list
         return snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
 
     policy = spec(cache={"onCollapse": on_collapse})
-    return run(policy, [at(p95) for p95 in p95s])  # type: ignore[arg-type]
+    if not applied:
+        return run(policy, [at(p95) for p95 in p95s])
+    decisions: list[Decision] = []
+    memory = learned()
+    for index, p95 in enumerate(p95s):
+        state = at(p95)
+        if decisions:
+            top = decisions[-1].envelope
+            hpa = replace(state.workload.hpa, min_replicas=top.min_replicas)
+            state = replace(state, workload=replace(state.workload, hpa=hpa))
+        decision = decide(policy, state, memory, T0 + index * INTERVAL)
+        memory = decision.memory
+        decisions.append(decision)
+    return decisions
 
 
 def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
     # ceil(12 ready × 32 arriving / 28 served / 0.85) = 17, above the budget's 12.
-    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 12)
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 12, applied=True)
     tops = [d.envelope.max_replicas for d in decisions]
     assert tops[2] == 11  # held at the pre-collapse 11 (the demand alone needs 10.9 → 11)
     assert tops[4] == 17
@@ -157,12 +173,15 @@ def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
 
 def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches() -> None:
     # A raised top only lets the HPA add replicas; its own metric may not ask for them.
-    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 2)
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2 + [0.5] * 12, applied=True)
     mins = [d.envelope.min_replicas for d in decisions]
     assert mins[:4] == [4] * 4  # the user's own minReplicas before the breach is sustained
-    assert mins[4] == 17  # second breaching evaluation: the SLO's 17 as the floor
-    assert "HPA envelope 17..17" in decisions[4].message
-    assert mins[5:] == [4, 4]  # the breach is over: the HPA's own scale-down takes over
+    # Second breaching evaluation: the pods that serve the 32 arriving req/s at the rate
+    # each serves now, ceil(17 × 0.85) = 15 (the top keeps the headroom: 17).
+    assert mins[4] == 15
+    assert "HPA envelope 15..17" in decisions[4].message
+    # The breach is over: released by a tenth per evaluation, down to the user's 4.
+    assert mins[5:] == [14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 4]
 
 
 def test_cap_at_budget_raises_no_floor() -> None:

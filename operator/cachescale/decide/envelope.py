@@ -42,6 +42,7 @@ from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
+    MIN_RELEASE_STEP,
     QUEUED_PER_POD,
     SLO_BREACH_EVALUATIONS,
     SLO_NEEDED_UTILISATION,
@@ -208,9 +209,9 @@ def plan_envelope(
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
-    slo_floor = _slo_floor(spec, memory, slo_needed)
-    if slo_floor is not None and slo_floor > min_replicas:
-        min_replicas, slo_guard = min(slo_floor, max_replicas), True
+    floor = _slo_floor(spec, snapshot, memory, slo_needed)
+    if floor is not None and floor > min_replicas:
+        min_replicas, slo_guard = min(floor, max_replicas), True
     target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
     memory = memory.model_copy(update={"original_envelope": original})
@@ -290,17 +291,25 @@ def falling_behind(snapshot: Snapshot) -> bool:
     return need.per_second is not None and served is not None and need.per_second > served
 
 
-def _slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
-    """The replicas the SLO needs, as ``minReplicas``, while TTFT breaches the SLO (not
-    under ``CapAtBudget``). Raising the top only lets the HPA add replicas; an HPA whose
-    own metric is under its target (a running-batch metric while requests wait for
-    prefill) adds none, and the queue grows. The floor makes the HPA add them now; it
-    ends with the breach, and the HPA's own scale-down window takes the fleet back."""
-    if slo_needed is None or spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+def _slo_floor(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, slo_needed: int | None
+) -> int | None:
+    """The least minReplicas may be: while TTFT breaches the SLO (not under
+    ``CapAtBudget``), the pods that serve what arrives at the rate each serves now
+    (``slo_needed`` without its headroom, which is the top's); after the breach, the
+    floor this decision found on the HPA, released by ``MIN_RELEASE_STEP`` per evaluation.
+
+    A raised top only lets the HPA add replicas; an HPA whose own metric is under its
+    target (a running-batch metric while requests wait for prefill) adds none, and the
+    queue grows. The floor makes the HPA add them now. Dropping it at once would let the
+    HPA fall to what its metric read on the oversized fleet, far below what it serves
+    with; in steps, the HPA's own metric catches the fleet on the way down."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
         return None
-    if memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
-        return None
-    return slo_needed
+    if slo_needed is not None and memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
+        return math.ceil(slo_needed * SLO_NEEDED_UTILISATION - 1e-9)
+    current = snapshot.workload.hpa.min_replicas
+    return current - max(1, math.floor(MIN_RELEASE_STEP * current))
 
 
 def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:

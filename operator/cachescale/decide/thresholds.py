@@ -60,6 +60,11 @@ BATCH_TARGET_SHARE = 0.75
 SLO_NEEDED_UTILISATION = 0.85
 """The SLO-needed replicas serve the arrivals with the pods this busy at most (15%
 headroom): ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``."""
+MIN_RELEASE_STEP = 0.1
+"""After a breach, minReplicas raised for the SLO comes down by this share per evaluation
+(10 steps of 30 s take 20 replicas to 7): gentler than at once, which lets the HPA drop to
+what its metric read on the oversized fleet, and about as fast as its own 300 s
+scale-down window."""
 SLO_COMFORTABLE_SHARE = 0.7
 """TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
 
