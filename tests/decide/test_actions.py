@@ -180,6 +180,13 @@ def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches()
     # each serves now, ceil(17 × 0.85) = 15 (the top keeps the headroom: 17).
     assert mins[4] == 15
     assert "HPA envelope 15..17" in decisions[4].message
+    assert (
+        "minReplicas 15, the pods that serve the arrivals at the current rate per pod, "
+        "while TTFT breaches the SLO" in decisions[4].message
+    )
+    assert "minReplicas 14, coming down 10% per evaluation after the SLO breach" in (
+        decisions[5].message
+    )
     # The breach is over: released by a tenth per evaluation, down to the user's 4.
     assert mins[5:] == [14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 4]
 

@@ -208,6 +208,8 @@ def assert_quotes_are_the_decision(decision: Decision, missing: bool) -> None:
             assert int(quoted) == decision.budget_max_replicas, text
         for quoted in re.findall(r"the SLO needs (\d+)", text):
             assert int(quoted) == decision.slo_needed_replicas, text
+        for quoted in re.findall(r"minReplicas (\d+), ", text):
+            assert int(quoted) == envelope.min_replicas, text
         for quoted in re.findall(r"req/s (?:moved|\d+(?:\.\d+)?) → (\S+)", text):
             assert decision.demand is not None
             assert decision.demand.per_second is not None

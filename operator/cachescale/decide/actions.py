@@ -14,6 +14,7 @@ from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
+from cachescale.decide.thresholds import MIN_RELEASE_STEP
 from cachescale.snapshot import Snapshot
 
 
@@ -103,6 +104,14 @@ def action(
         parts.append(f"budget allows {plan.budget_max}")
     if plan.slo_needed is not None:
         parts.append(f"the SLO needs {plan.slo_needed}")
+    if plan.min_floor is not None:
+        parts.append(
+            f"minReplicas {plan.min_floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation "
+            "after the SLO breach"
+            if plan.min_floor_releasing
+            else f"minReplicas {plan.min_floor}, the pods that serve the arrivals at the current "
+            "rate per pod, while TTFT breaches the SLO"
+        )
     if batch.message:
         parts.append(batch.message)
     return reason, "; ".join(parts)

@@ -79,6 +79,10 @@ class EnvelopePlan:
     incident lasts; under ``CapAtBudget`` reported, not applied."""
     demand_replicas: int | None = None
     """The demand-alone reference: replicas the demand needs at the baseline cost."""
+    min_floor: int | None = None
+    """minReplicas raised above the user's own for the SLO (``_slo_floor``)."""
+    min_floor_releasing: bool = False
+    """That floor is coming down after the breach (``_released_floor``)."""
 
 
 def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
@@ -209,9 +213,12 @@ def plan_envelope(
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
-    floor = _slo_floor(spec, snapshot, memory, slo_needed)
+    breach_floor = _slo_floor(spec, memory, slo_needed)
+    floor = breach_floor if breach_floor is not None else _released_floor(spec, snapshot)
+    raised_min = None
     if floor is not None and floor > min_replicas:
-        min_replicas, slo_guard = min(floor, max_replicas), True
+        min_replicas = raised_min = min(floor, max_replicas)
+        slo_guard = slo_guard or breach_floor is not None
     target, memory, lowered = _slo_target(spec, snapshot, memory, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
     memory = memory.model_copy(update={"original_envelope": original})
@@ -223,6 +230,8 @@ def plan_envelope(
         memory=memory,
         slo_needed=slo_needed,
         demand_replicas=reference,
+        min_floor=raised_min,
+        min_floor_releasing=raised_min is not None and breach_floor is None,
     )
 
 
@@ -291,23 +300,28 @@ def falling_behind(snapshot: Snapshot) -> bool:
     return need.per_second is not None and served is not None and need.per_second > served
 
 
-def _slo_floor(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, slo_needed: int | None
-) -> int | None:
-    """The least minReplicas may be: while TTFT breaches the SLO (not under
-    ``CapAtBudget``), the pods that serve what arrives at the rate each serves now
-    (``slo_needed`` without its headroom, which is the top's); after the breach, the
-    floor this decision found on the HPA, released by ``MIN_RELEASE_STEP`` per evaluation.
+def _slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
+    """The least minReplicas may be while TTFT breaches the SLO (not under
+    ``CapAtBudget``): the pods that serve what arrives at the rate each serves now,
+    ``slo_needed`` without its headroom (which is the top's, for the HPA's own metric).
 
     A raised top only lets the HPA add replicas; an HPA whose own metric is under its
     target (a running-batch metric while requests wait for prefill) adds none, and the
-    queue grows. The floor makes the HPA add them now. Dropping it at once would let the
-    HPA fall to what its metric read on the oversized fleet, far below what it serves
-    with; in steps, the HPA's own metric catches the fleet on the way down."""
+    queue grows. The floor makes the HPA add them now."""
     if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
         return None
-    if slo_needed is not None and memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
-        return math.ceil(slo_needed * SLO_NEEDED_UTILISATION - 1e-9)
+    if slo_needed is None or memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
+        return None
+    return math.ceil(slo_needed * SLO_NEEDED_UTILISATION - 1e-9)
+
+
+def _released_floor(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+    """After the breach, a floor found on the HPA comes down by ``MIN_RELEASE_STEP`` per
+    evaluation. Dropped at once, it lets the HPA fall to what its metric read on the
+    oversized fleet, far below what the fleet serves with; in steps, the HPA's own metric
+    catches the fleet on the way down."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+        return None
     current = snapshot.workload.hpa.min_replicas
     return current - max(1, math.floor(MIN_RELEASE_STEP * current))
 
