@@ -136,14 +136,13 @@ def test_scale_out_and_truncation_raise_no_collapse(loops: dict[str, Any], name:
     assert not raised(loop, "PrefixCollapse")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: under round-robin scale-out cachescale still falls behind the demand "
-    "(a lowered HPA target, no hysteresis on the SLO estimate); docs/decisions.md",
-)
 def test_scale_out_keeps_up_with_demand(loops: dict[str, Any]) -> None:
+    # The HPA alone sits behind a queue here (its running-batch metric stays under its
+    # target while requests wait for prefill); the SLO floor on minReplicas drains it.
     loop = loops["scaleout-round-robin/cachescale"]
     assert loop.after.offered_req_per_s == pytest.approx(loop.after.req_per_s, rel=0.05)
+    assert loop.after.ttft_p95_s is not None
+    assert loop.after.ttft_p95_s <= loop.scenario.report.slo_ttft_p95_s
 
 
 def test_truncation_keeps_up_with_demand(loops: dict[str, Any]) -> None:
