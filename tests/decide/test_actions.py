@@ -16,13 +16,14 @@ from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
     T0,
+    condition,
     learned,
+    run,
     signals,
     snapshot,
     spec,
     workload,
 )
-from tests.decide.test_diagnosis import condition, run
 
 
 def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
