@@ -8,6 +8,7 @@ minutes of evaluations take milliseconds.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -413,23 +414,43 @@ def test_unreadable_prometheus_credentials_freeze_with_their_own_reason(
     assert operator.metrics.registry.get_sample_value(errors, {**labels, "kind": kind}) == 1
 
 
-def test_an_invalid_stored_memory_is_reset_with_a_warning(
+Spoil = Callable[[Callable[[dict[str, Any]], None], int], logging.LogRecord]
+
+
+@pytest.fixture
+def spoiled_status(
     cluster: FakeCluster,
     engines: EngineFake,
     prometheus: FakePrometheus,
     clock: Clock,
     operator: Operator,
     caplog: pytest.LogCaptureFixture,
+) -> Spoil:
+    """Evaluate once, spoil the stored status in place, evaluate ``rounds`` more times and
+    return the one record logged, a warning."""
+
+    def spoil(edit: Callable[[dict[str, Any]], None], rounds: int) -> logging.LogRecord:
+        stack(cluster, engines, prometheus, clock)
+        run(operator, cluster, clock)
+        body = cluster.get(POLICIES, "vllm")
+        edit(body["status"])
+        cluster.put(POLICIES, body)
+        with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+            run(operator, cluster, clock, rounds=rounds)
+        (record,) = caplog.records
+        assert record.levelno == logging.WARNING
+        return record
+
+    return spoil
+
+
+def test_an_invalid_stored_memory_is_reset_with_a_warning(
+    cluster: FakeCluster, spoiled_status: Spoil
 ) -> None:
-    stack(cluster, engines, prometheus, clock)
-    run(operator, cluster, clock)
-    body = cluster.get(POLICIES, "vllm")
-    body["status"]["memory"]["baseline"] = {"tokenHitRate": "high"}
-    cluster.put(POLICIES, body)
-    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
-        run(operator, cluster, clock, rounds=2)  # the second reads the reset memory
-    (record,) = caplog.records
-    assert record.levelno == logging.WARNING
+    record = spoiled_status(
+        lambda status: status["memory"].update(baseline={"tokenHitRate": "high"}),
+        2,  # the second reads the reset memory
+    )
     assert f"{NAMESPACE}/vllm: status.memory is invalid, so it is reset" in record.getMessage()
     assert "baseline.tokenHitRate" in record.getMessage()
     assert cluster.get(POLICIES, "vllm")["status"]["memory"]["baseline"]["evaluations"] == 0
@@ -459,21 +480,9 @@ def test_an_unparsable_acknowledge_annotation_is_ignored_with_one_warning(
 
 
 def test_an_invalid_stored_status_is_replaced_with_a_warning(
-    cluster: FakeCluster,
-    engines: EngineFake,
-    prometheus: FakePrometheus,
-    clock: Clock,
-    operator: Operator,
-    caplog: pytest.LogCaptureFixture,
+    cluster: FakeCluster, spoiled_status: Spoil
 ) -> None:
-    stack(cluster, engines, prometheus, clock)
-    run(operator, cluster, clock)
-    body = cluster.get(POLICIES, "vllm")
-    body["status"]["conditions"] = "all good"
-    cluster.put(POLICIES, body)
-    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
-        run(operator, cluster, clock)
-    (record,) = caplog.records
+    record = spoiled_status(lambda status: status.update(conditions="all good"), 1)
     assert f"{NAMESPACE}/vllm: the stored status is invalid, so it is replaced" in (
         record.getMessage()
     )

@@ -2,15 +2,19 @@
 
 A healthy fleet: 11 ready 2-GPU pods, all warm, serving 32 req/s at a 0.85 token hit rate,
 TTFT p95 0.5 s, 680 GPU-s/1k against a 780 budget; the baseline already learned.
-Every test states only what differs from that.
+Every test states only what differs from that. ``run`` evaluates a sequence of snapshots
+as the operator would, one interval apart; ``condition`` reads one status condition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import Decision, decide
 from cachescale.decide.memory import BaselineMemory, Memory, ReplicaMark
 from cachescale.snapshot import (
     EngineSignals,
@@ -171,3 +175,24 @@ def learned(**overrides: Any) -> Memory:
     }
     fields.update(overrides)
     return Memory(**fields)
+
+
+def run(
+    policy: CacheScalingPolicySpec,
+    snapshots: Sequence[Snapshot],
+    memory: Memory | None = None,
+    start: datetime = T0,
+) -> list[Decision]:
+    """Evaluate ``snapshots`` one interval apart, threading the memory through."""
+    decisions = []
+    memory = memory if memory is not None else learned()
+    for index, state in enumerate(snapshots):
+        decision = decide(policy, state, memory, start + index * INTERVAL)
+        memory = decision.memory
+        decisions.append(decision)
+    return decisions
+
+
+def condition(decision: Decision, kind: ConditionType) -> tuple[ConditionStatus, str]:
+    verdict = next(c for c in decision.conditions if c.type is kind)
+    return verdict.status, verdict.reason

@@ -17,13 +17,14 @@ from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
     T0,
+    condition,
     learned,
+    run,
     signals,
     snapshot,
     spec,
     workload,
 )
-from tests.decide.test_diagnosis import condition, run
 
 
 def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
@@ -355,6 +356,96 @@ def test_out_of_bounds_ceiling_is_clamped() -> None:
     (decision,) = run(spec(batching=BATCHING), [snapshot(fleet=workload(max_num_seqs=512))])
     assert decision.max_num_seqs == 256
     assert decision.reason == Action.CLAMPED_MAX_NUM_SEQS
+
+
+def slo_at_risk(seqs: int, hit: float = 0.6, **values: float | None) -> object:
+    """TTFT p95 1.5 s against a 1 s SLO, no preemptions, the warm hit rate ``hit`` (the
+    baseline is 0.85: 0.6 is depressed, not collapsed)."""
+    engine = signals(hit=hit, ttft_p95_seconds=1.5, **values)
+    return snapshot(engine, workload(max_num_seqs=seqs))
+
+
+def test_a_breached_slo_with_a_depressed_cache_keeps_stepping_toward_b_max() -> None:
+    decisions = run(spec(batching=BATCHING), [slo_at_risk(72)] * 3)
+    assert [d.max_num_seqs for d in decisions] == [72, 72, 54]
+    assert decisions[-1].reason == Action.LOWERED_MAX_NUM_SEQS
+    assert (
+        "--max-num-seqs 72 → 54: SLO at risk for 3 evaluations with the batch above the "
+        "cache-friendly ceiling B_max 50 and the warm hit rate 0.60 under its baseline 0.85"
+    ) in decisions[-1].message
+
+
+def test_the_slo_rule_continues_where_eviction_pressure_stopped() -> None:
+    policy = spec(batching=BATCHING)
+    lowered = run(policy, [pressured(96)] * 3)[-1]
+    assert lowered.max_num_seqs == 72
+    # Preemptions stop; the SLO stays breached and the cache depressed.
+    later = run(policy, [slo_at_risk(72)] * 3, lowered.memory, start=T0 + timedelta(minutes=31))
+    assert later[-1].max_num_seqs == 54
+
+
+def test_the_slo_rule_stops_at_b_max() -> None:
+    policy = spec(batching=BATCHING)
+    assert run(policy, [slo_at_risk(60)] * 3)[-1].max_num_seqs == 50  # 25% would be 45
+    at_b_max = run(policy, [slo_at_risk(50)] * 5)
+    assert {d.max_num_seqs for d in at_b_max} == {50}
+    assert "--max-num-seqs" not in at_b_max[-1].message
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        (
+            slo_at_risk(72, hit=0.8),
+            "--max-num-seqs stays 72: the warm hit rate 0.80 is within 10% of its baseline "
+            "0.85, so the batch is not what costs the cache",
+        ),
+        (
+            slo_at_risk(72, hit=0.04),
+            "--max-num-seqs stays 72: a prefix collapse is active: the prompts emptied the "
+            "cache, not the batch",
+        ),
+        (
+            slo_at_risk(72, context_tokens_per_request=None),
+            "SLO at risk for 3 evaluations; --max-num-seqs stays 72: B_max is unknown "
+            "(no context length)",
+        ),
+    ],
+    ids=["cache-healthy", "collapse-active", "b-max-unknown"],
+)
+def test_the_slo_rule_says_why_it_does_not_step(state: object, why: str) -> None:
+    decisions = run(spec(batching=BATCHING), [state] * 3)  # type: ignore[list-item]
+    assert {d.max_num_seqs for d in decisions} == {72}
+    assert decisions[-1].reason != Action.LOWERED_MAX_NUM_SEQS
+    assert why in decisions[-1].message
+
+
+def test_no_slo_step_while_the_slo_is_met() -> None:
+    met = snapshot(signals(hit=0.6), workload(max_num_seqs=72))
+    decisions = run(spec(batching=BATCHING), [met] * 5)
+    assert {d.max_num_seqs for d in decisions} == {72}
+    assert "SLO at risk" not in decisions[-1].message
+
+
+def test_a_blocked_slo_step_names_the_cooldown() -> None:
+    memory = learned(last_max_num_seqs_change_at=T0 - timedelta(minutes=5))
+    decisions = run(spec(batching=BATCHING), [slo_at_risk(72)] * 3, memory)
+    assert decisions[-1].max_num_seqs == 72
+    assert decisions[-1].notes == (
+        "cooldown: the last change was 6 min ago; next possible in 24 min",
+    )
+    assert "under its baseline 0.85; --max-num-seqs stays 72: cooldown" in decisions[-1].message
+
+
+def test_a_raise_for_throughput_stops_at_b_max_while_the_slo_rule_holds() -> None:
+    # Baseline 0.3, warm rate 0.15: under LOW_HIT_RATE, depressed, not collapsed (0.1).
+    memory = learned(baseline=BaselineMemory(token_hit_rate=0.3, evaluations=100))
+    busy = slo_at_risk(44, hit=0.15, waiting_requests_per_pod=2.0)
+    decisions = run(spec(batching=BATCHING), [busy] * 21, memory)
+    assert max(d.max_num_seqs or 0 for d in decisions) == 50  # 25% more would be 55
+    raised = next(d for d in decisions if d.reason == Action.RAISED_MAX_NUM_SEQS)
+    assert "--max-num-seqs 44 → 50" in raised.message
+    assert "up to B_max 50" in raised.message
 
 
 # --- humans and memory ----------------------------------------------------------------

@@ -3,49 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis
-from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Memory, decide
+from cachescale.decide import Decision, Memory
 from cachescale.decide.diagnosis import collapse_thresholds
 from cachescale.decide.envelope import Envelope
 from cachescale.decide.memory import OriginalEnvelope
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
-    INTERVAL,
     T0,
+    condition,
     learned,
+    run,
     signals,
     snapshot,
     spec,
     workload,
 )
-
-
-def run(
-    policy: CacheScalingPolicySpec,
-    snapshots: Sequence[Snapshot],
-    memory: Memory | None = None,
-    start: datetime = T0,
-) -> list[Decision]:
-    """Evaluate ``snapshots`` one interval apart, threading the memory through."""
-    decisions = []
-    memory = memory if memory is not None else learned()
-    for index, state in enumerate(snapshots):
-        decision = decide(policy, state, memory, start + index * INTERVAL)
-        memory = decision.memory
-        decisions.append(decision)
-    return decisions
-
-
-def condition(decision: Decision, kind: ConditionType) -> tuple[ConditionStatus, str]:
-    verdict = next(c for c in decision.conditions if c.type is kind)
-    return verdict.status, verdict.reason
 
 
 def test_healthy_fleet_is_healthy_and_learns() -> None:

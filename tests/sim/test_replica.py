@@ -219,6 +219,15 @@ def test_cache_salt_isolates_tenants() -> None:
 # --- pool: freeing order, LRU eviction, unhashed reuse ---------------------------------
 
 
+def served_one(num_blocks: int) -> tuple[EngineReplica, SimRequest]:
+    """An engine of ``num_blocks`` blocks that has served one 64-token request: its four
+    full blocks are cached, and free."""
+    e = engine(num_blocks)
+    a = make_req(1, unique(1, 64), 1)
+    serve(e, a, 0.0)
+    return e, a
+
+
 def test_tail_first_free_and_lru_evicts_the_older_chain_tail_first() -> None:
     e = engine(8)
     a = make_req(1, unique(1, 64), 1)
@@ -236,9 +245,7 @@ def test_tail_first_free_and_lru_evicts_the_older_chain_tail_first() -> None:
 
 
 def test_unhashed_free_blocks_are_reused_before_cached_ones() -> None:
-    e = engine(10)
-    a = make_req(1, unique(1, 64), 1)
-    serve(e, a, 0.0)
+    e, a = served_one(10)
     serve(e, make_req(2, unique(2, 95), 1), 10.0)  # six blocks: exactly the unhashed ones
     assert e.evictions_total == 0
     assert e.has_prefix(a.block_hashes) == 4
@@ -246,19 +253,16 @@ def test_unhashed_free_blocks_are_reused_before_cached_ones() -> None:
 
 
 def test_has_prefix_does_not_touch_the_lru() -> None:
-    e = engine(8)
-    a = make_req(1, unique(1, 64), 1)
-    serve(e, a, 0.0)
+    e, a = served_one(8)
     before = list(e._lru)
     assert e.has_prefix(a.block_hashes[:2]) == 2
     assert list(e._lru) == before
 
 
 def test_hits_are_touched_out_of_the_lru_and_not_evicted_by_their_own_request() -> None:
-    e = engine(8)
-    a = make_req(1, unique(1, 64), 1)
-    serve(e, a, 0.0)
-    # Shares a's first three blocks and needs two more: the pool is 4 cached + 4 free.
+    e, _ = served_one(8)
+    # Shares the served request's first three blocks and needs two more: the pool is 4
+    # cached + 4 free.
     shared = make_req(2, unique(1, 48) + unique(5, 40), 1)
     serve(e, shared, 10.0)
     assert shared.cached_tokens == 48

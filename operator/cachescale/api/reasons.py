@@ -70,7 +70,8 @@ class Action(StrEnum):
     Event posted when the change is applied (``mode: Enforce``)."""
 
     LOWERED_MAX_NUM_SEQS = "LoweredMaxNumSeqs"
-    """``--max-num-seqs`` lowered toward B_max under sustained eviction pressure."""
+    """``--max-num-seqs`` lowered toward B_max: sustained eviction pressure, or a sustained
+    SLO breach with the warm hit rate depressed under its baseline."""
     RAISED_MAX_NUM_SEQS = "RaisedMaxNumSeqs"
     """``--max-num-seqs`` raised: the hit rate is too low to be worth protecting."""
     CLAMPED_MAX_NUM_SEQS = "ClampedMaxNumSeqs"

@@ -1,13 +1,21 @@
 """``--max-num-seqs``: keep the running batch under the cache-friendly ceiling B_max.
 
 Running sequences and cached prefixes share one KV pool (``docs/decisions.md``, §4), so a
-batch ceiling above ``B_max`` evicts reusable prefixes on every admission. The rules:
+batch ceiling above ``B_max`` evicts reusable prefixes on every admission. The rules, first
+match wins:
 
 - lower toward ``B_max`` (never more than 25% per change) while eviction pressure has held
   for ``collapseWindows`` evaluations;
+- keep lowering toward ``B_max`` while the SLO has been breached for ``collapseWindows``
+  evaluations and the warm hit rate is depressed (under ``DEPRESSED_HIT_SHARE`` of its
+  baseline), even once preemptions stop: the eviction they caused still costs the cache.
+  Not during an active prefix collapse (the prompts emptied the cache, not the batch).
+  While the SLO stays breached with the batch above (or an unknown) ``B_max`` and this
+  does not fire, the message says why not;
 - raise toward throughput (25% per change, up to ``maxNumSeqs``) when the token hit rate
   has stayed under ``LOW_HIT_RATE`` for ``LOW_HIT_SECONDS`` and the batch is full or
-  requests queue: a cache that does not hit is not worth protecting;
+  requests queue: a cache that does not hit is not worth protecting. Not past ``B_max``
+  while the rule above holds, or the two would undo each other's changes;
 - at most one change per ``cooldown`` (each change restarts pods and empties their
   caches), none during a rollout, and never outside ``minNumSeqs..maxNumSeqs``.
 """
@@ -23,6 +31,7 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide.memory import Memory
 from cachescale.decide.thresholds import (
     BATCH_NEAR_CEILING,
+    DEPRESSED_HIT_SHARE,
     LOW_HIT_RATE,
     LOW_HIT_SECONDS,
     MAX_STEP,
@@ -50,6 +59,19 @@ class BatchFacts:
     """B_max, when the model shape and context length are known."""
     eviction_sustained: bool
     collapse_active: bool
+    slo_at_risk_sustained: bool
+    """The SLO breached for ``collapseWindows`` evaluations in a row."""
+    warm_hit_rate: float | None
+    """The warm pods' token hit rate, when known."""
+    baseline_hit_rate: float | None
+    """Its learned baseline, when there is one."""
+
+    @property
+    def cache_depressed(self) -> bool:
+        """The warm hit rate under ``DEPRESSED_HIT_SHARE`` of its baseline (False when
+        either is unknown)."""
+        warm, base = self.warm_hit_rate, self.baseline_hit_rate
+        return warm is not None and base is not None and warm < DEPRESSED_HIT_SHARE * base
 
 
 def plan_max_num_seqs(
@@ -96,32 +118,92 @@ def _wanted(
                 None,
                 f"eviction pressure although the ceiling is at B_max {facts.ceiling}",
             )
-        step = math.ceil(current * (1 - MAX_STEP))
-        wanted = max(low, facts.ceiling, step)
         return (
-            wanted,
+            _toward(facts.ceiling, current, low),
             Action.LOWERED_MAX_NUM_SEQS,
             (
                 f"sustained eviction pressure with the batch above the cache-friendly ceiling "
                 f"B_max {facts.ceiling}"
             ),
         )
+    for_slo, slo_why = _for_the_slo(memory, facts, current, low)
+    if for_slo is not None:
+        return for_slo, Action.LOWERED_MAX_NUM_SEQS, slo_why
     evaluations = math.ceil(LOW_HIT_SECONDS / spec.metrics.interval_seconds)
     if (
         memory.streaks.low_hit >= evaluations
         and not facts.collapse_active
         and _busy(snapshot, current)
     ):
-        wanted = min(high, math.floor(current * (1 + MAX_STEP)))
+        return _raised(facts, current, high)
+    return current, None, slo_why
+
+
+def _raised(facts: BatchFacts, current: int, high: int) -> tuple[int, Action | None, str]:
+    """A step up for throughput, stopped at B_max while the SLO rule would lower anything
+    above it again (the two must not undo each other's changes)."""
+    low_hit = f"token hit rate under {LOW_HIT_RATE:.2f} for {LOW_HIT_SECONDS / 60:.0f} min"
+    wanted = min(high, math.floor(current * (1 + MAX_STEP)))
+    ceiling = facts.ceiling
+    if ceiling is None or not (facts.slo_at_risk_sustained and facts.cache_depressed):
         return (
             wanted,
             Action.RAISED_MAX_NUM_SEQS,
-            (
-                f"token hit rate under {LOW_HIT_RATE:.2f} for {LOW_HIT_SECONDS / 60:.0f} min: "
-                "nothing to protect, so the batch buys throughput"
-            ),
+            f"{low_hit}: nothing to protect, so the batch buys throughput",
         )
-    return current, None, ""
+    depressed = "the SLO at risk and the warm hit rate under its baseline"
+    if min(wanted, ceiling) <= current:
+        return (
+            current,
+            None,
+            f"{low_hit}, but --max-num-seqs stays {current}, within B_max {ceiling}, "
+            f"with {depressed}",
+        )
+    return (
+        min(wanted, ceiling),
+        Action.RAISED_MAX_NUM_SEQS,
+        f"{low_hit}: the batch buys throughput up to B_max {ceiling}, with {depressed}",
+    )
+
+
+def _toward(ceiling: int, current: int, low: int) -> int:
+    """One step down toward ``ceiling``: at most ``MAX_STEP`` of ``current``, never below
+    ``ceiling`` or ``minNumSeqs``."""
+    return max(low, ceiling, math.ceil(current * (1 - MAX_STEP)))
+
+
+def _for_the_slo(
+    memory: Memory, facts: BatchFacts, current: int, low: int
+) -> tuple[int | None, str]:
+    """The SLO rule: ``(step, why)`` toward B_max while the SLO stays breached and the
+    warm hit rate is depressed, else ``(None, why not)``. The why not is empty when there
+    is nothing to say: no sustained breach, or the batch already within a known B_max."""
+    ceiling = facts.ceiling
+    if not facts.slo_at_risk_sustained or (ceiling is not None and current <= ceiling):
+        return None, ""
+    breach = f"SLO at risk for {memory.streaks.slo_breach} evaluations"
+    if ceiling is not None:
+        breach += f" with the batch above the cache-friendly ceiling B_max {ceiling}"
+    warm, base = facts.warm_hit_rate, facts.baseline_hit_rate
+    if facts.collapse_active:
+        why = "a prefix collapse is active: the prompts emptied the cache, not the batch"
+    elif warm is None:
+        why = "the warm pods' hit rate is unknown"
+    elif base is None:
+        why = "no hit-rate baseline learned yet to call the cache depressed"
+    elif not facts.cache_depressed:
+        why = (
+            f"the warm hit rate {warm:.2f} is within {1 - DEPRESSED_HIT_SHARE:.0%} of its "
+            f"baseline {base:.2f}, so the batch is not what costs the cache"
+        )
+    elif ceiling is None:
+        why = "B_max is unknown (no context length)"
+    else:
+        return (
+            _toward(ceiling, current, low),
+            f"{breach} and the warm hit rate {warm:.2f} under its baseline {base:.2f}",
+        )
+    return None, f"{breach}; --max-num-seqs stays {current}: {why}"
 
 
 def _busy(snapshot: Snapshot, current: int) -> bool:

@@ -242,7 +242,14 @@ def _evaluate(
         snapshot,
         memory,
         now,
-        BatchFacts(results.ceiling, streaks.eviction >= windows, active_collapse),
+        BatchFacts(
+            ceiling=results.ceiling,
+            eviction_sustained=streaks.eviction >= windows,
+            collapse_active=active_collapse,
+            slo_at_risk_sustained=streaks.slo_breach >= windows,
+            warm_hit_rate=results.collapse.warm_hit_rate.value,
+            baseline_hit_rate=results.collapse.baseline,
+        ),
     )
     if batch.reason is not None:
         memory = memory.model_copy(update={"last_max_num_seqs_change_at": now})

@@ -282,7 +282,7 @@ def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: floa
     """``delta(waiting) + delta(running)`` of one pod over ``(start_s, end_s]`` (≥ 2 samples).
 
     Prometheus' ``extrapolatedRate`` for a gauge: the change from the first to the last
-    sample, extended to a window edge as ``rate()`` is (``_extrapolated_rates``), without
+    sample, extended toward the window edges as ``rate()`` is (``_extension``), without
     reset or zero-point handling.
     """
     first, last = samples[0], samples[-1]
@@ -304,9 +304,8 @@ def _extrapolated_rates(samples: Sequence[_Sample], start_s: float, end_s: float
     """``rate()`` of every counter of one pod over ``(start_s, end_s]`` (≥ 2 samples).
 
     Prometheus' ``extrapolatedRate``: the reset-corrected increase from the first to the
-    last sample, extended to a window edge when the sample nearest to it lies within
-    ``EXTRAPOLATION_THRESHOLD`` average intervals of it (else by half an interval) — at the
-    start never past the point where the counter would have been 0 — per window second.
+    last sample, extended toward the window edges (``_extension``) — at the start never
+    past the point where the counter would have been 0 — per window second.
     """
     first, last = samples[0], samples[-1]
     sampled = last.t - first.t
