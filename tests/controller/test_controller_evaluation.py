@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cachescale.api.policy import ORIGINAL_ENVELOPE
+from cachescale.api.policy import ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
 from cachescale.snapshot import FetchFailure
@@ -210,7 +210,8 @@ def test_prometheus_down_fails_open_and_says_so(
     # original 40 back (fail open) and may scale up on its own metric.
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 40
     unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
-    assert any("bad response" in u["reason"] and "is down" in u["reason"] for u in unknown)
+    says = "bad response: HTTP 503 Service Unavailable (unavailable)"
+    assert any(u["reason"].endswith(says) for u in unknown)
 
 
 def test_served_and_offered_load_side_by_side_in_status(
@@ -401,7 +402,8 @@ def test_unreadable_prometheus_credentials_freeze_with_their_own_reason(
 ) -> None:
     stack(cluster, engines, prometheus, clock, extra=TOKEN_AUTH)
     if secret is not None:
-        metadata = {"name": "prom", "namespace": NAMESPACE}
+        labels = {PROMETHEUS_CREDENTIALS: "true"}
+        metadata = {"name": "prom", "namespace": NAMESPACE, "labels": labels}
         cluster.put("v1/secrets", {**SECRET, "metadata": metadata, **secret})
     (outcome,) = run(operator, cluster, clock)
     assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS

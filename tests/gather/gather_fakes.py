@@ -46,6 +46,8 @@ class FakePrometheus:
     queries: list[str] = field(default_factory=list)
     params: list[dict[str, str]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    answer_headers: dict[str, str] = field(default_factory=dict)
+    """Extra headers sent with every answer (a redirect's ``Location``)."""
     released: threading.Event = field(default_factory=threading.Event)
 
 
@@ -69,6 +71,8 @@ def _handler(fake: FakePrometheus) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            for name, value in fake.answer_headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 

@@ -15,6 +15,7 @@ from cachescale.gather.prometheus import (
     PrometheusBadResponse,
     PrometheusClient,
     PrometheusConfig,
+    PrometheusError,
     PrometheusQueryError,
     PrometheusTimeout,
     PrometheusUnreachable,
@@ -124,12 +125,62 @@ def test_json_that_is_not_an_instant_vector_is_a_bad_response(
         client.query("up", AT)
 
 
-def test_rejected_query_is_a_query_error_with_prometheus_message(fake: FakePrometheus) -> None:
+def test_rejected_query_is_a_query_error_with_its_error_type(fake: FakePrometheus) -> None:
     fake.respond = lambda _q: api_error(400, "bad_data", 'parse error: unexpected "}"')
     with client_for(fake.url) as client, pytest.raises(PrometheusQueryError) as caught:
         client.query("up{", AT)
-    assert 'bad_data: parse error: unexpected "}"' in str(caught.value)
+    assert str(caught.value).endswith("rejected a query: HTTP 400 Bad Request (bad_data)")
     assert len(fake.queries) == 1
+
+
+BODY_MARKER = "internal-metadata-fragment"
+"""Text an SSRF target would answer with: it must never reach an error message."""
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        api_error(500, "internal", BODY_MARKER),
+        api_error(400, BODY_MARKER, BODY_MARKER),
+        api_error(422, "execution", BODY_MARKER),
+        (403, f"<html>{BODY_MARKER}</html>".encode()),
+        (599, BODY_MARKER.encode()),
+        (200, f'{{"status": "success", "data": {{"result": ["{BODY_MARKER}"]}}}}'.encode()),
+        (200, f'{{"status": "success", "data": {{"result": "{BODY_MARKER}"}}}}'.encode()),
+        (200, f"<html>{BODY_MARKER}</html>".encode()),
+    ],
+    ids=[
+        "500-json",
+        "400-unknown-type",
+        "422",
+        "403-html",
+        "599",
+        "bad-element",
+        "no-list",
+        "html",
+    ],
+)
+def test_errors_never_echo_the_answer_body(fake: FakePrometheus, answer: tuple[int, bytes]) -> None:
+    fake.respond = lambda _q: answer
+    with client_for(fake.url, retries=0) as client, pytest.raises(PrometheusError) as caught:
+        client.query("up", AT)
+    assert BODY_MARKER not in str(caught.value)
+    assert fake.url.removeprefix("http://") in str(caught.value)
+
+
+def test_a_redirect_to_another_host_is_not_followed_and_gets_no_token(
+    fake: FakePrometheus,
+) -> None:
+    with fake_prometheus() as elsewhere:
+        other_host = elsewhere.url.replace("127.0.0.1", "localhost")
+        fake.respond = lambda _q: (302, BODY_MARKER.encode())
+        fake.answer_headers["Location"] = f"{other_host}/api/v1/query?query=up"
+        config = PrometheusConfig(url=fake.url, bearer_token=TOKEN, retries=0)
+        with PrometheusClient(config) as client, pytest.raises(PrometheusBadResponse) as caught:
+            client.query("up", AT)
+        assert str(caught.value).endswith("HTTP 302 Found: redirects are not followed")
+        assert elsewhere.queries == []
+        assert len(fake.queries) == 1
 
 
 def test_prometheus_own_query_timeout_is_a_timeout(fake: FakePrometheus) -> None:
@@ -201,5 +252,5 @@ def test_many_queries_are_issued_together_and_keyed(fake: FakePrometheus) -> Non
 
 def test_one_failing_query_fails_the_whole_batch(fake: FakePrometheus) -> None:
     fake.respond = lambda q: api_error(422, "execution", "boom") if q == "bad" else vector()
-    with client_for(fake.url) as client, pytest.raises(PrometheusQueryError, match="boom"):
+    with client_for(fake.url) as client, pytest.raises(PrometheusQueryError, match="HTTP 422"):
         client.query_many({"good": "up", "bad": "bad"}, AT)

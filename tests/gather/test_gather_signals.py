@@ -333,5 +333,6 @@ def test_a_rejected_demand_query_leaves_the_other_signals(fake: FakePrometheus) 
     snapshot = gather_with_demand(fake)
     assert snapshot.arrivals_per_second.value is None
     assert "metrics.demandQuery failed" in str(snapshot.arrivals_per_second.reason)
-    assert "parse error" in str(snapshot.arrivals_per_second.reason)
+    assert "HTTP 400 Bad Request (bad_data)" in str(snapshot.arrivals_per_second.reason)
+    assert "parse error" not in str(snapshot.arrivals_per_second.reason)  # never the body
     assert snapshot.requests_per_second.value == 21

@@ -37,6 +37,11 @@ MANAGED_BY: Final = f"{GROUP}/policy"
 MAX_NUM_SEQS_CHANGED: Final = f"{GROUP}/max-num-seqs-changed-at"
 """Deployment annotation written with every ceiling change (survives a lost status)."""
 
+# Labels users set on objects the operator reads (docs/security.md).
+PROMETHEUS_CREDENTIALS: Final = f"{GROUP}/prometheus-credentials"
+"""Secret label: ``"true"`` lets policies in the Secret's namespace use it in
+``spec.metrics.auth``; a Secret without it is never sent anywhere."""
+
 
 class ObjectMeta(BaseModel):
     """The subset of metav1.ObjectMeta a policy file needs; other keys pass through."""

@@ -144,6 +144,12 @@ class Problem(StrEnum):
     """The HPA belongs to a KEDA ScaledObject."""
     API_ERROR = "ApiError"
     """The Kubernetes API failed while reading the target."""
+    CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"
+    """A Secret named in ``spec.metrics.auth`` lacks the opt-in label: nothing is sent, and
+    ``MetricsAvailable=False`` carries the same reason."""
+    METRICS_URL_NOT_ALLOWED = "MetricsURLNotAllowed"
+    """``spec.metrics.prometheusUrl`` is outside ``--allowed-prometheus-url``: nothing is
+    fetched, and ``MetricsAvailable=False`` carries the same reason."""
     API_CONFLICT = "ApiConflict"
     """The decision could not be applied (a conflicting writer); a Warning Event and the
     error counter only, the status is still written."""

@@ -88,7 +88,8 @@ class TargetSpec(ApiModel):
 
 
 class SecretKeyRef(ApiModel):
-    """A key in a Secret in the policy's namespace."""
+    """A key in a Secret in the policy's namespace. The operator uses the Secret only if it
+    carries the label cachescale.dev/prometheus-credentials: "true" (docs/security.md)."""
 
     name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
     """Secret name."""
@@ -100,9 +101,11 @@ class PrometheusAuth(ApiModel):
     """How to authenticate to Prometheus and verify its certificate."""
 
     bearer_token_secret_ref: SecretKeyRef | None = None
-    """Secret key holding a bearer token sent as ``Authorization: Bearer``; never logged."""
+    """Secret key holding a bearer token sent as ``Authorization: Bearer``; never logged.
+    The Secret must carry the label cachescale.dev/prometheus-credentials: "true"."""
     ca_secret_ref: SecretKeyRef | None = None
-    """Secret key holding a PEM CA bundle to verify Prometheus' TLS certificate."""
+    """Secret key holding a PEM CA bundle to verify Prometheus' TLS certificate.
+    The Secret must carry the label cachescale.dev/prometheus-credentials: "true"."""
     insecure_skip_verify: bool = False
     """Skip TLS verification. Off by default; only for test clusters."""
 

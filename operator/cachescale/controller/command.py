@@ -6,6 +6,8 @@ pod, the ServiceAccount. It watches every namespace, or only those given with
 replicas share a kopf peering object (``--peering NAME``) and exactly one acts. Beside
 kopf it serves ``/metrics`` (Prometheus exposition) and ``/healthz`` / ``/readyz``.
 SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
+``--allowed-prometheus-url`` (repeatable) limits where policies may make it connect
+(``cachescale.gather.egress``, ``docs/security.md``); without it, anywhere, with a warning.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from cachescale.api.exit_codes import ExitCode
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, load_config
+from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
+
+log = logging.getLogger("cachescale.operator")
+
+
+def _allowed_url(entry: str) -> str:
+    """One ``--allowed-prometheus-url`` value, checked when the flags are parsed."""
+    try:
+        AllowedUrls.parse([entry])
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    return entry
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,6 +73,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "CRDs present at start (RBAC without cluster-wide access: rbac.namespaced=true)"
         ),
     )
+    parser.add_argument(
+        "--allowed-prometheus-url",
+        action="append",
+        default=[],
+        type=_allowed_url,
+        metavar="URL",
+        help=(
+            "a Prometheus URL prefix policies may use, or a regex as "
+            f"{REGEX_PREFIX}<regex> matched against the whole URL (repeatable; a policy "
+            "outside them is refused with MetricsURLNotAllowed; default: any URL)"
+        ),
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run)
@@ -79,9 +105,17 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
-    runtime = Runtime(
-        Operator(KubeApi(load_config(args.kubeconfig))), scanning=not args.no_scanning
+    allowed = args.allowed_prometheus_url
+    if not allowed:
+        log.warning(
+            "no --allowed-prometheus-url: any policy author can make the operator connect "
+            "to any address (docs/security.md)"
+        )
+    operator = Operator(
+        KubeApi(load_config(args.kubeconfig)),
+        allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
     )
+    runtime = Runtime(operator, scanning=not args.no_scanning)
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     asyncio.run(_main(args, runtime))
@@ -121,5 +155,5 @@ async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", port).start()  # probes come from the kubelet
-    logging.getLogger("cachescale.operator").info("health on :%d, metrics ready", port)
+    log.info("health on :%d, metrics ready", port)
     return runner

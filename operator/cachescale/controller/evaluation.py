@@ -4,9 +4,11 @@ Everything here is one function of the policy object and the world, so a kopf da
 a test and the benchmark run the same code. Any failure ends in a status a human can
 read and at most one Event — an invalid spec (``InvalidSpec``), a missing or foreign
 target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a Prometheus that
-cannot be read (the decision then freezes: ``MetricsUnavailable``), an API conflict
-while acting (``ApiConflict``) — and never in an exception that would stop the loop of
-this or any other policy.
+cannot be read (the decision then freezes: ``MetricsUnavailable``), a Prometheus URL or a
+credentials Secret the operator may not use (``MetricsURLNotAllowed``,
+``CredentialsNotAllowed``: refused before anything is fetched or sent, see
+``docs/security.md``), an API conflict while acting (``ApiConflict``) — and never in an
+exception that would stop the loop of this or any other policy.
 """
 
 from __future__ import annotations
@@ -27,10 +29,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cachescale.api.policy import ACKNOWLEDGE, GROUP, PLURAL, REBASELINE, VERSION
+from cachescale.api.policy import (
+    ACKNOWLEDGE,
+    GROUP,
+    PLURAL,
+    PROMETHEUS_CREDENTIALS,
+    REBASELINE,
+    VERSION,
+)
 from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
-from cachescale.api.status import CacheScalingPolicyStatus
+from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError
@@ -38,7 +47,13 @@ from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
-from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from cachescale.gather.egress import AllowedUrls
+from cachescale.gather.prometheus import (
+    PrometheusClient,
+    PrometheusConfig,
+    PrometheusError,
+    redact_url,
+)
 from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
@@ -49,6 +64,16 @@ log = logging.getLogger("cachescale.operator")
 class PrometheusCredentialsError(Exception):
     """A Secret named in ``spec.metrics.auth`` could not be read, lacks the key, or holds
     no base64 text: the policy freezes as ``PrometheusCredentialsUnreadable``."""
+
+
+class EgressRefused(Exception):  # noqa: N818 (a refusal, not a failure)
+    """The policy asks for a Prometheus URL or a Secret the operator may not use: nothing
+    is fetched or sent, and the policy reports ``reason`` with a one-line fix."""
+
+    def __init__(self, reason: Problem, message: str) -> None:
+        self.reason = reason
+        self.message = message
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,8 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     events: EventRecorder | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    allowed_urls: AllowedUrls | None = None
+    """``--allowed-prometheus-url``: where policies may make it connect (None: anywhere)."""
     # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
     # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
@@ -177,7 +204,11 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
         return _problem(
             operator, policy, previous, Problem.API_ERROR, f"reading the target: {error}", now
         )
-    signals = _signals(operator, policy, spec, target, now)
+    try:
+        signals = _signals(operator, policy, spec, target, now)
+    except EgressRefused as error:
+        also = (ConditionType.METRICS_AVAILABLE,)
+        return _problem(operator, policy, previous, error.reason, error.message, now, also)
     memory = _memory(policy, previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
@@ -214,8 +245,11 @@ def _problem(
     reason: Problem,
     message: str,
     now: datetime,
+    also: tuple[ConditionType, ...] = (),
 ) -> Outcome:
-    status = render_problem(previous, reason, message, generation=policy.generation, now=now)
+    status = render_problem(
+        previous, reason, message, generation=policy.generation, now=now, also=also
+    )
     _write_status(operator, policy, status)
     _event(operator, policy, "Warning", reason, message, now)
     operator.metrics.failed(policy.namespace, policy.name, reason)
@@ -261,6 +295,18 @@ def _signals(
 def _prometheus_config(
     operator: Operator, namespace: str, spec: CacheScalingPolicySpec
 ) -> PrometheusConfig:
+    """How to read this policy's Prometheus; ``EgressRefused`` when its URL is outside the
+    allow list (checked first: no Secret is even read) or a Secret has not opted in."""
+    url = spec.metrics.prometheus_url
+    allowed = operator.allowed_urls
+    if allowed is not None and not allowed.allows(url):
+        raise EgressRefused(
+            Problem.METRICS_URL_NOT_ALLOWED,
+            f"prometheusUrl {redact_url(url)} is outside the operator's allowed Prometheus "
+            f"URLs ({', '.join(allowed.entries)}): nothing was fetched; use an allowed URL or "
+            "ask the operator's admin to add it (--allowed-prometheus-url, chart value "
+            "allowedPrometheusUrls)",
+        )
     auth = spec.metrics.auth
     token = ca_file = None
     if auth is not None and auth.bearer_token_secret_ref is not None:
@@ -268,16 +314,25 @@ def _prometheus_config(
     if auth is not None and auth.ca_secret_ref is not None:
         ca_file = _ca_file(_secret(operator.api, namespace, auth.ca_secret_ref))
     verify = not (auth is not None and auth.insecure_skip_verify)
-    return PrometheusConfig(
-        url=spec.metrics.prometheus_url, bearer_token=token, ca_file=ca_file, verify_tls=verify
-    )
+    return PrometheusConfig(url=url, bearer_token=token, ca_file=ca_file, verify_tls=verify)
 
 
 def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:
+    """The decoded value of ``ref`` in the policy's namespace, if the Secret opted in with
+    the ``PROMETHEUS_CREDENTIALS`` label: a policy author who may not read a Secret must
+    not get it sent to a server of their choice (a confused deputy)."""
     try:
         secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{ref.name}")
     except KubeError as error:
         raise PrometheusCredentialsError(f"Secret {ref.name}: {error}") from error
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(PROMETHEUS_CREDENTIALS) != "true":
+        raise EgressRefused(
+            Problem.CREDENTIALS_NOT_ALLOWED,
+            f"Secret {ref.name} is not labelled {PROMETHEUS_CREDENTIALS}=true, so it is not "
+            f"used and nothing was sent; if it is meant for Prometheus, run: kubectl label "
+            f"secret {ref.name} -n {namespace} {PROMETHEUS_CREDENTIALS}=true",
+        )
     value = secret.get("data", {}).get(ref.key)
     if value is None:
         raise PrometheusCredentialsError(f"Secret {ref.name} has no key {ref.key!r}")

@@ -119,15 +119,21 @@ def render_problem(
     *,
     generation: int,
     now: datetime,
+    also: tuple[ConditionType, ...] = (),
 ) -> dict[str, Any]:
     """The status when no decision could be made (invalid spec, target missing...):
-    Ready=False with the reason; everything else (memory included) is kept."""
-    verdict = ConditionVerdict(ConditionType.READY, ConditionStatus.FALSE, reason, message)
+    Ready=False with the reason, and so are the conditions in ``also`` (e.g.
+    MetricsAvailable when Prometheus may not be read); everything else (memory included)
+    is kept."""
+    verdicts = [
+        ConditionVerdict(kind, ConditionStatus.FALSE, reason, message)
+        for kind in (ConditionType.READY, *also)
+    ]
     status = previous.model_copy(
         update={
             "observed_generation": generation,
             "state": reason,
-            "conditions": merge_conditions(previous.conditions, [verdict], generation, now),
+            "conditions": merge_conditions(previous.conditions, verdicts, generation, now),
         }
     )
     return status.to_wire()

@@ -10,6 +10,14 @@ from the caller, a connect and a read timeout, and bounded retries with exponent
 backoff on connection failures and on 429/5xx answers — never on a read timeout, since
 repeating a query that Prometheus is too slow to answer only adds load.
 
+What an error says is fixed text, never the answer's body: the URL may be chosen by a
+policy author who cannot reach it, so anything echoed into a status or an Event would be a
+way to read an internal address (``docs/security.md``). An error names the HTTP status
+code, Prometheus' ``errorType`` when it is one of the documented few, and a short fixed
+reason. Redirects are never followed (a 3xx is a bad response): a Prometheus that answers
+with one is misconfigured, and following it could lead the bearer token or the request to
+another host.
+
 An evaluation's queries are issued together on a small thread pool, all at the same
 evaluation timestamp, so the signals they yield describe one instant.
 """
@@ -21,6 +29,7 @@ from collections.abc import Hashable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from http import HTTPStatus
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -42,7 +51,10 @@ from cachescale.snapshot import FetchFailure
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers worth retrying: overload and gateway errors."""
-_DETAIL_LIMIT = 300
+PROMETHEUS_ERROR_TYPES = frozenset(
+    {"timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found"}
+)
+"""The ``errorType`` values of Prometheus' HTTP API: the only part of an error body shown."""
 
 _K = TypeVar("_K", bound=Hashable)
 
@@ -140,13 +152,18 @@ def _short_cause(error: BaseException) -> str:
 
 
 def _api_error(response: requests.Response) -> str:
-    """``errorType: error`` from a Prometheus error body, else the HTTP status."""
+    """``HTTP <code> <standard phrase>``, then Prometheus' ``errorType`` when the body
+    names a documented one: fixed words only, never the body's (or the server's) text."""
+    code = response.status_code
     try:
-        body = response.json()
-        detail = f"{body['errorType']}: {body['error']}"
+        detail = f"HTTP {code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        detail = f"HTTP {code}"
+    try:
+        error_type = response.json()["errorType"]
     except (ValueError, KeyError, TypeError):
-        detail = f"HTTP {response.status_code} {response.reason or ''}".strip()
-    return detail[:_DETAIL_LIMIT]
+        return detail
+    return f"{detail} ({error_type})" if error_type in PROMETHEUS_ERROR_TYPES else detail
 
 
 class PrometheusClient:
@@ -187,9 +204,11 @@ class PrometheusClient:
         if response.status_code == 200:
             return
         detail = _api_error(response)
+        if 300 <= response.status_code < 400:
+            raise PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
         if response.status_code in (400, 422):
             raise PrometheusQueryError(self._url, detail)
-        if detail.startswith("timeout:"):
+        if detail.endswith("(timeout)"):
             raise PrometheusTimeout(self._url, detail)
         if response.status_code in (401, 403):
             detail += " (check the bearer token)"
@@ -235,7 +254,7 @@ class PrometheusClient:
                 vector.append(Series(dict(labels), float(text)))
             except (KeyError, TypeError, ValueError, AttributeError) as error:
                 raise PrometheusBadResponse(
-                    self._url, f"not an instant vector element: {str(element)[:120]}"
+                    self._url, "data.result holds an element that is not an instant-vector sample"
                 ) from error
         return vector
 
