@@ -240,12 +240,15 @@ def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
     operator: Operator,
 ) -> None:
     extra = {"metrics": {"demandQuery": DEMAND}}
-    stack(cluster, engines, prometheus, clock, extra=extra)
+    numbers = stack(cluster, engines, prometheus, clock, extra=extra)
+    # 11 pods × 2 GPUs serving 25 req/s cost 880 GPU-s/1k, over the 800 budget: the cap
+    # is the allowance at the arrivals (a steady cost falling behind would get the range).
+    numbers.requests_per_second = 25.0
     engines.demand[DEMAND] = 50.0
     run(operator, cluster, clock, rounds=SETTLE)
     assert cluster.get(POLICIES, "vllm")["status"]["signals"]["arrivalsPerSecond"] == 50.0
     # The budget's allowance is read at the arrivals the gateway counts (50 req/s), not
-    # at the 32 served.
+    # at the 25 served.
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 20
     del engines.demand[DEMAND]  # now it returns no series
     (outcome,) = run(operator, cluster, clock)
