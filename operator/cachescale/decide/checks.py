@@ -32,6 +32,7 @@ from cachescale.decide.diagnosis import (
 )
 from cachescale.decide.memory import Memory, Streaks
 from cachescale.decide.thresholds import (
+    AT_BASELINE_SHARE,
     COST_STEADY_FACTOR,
     DEARER_PREFILL_FACTOR,
     DEMAND_GROWTH_FACTOR,
@@ -77,7 +78,10 @@ def run_checks(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
         eviction=eviction,
         ceiling=ceiling,
         budget_max=budget_replicas(
-            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, memory)
+            spec,
+            snapshot,
+            _requests_got_dearer(collapse, eviction, snapshot, memory),
+            _cache_at_baseline(collapse),
         ),
         slo_breach=breach,
         slo_comfortable=p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
@@ -101,6 +105,16 @@ def _requests_got_dearer(
         prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
     )
     return cache_down or prefill_up
+
+
+def _cache_at_baseline(collapse: CollapseCheck) -> bool:
+    """The warm-pod hit rate is known and at its baseline (``AT_BASELINE_SHARE`` of it)."""
+    value = collapse.warm_hit_rate.value
+    return (
+        value is not None
+        and collapse.baseline is not None
+        and value >= AT_BASELINE_SHARE * collapse.baseline
+    )
 
 
 def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) -> Streaks:

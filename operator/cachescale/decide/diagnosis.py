@@ -171,7 +171,10 @@ def check_eviction(snapshot: Snapshot, ceiling: int | None) -> EvictionCheck:
 
 
 def budget_replicas(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, requests_got_dearer: bool = False
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    requests_got_dearer: bool = False,
+    cache_at_baseline: bool = False,
 ) -> int | None:
     """Most replicas the GPU-s/1k budget allows at the demand (``decide.demand``).
 
@@ -179,10 +182,12 @@ def budget_replicas(
     unknown or zero (no cost per request can be computed, so no cap is derived from it).
     With the arrival rate known, that is the rule, with one exception: while requests
     arrive faster than they are served (``falling_behind``) at a cost per request within
-    the budget and no sign that requests got dearer, demand is growing faster than a
-    windowed rate shows, so the cap is the budget's ``maxReplicas`` and the HPA scales
-    for it (a cap at the windowed arrivals lagged a ramp by a replica and kept TTFT over
-    the SLO a minute longer than the HPA alone, in ``traffic-doubling``).
+    the budget, no sign that requests got dearer and the warm hit rate at its baseline
+    (``cache_at_baseline``: a collapse starting shows there before the windowed cost and
+    prefill do), demand is growing faster than a windowed rate shows, so the cap is the
+    budget's ``maxReplicas`` and the HPA scales for it (a cap at the windowed arrivals
+    lagged a ramp by a replica and kept TTFT over the SLO a minute longer than the HPA
+    alone, in ``traffic-doubling``).
 
     Without it, while requests queue (``QUEUED_PER_POD`` or more waiting per pod) the
     finished-request rate is what the fleet manages to serve, not the demand, so the
@@ -206,7 +211,8 @@ def budget_replicas(
     cost = signals.gpu_seconds_per_1k_requests.value
     steady = cost is not None and cost <= budget and not requests_got_dearer
     if need.arrivals:
-        return spec.budget.max_replicas if steady and falling_behind(snapshot) else cap
+        growing = steady and cache_at_baseline and falling_behind(snapshot)
+        return spec.budget.max_replicas if growing else cap
     waiting = signals.waiting_requests_per_pod.value
     if waiting is None or waiting >= QUEUED_PER_POD:
         if steady:
