@@ -62,6 +62,7 @@ def loops() -> dict[str, LoopSummary]:
         "scaleout-round-robin/cachescale": LoopRun.builtin("scaleout-round-robin", "cachescale"),
         "outage-rising-demand/cachescale": LoopRun.builtin("outage-rising-demand", "cachescale"),
         "sliding-window/cachescale": LoopRun.builtin("sliding-window", "cachescale"),
+        "sliding-window/hpa": LoopRun.builtin("sliding-window", "hpa"),
         "outage-rising-demand/hpa": LoopRun.builtin("outage-rising-demand", "hpa"),
     }
     for replicas, router in COLD_DILUTION_POINTS:
@@ -153,6 +154,51 @@ def test_scale_out_keeps_up_with_demand(loops: dict[str, Any]) -> None:
 def test_truncation_keeps_up_with_demand(loops: dict[str, Any]) -> None:
     loop = loops["sliding-window/cachescale"]
     assert loop.after.offered_req_per_s == pytest.approx(loop.after.req_per_s, rel=0.05)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: in sliding-window the truncation raises prefill per request by half but "
+    "the GPU-s/1k by less than the 10% CacheDegraded needs (+14% at seed 7, none at seed "
+    "11): decode dominates each request's GPU time; docs/decisions.md, section 7",
+)
+def test_truncation_is_named_a_degraded_cache_with_its_cost(loops: dict[str, Any]) -> None:
+    # Below the collapse thresholds, dear in GPU time: CacheDegraded after the change, with
+    # the drop, the prefill per request and the cost in its message (docs/decisions.md).
+    alone, loop = loops["sliding-window/hpa"], loops["sliding-window/cachescale"]
+    assert loop.before.token_hit_rate is not None
+    assert loop.after.token_hit_rate is not None
+    assert loop.after.token_hit_rate <= loop.before.token_hit_rate - 0.15
+    assert alone.after.gpu_s_per_1k >= 1.1 * alone.before.gpu_s_per_1k
+    (alert, *_) = raised(loop, "CacheDegraded")
+    assert alert.t_s > loop.scenario.change_at_s
+    message = next(x for x in alert.raised if x.startswith("CacheDegraded:"))
+    for fragment in (
+        "warm-pod token hit rate 0.",
+        "above the collapse threshold",
+        "prefill tokens per request",
+        "GPU-s per 1k requests over the baseline",
+        "GPU-hours per day",
+        "scaling is unchanged",
+        "history truncation",
+    ):
+        assert fragment in message
+    assert all(r.state != "CacheDegraded" for r in loop.policy if r.t_s <= alert.t_s - 1)
+
+
+def test_truncation_costs_no_latency_against_the_hpa_alone(loops: dict[str, Any]) -> None:
+    alone, loop = loops["sliding-window/hpa"], loops["sliding-window/cachescale"]
+    limit = max(1.2 * alone.after.ttft_p95_s, alone.after.ttft_p95_s + 0.2)
+    assert loop.after.ttft_p95_s <= limit
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["traffic-doubling", "rolling-deploy", "rechunk-heals", "unique-prefixes"],
+)
+def test_no_degraded_cache_without_a_lasting_costly_drop(loops: dict[str, Any], name: str) -> None:
+    # Growth, a rollout, a healed collapse, no shared prefixes: never CacheDegraded.
+    assert not raised(loops[f"{name}/cachescale"], "CacheDegraded")
 
 
 @pytest.mark.parametrize("name", ["rolling-deploy/cachescale"])

@@ -33,6 +33,10 @@ class Diagnosis(StrEnum):
     EVICTION_PRESSURE = "EvictionPressure"
     """Preemptions or a full KV pool with the batch near its ceiling: ``CacheHealthy=False``;
     a Warning Event when the ceiling could not be lowered."""
+    CACHE_DEGRADED = "CacheDegraded"
+    """Warm-pod hit rate held well below its baseline, above the collapse threshold, at a
+    material cost per request: ``CacheHealthy=False`` and a Warning Event with the cost.
+    Never changes scaling by itself."""
     SLO_AT_RISK = "SLOAtRisk"
     """TTFT over the SLO: ``SLOMet=False``; a Warning Event when replicas are at the cap."""
     OVER_BUDGET = "OverBudget"
@@ -54,6 +58,9 @@ class AlertCleared(StrEnum):
     """Event: the warm hit rate recovered, or a rebaseline accepted it."""
     EVICTION_PRESSURE = "EvictionPressureCleared"
     """Event: two evaluations without eviction pressure."""
+    CACHE_DEGRADED = "CacheDegradedCleared"
+    """Event: two evaluations with the warm hit rate back within half the drop of its
+    baseline (or collapsed, or explained); at once on a rebaseline."""
     SLO_AT_RISK = "SLOAtRiskCleared"
     """Event: two evaluations within the SLO."""
     OVER_BUDGET = "OverBudgetCleared"

@@ -22,6 +22,7 @@ from cachescale.snapshot import Snapshot
 ALERT_REASONS = (
     Diagnosis.PREFIX_COLLAPSE,
     Diagnosis.EVICTION_PRESSURE,
+    Diagnosis.CACHE_DEGRADED,
     Diagnosis.OVER_BUDGET,
     Diagnosis.SLO_AT_RISK,
     Diagnosis.METRICS_UNAVAILABLE,

@@ -1,10 +1,11 @@
 """Alerts: which diagnoses raise one, when it clears, and the Events each change makes.
 
 An alert is a diagnosis that needs a human: a confirmed collapse, eviction pressure the
-ceiling could not fix, an SLO at risk with replicas at the cap, a sustained budget
-overrun, missing metrics (``docs/decisions.md``, "Alerts at a glance"). ``alert_rules``
-says what this evaluation wants raised, kept or cleared; ``reconcile_alerts`` applies it
-to the alerts in memory and returns what changed, so each raise or clear is one Event.
+ceiling could not fix, a degraded cache that costs enough to matter, an SLO at risk with
+replicas at the cap, a sustained budget overrun, missing metrics (``docs/decisions.md``,
+"Alerts at a glance"). ``alert_rules`` says what this evaluation wants raised, kept or
+cleared; ``reconcile_alerts`` applies it to the alerts in memory and returns what changed,
+so each raise or clear is one Event.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
 from cachescale.decide.actions import collapse_action, sacrifice_words, sacrificed
 from cachescale.decide.batching import BatchPlan
+from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
 from cachescale.decide.diagnosis import Finding, likely_cause
 from cachescale.decide.envelope import EnvelopePlan
@@ -84,6 +86,17 @@ def alert_rules(
         wanted[Diagnosis.EVICTION_PRESSURE] = f"{eviction.evidence}; ceiling not lowered: {why}"
     elif eviction is None:
         clearing.add(Diagnosis.EVICTION_PRESSURE)
+    degraded = by.get(Diagnosis.CACHE_DEGRADED)
+    if degraded is not None:
+        wanted[Diagnosis.CACHE_DEGRADED] = (
+            f"{degraded.evidence}; {DEGRADED_ACTION}; likely cause: "
+            f"{degraded_cause(snapshot, memory)}"
+        )
+    elif collapse is not None or memory.baseline.token_hit_rate is None:
+        # A collapse supersedes it; a rebaseline accepts the new rate.
+        clear_now.add(Diagnosis.CACHE_DEGRADED)
+    elif not streaks.collapse:  # a collapse building keeps it until it supersedes it
+        clearing.add(Diagnosis.CACHE_DEGRADED)
     over = by.get(Diagnosis.OVER_BUDGET)
     if over is not None and streaks.over_budget >= windows:
         wanted[Diagnosis.OVER_BUDGET] = (

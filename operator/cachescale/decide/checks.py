@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
+from cachescale.decide.degraded import DegradedInputs, check_degraded, in_band
 from cachescale.decide.demand import demand
 from cachescale.decide.diagnosis import (
     PRECEDENCE,
@@ -129,12 +130,14 @@ def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) ->
     if hit is None:
         hit = snapshot.signals.token_hit_rate_local.value
     collapsing = results.collapse.below and not results.eviction.held
+    degraded = in_band(results.collapse) and not results.eviction.held
     return Streaks(
         collapse=count(collapsing, streaks.collapse) if warm_known else streaks.collapse,
         recovered=count(results.collapse.recovered, streaks.recovered)
         if warm_known
         else streaks.recovered,
         eviction=count(results.eviction.held, streaks.eviction),
+        degraded=count(degraded, streaks.degraded) if warm_known else streaks.degraded,
         low_hit=count(hit is not None and hit < LOW_HIT_RATE, streaks.low_hit),
         slo_breach=count(results.slo_breach, streaks.slo_breach),
         slo_comfortable=count(results.slo_comfortable, streaks.slo_comfortable),
@@ -189,6 +192,17 @@ def _eviction_pressure(facts: Facts) -> Finding | None:
     if facts.memory.streaks.eviction >= 1 and eviction.held:
         return Finding(Diagnosis.EVICTION_PRESSURE, eviction.evidence)
     return None
+
+
+def _cache_degraded(facts: Facts) -> Finding | None:
+    results = facts.results
+    inputs = DegradedInputs(
+        collapse=results.collapse,
+        explained=facts.collapse_active or results.eviction.held,
+        cold=bool(results.cold_pods) or facts.snapshot.workload.rollout_in_progress,
+        streak=facts.memory.streaks.degraded,
+    )
+    return check_degraded(facts.spec, facts.snapshot, facts.memory, inputs)
 
 
 def _slo_at_risk(facts: Facts) -> Finding | None:
@@ -257,6 +271,9 @@ CHECKS: tuple[Check, ...] = (
     _prefix_collapse,
     # Preemptions or a full KV pool with the running batch near its ceiling.
     _eviction_pressure,
+    # The warm hit rate held well under its baseline, above the collapse threshold, at a
+    # material cost (decide/degraded.py).
+    _cache_degraded,
     # TTFT p95 (or p99, when the policy sets one) above the SLO.
     _slo_at_risk,
     # GPU-seconds per 1k requests above the budget.

@@ -89,7 +89,11 @@ def _cache_condition(
     memory: Memory,
 ) -> ConditionVerdict:
     kind = ConditionType.CACHE_HEALTHY
-    for diagnosis in (Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE):
+    for diagnosis in (
+        Diagnosis.PREFIX_COLLAPSE,
+        Diagnosis.EVICTION_PRESSURE,
+        Diagnosis.CACHE_DEGRADED,
+    ):
         if diagnosis in by:
             return _failing(kind, by[diagnosis])
     warm = results.collapse.warm_hit_rate

@@ -51,6 +51,7 @@ from cachescale.decide.envelope import (
     plan_envelope,
 )
 from cachescale.decide.memory import (
+    REBASELINE_CLEARS,
     Memory,
     apply_human_requests,
     learn,
@@ -270,7 +271,7 @@ def _evaluate(
     hpa_wanted = hpa_wanted_replicas(snapshot, plan.envelope.target_average_value)
     rules = alert_rules(spec, snapshot, memory, found, plan, batch, hpa_wanted)
     if rebaselined:
-        rules = AlertRules(rules.wanted, rules.quiet, rules.clear_now | {Diagnosis.PREFIX_COLLAPSE})
+        rules = AlertRules(rules.wanted, rules.quiet, rules.clear_now | REBASELINE_CLEARS)
     active, raised, cleared = reconcile_alerts(
         memory.alerts, rules.wanted, rules.quiet, now, rules.clear_now
     )

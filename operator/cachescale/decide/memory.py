@@ -60,6 +60,9 @@ class Streaks(ApiModel):
     """Warm-pod hit rate back above the clearing threshold (ends a collapse)."""
     eviction: int = 0
     """Preemptions or a full KV pool with the batch near the cache-friendly ceiling."""
+    degraded: int = 0
+    """Warm-pod hit rate more than ``DEGRADED_HIT_DROP`` under its baseline, not under the
+    collapse threshold, without eviction pressure (``decide.degraded``)."""
     low_hit: int = 0
     """Token hit rate under the level where the cache is worth protecting."""
     slo_breach: int = 0
@@ -181,7 +184,9 @@ def apply_human_requests(
         memory = memory.model_copy(
             update={
                 "baseline": BaselineMemory(),
-                "streaks": memory.streaks.model_copy(update={"collapse": 0, "recovered": 0}),
+                "streaks": memory.streaks.model_copy(
+                    update={"collapse": 0, "recovered": 0, "degraded": 0}
+                ),
                 "collapse_evidence": None,
                 "rebaselined_at": human.rebaseline_at,
                 "pre_collapse": None,
@@ -219,7 +224,12 @@ def track_collapse_evidence(
     return memory.model_copy(update={"collapse_evidence": evidence.saw(requests_per_second)})
 
 
-_CACHE_TROUBLE = frozenset({Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE})
+_CACHE_TROUBLE = frozenset(
+    {Diagnosis.PREFIX_COLLAPSE, Diagnosis.EVICTION_PRESSURE, Diagnosis.CACHE_DEGRADED}
+)
+REBASELINE_CLEARS = frozenset({Diagnosis.PREFIX_COLLAPSE, Diagnosis.CACHE_DEGRADED})
+"""Alerts measured against the learned hit rate: a rebaseline accepts the new rate and
+clears them."""
 _BENIGN = frozenset({Diagnosis.HEALTHY, Diagnosis.DEMAND_GROWTH, Diagnosis.COLD_FLEET})
 
 
@@ -246,7 +256,7 @@ def learn(
     update: dict[str, object] = {}
     relearning = memory.baseline.token_hit_rate is None  # a collapse alert is about to clear
     cache_alerted = any(
-        a.reason in _CACHE_TROUBLE and not (relearning and a.reason == Diagnosis.PREFIX_COLLAPSE)
+        a.reason in _CACHE_TROUBLE and not (relearning and a.reason in REBASELINE_CLEARS)
         for a in memory.alerts
     )
     cache_ok = (

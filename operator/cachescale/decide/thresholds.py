@@ -33,6 +33,18 @@ DEARER_PREFILL_FACTOR = 1.25
 """Prefill tokens per request this far above baseline: requests got dearer, so a queue
 is not read as demand (lower than the collapse message's PREFILL_UP_FACTOR: it must
 react within a window, before the windowed cost shows it)."""
+DEGRADED_HIT_DROP = 0.1
+"""A warm hit rate held more than this many points under its baseline (and not under the
+collapse threshold) is a degraded cache when it costs enough (``CacheDegraded``): 0.84 →
+0.74 is a tenth of the lookups recomputed; a healthy warm rate stays within a few points
+of its baseline (``AT_BASELINE_SHARE``)."""
+DEGRADED_COST_SHARE = 0.1
+"""...and costs at least this share of the baseline GPU-s per 1k requests over it (a
+tenth: smaller drifts are noise in the windowed cost and not worth a page)."""
+DEGRADED_CLEAR_SHARE = 0.5
+"""A raised ``CacheDegraded`` stays while the warm rate is more than this share of
+``DEGRADED_HIT_DROP`` under the baseline (halfway back, as a collapse clears), so a rate
+hovering at the raise level cannot raise and clear on alternate evaluations."""
 
 # --- alerts and memory ------------------------------------------------------------------
 

@@ -1,0 +1,150 @@
+"""A degraded cache: a hit-rate fall too small to be a collapse, too dear to go unnamed.
+
+A context-truncation change (a sliding history window) or a prompt tweak can take the
+warm-pod hit rate from 0.84 to 0.56: above the collapse threshold, so ``PrefixCollapse``
+never fires, yet every request recomputes more of its prompt and the fleet pays for it.
+``CacheDegraded`` names it with what it costs (``docs/decisions.md``, "CacheDegraded"):
+
+- the warm-pod token hit rate (cold pods miss by nature and never count) is more than
+  ``DEGRADED_HIT_DROP`` under its baseline and not under the collapse threshold, for
+  ``degraded_evaluations`` evaluations in a row: at least ``collapseWindows``, and more
+  than one metrics window, so a collapse whose windowed rate is still falling through the
+  band is never named degraded on the way down;
+- the cost over the baseline (``demand.extra_cost``) is at least ``DEGRADED_COST_SHARE``
+  of the baseline GPU-s per 1k requests;
+- nothing else explains it: no collapse and no eviction pressure; and it is raised only
+  while no pod is cold and no rollout runs (both move the cost on their own).
+
+Once raised it stays while the rate is more than half the drop under the baseline and
+the cost is still over it, whether or not pods are warming (a scale-out the extra cost
+caused must not clear it). It is a finding and an alert only: it never changes scaling
+(the envelope and the batch ceiling read none of it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.decide import words
+from cachescale.decide.demand import ExtraCost, demand, extra_cost
+from cachescale.decide.diagnosis import CollapseCheck, Finding
+from cachescale.decide.memory import Memory
+from cachescale.decide.thresholds import (
+    DEARER_PREFILL_FACTOR,
+    DEGRADED_CLEAR_SHARE,
+    DEGRADED_COST_SHARE,
+    DEGRADED_HIT_DROP,
+)
+from cachescale.snapshot import Snapshot
+
+DEGRADED_ACTION = (
+    "scaling is unchanged (a finding, not a hold or a cap: the HPA scales on its own "
+    "metric inside the envelope)"
+)
+"""What the alert says cachescale does about it: nothing to the fleet."""
+
+
+def in_band(collapse: CollapseCheck, drop: float = DEGRADED_HIT_DROP) -> bool:
+    """The warm rate more than ``drop`` under its baseline, at or above the collapse
+    threshold (False when anything is unknown)."""
+    warm = collapse.warm_hit_rate.value
+    if warm is None or collapse.baseline is None or collapse.threshold is None:
+        return False
+    return collapse.threshold <= warm < collapse.baseline - drop
+
+
+def degraded_evaluations(spec: CacheScalingPolicySpec) -> int:
+    """Evaluations the drop must hold: ``collapseWindows``, and more than one metrics
+    window (a windowed rate falling to a collapse crosses the band within one window)."""
+    per_window = math.floor(spec.metrics.window_seconds / spec.metrics.interval_seconds)
+    return max(spec.cache.collapse_windows, per_window + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DegradedInputs:
+    """What the check reads besides the spec, the snapshot and the memory."""
+
+    collapse: CollapseCheck
+    explained: bool
+    """A collapse or eviction pressure accounts for the drop."""
+    cold: bool
+    """A pod is warming up or a rollout runs: no new raise."""
+    streak: int
+    """Evaluations in a row the warm rate has been in the band (this one included)."""
+
+
+def check_degraded(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, inputs: DegradedInputs
+) -> Finding | None:
+    """``CacheDegraded`` with its evidence, or None when it does not hold."""
+    collapse = inputs.collapse
+    baseline = memory.baseline
+    warm = collapse.warm_hit_rate.value
+    if warm is None or collapse.baseline is None or inputs.explained:
+        return None
+    extra = extra_cost(
+        snapshot.signals.gpu_seconds_per_1k_requests.value,
+        baseline.gpu_seconds_per_1k_requests,
+        demand(snapshot),
+    )
+    if extra is None or baseline.gpu_seconds_per_1k_requests is None:
+        return None
+    if memory.alert(Diagnosis.CACHE_DEGRADED) is not None:
+        holds = in_band(collapse, DEGRADED_HIT_DROP * DEGRADED_CLEAR_SHARE)
+    else:
+        material = DEGRADED_COST_SHARE * baseline.gpu_seconds_per_1k_requests
+        holds = (
+            not inputs.cold
+            and inputs.streak >= degraded_evaluations(spec)
+            and extra.gpu_seconds_per_1k >= material
+        )
+    if not holds:
+        return None
+    return Finding(Diagnosis.CACHE_DEGRADED, _evidence(collapse, snapshot, memory, inputs, extra))
+
+
+def _evidence(
+    collapse: CollapseCheck,
+    snapshot: Snapshot,
+    memory: Memory,
+    inputs: DegradedInputs,
+    extra: ExtraCost,
+) -> str:
+    assert collapse.warm_hit_rate.value is not None
+    assert collapse.baseline is not None
+    assert collapse.threshold is not None
+    span = f" over {inputs.streak} evaluations" if inputs.streak else ""
+    text = (
+        f"warm-pod token hit rate {words.ratio(collapse.baseline)} → "
+        f"{words.ratio(collapse.warm_hit_rate.value)}{span} on {collapse.warm_pods} warm pods, "
+        f"above the collapse threshold {words.ratio(collapse.threshold)}"
+    )
+    prefill = snapshot.signals.prefill_tokens_per_request.value
+    base = memory.baseline.prefill_tokens_per_request
+    if prefill is not None and base is not None:
+        more = prefill - base
+        sign = "+" if more >= 0 else "−"
+        text += (
+            f"; prefill tokens per request {words.tokens(base)} → {words.tokens(prefill)} "
+            f"({sign}{words.tokens(abs(more))})"
+        )
+    return f"{text}; {extra.words()}"
+
+
+def degraded_cause(snapshot: Snapshot, memory: Memory) -> str:
+    """What to check, named from the evidence (more prefill per request: the prompts)."""
+    prefill = snapshot.signals.prefill_tokens_per_request.value
+    base = memory.baseline.prefill_tokens_per_request
+    if prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base:
+        return (
+            "requests recompute more of each prompt: check recent changes to history "
+            "truncation or context windows, prompt templates and retrieval (anything that "
+            "rewrites text an earlier request already sent)"
+        )
+    return (
+        "the cache keeps or finds less of what requests share without more prefill per "
+        "request: check routing, cache_salt settings and the KV cache's size"
+    )
