@@ -18,7 +18,7 @@ from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, checks, words
 from cachescale.decide.degraded import degraded_evaluations, in_band
 from cachescale.decide.diagnosis import check_collapse
-from cachescale.decide.thresholds import DEGRADED_COST_SHARE
+from cachescale.decide.thresholds import DEARER_PREFILL_FACTOR, DEGRADED_COST_SHARE
 from cachescale.snapshot import HumanRequests, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
@@ -97,12 +97,29 @@ def test_the_message_quotes_the_numbers_the_decision_used() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cost", "named"),
-    [(680.0 * (1 + DEGRADED_COST_SHARE) - 0.1, False), (680.0 * (1 + DEGRADED_COST_SHARE), True)],
+    ("cost", "prefill", "named"),
+    [
+        (680.0 * (1 + DEGRADED_COST_SHARE) - 0.1, 450.0, False),
+        (680.0 * (1 + DEGRADED_COST_SHARE), 450.0, True),
+        # Prefill per request 1.25 × the baseline's 400 is material on its own.
+        (680.0, 400.0 * DEARER_PREFILL_FACTOR - 1, False),
+        (680.0, 400.0 * DEARER_PREFILL_FACTOR, True),
+    ],
 )
-def test_a_cheap_drop_is_not_named(cost: float, named: bool) -> None:
-    decisions = run(spec(), [degraded(cost=cost)] * SETTLE)
+def test_a_cheap_drop_is_not_named(cost: float, prefill: float, named: bool) -> None:
+    snapshots = [degraded(cost=cost, prefill_tokens_per_request=prefill)] * SETTLE
+    decisions = run(spec(), snapshots)
     assert decisions[-1].has(Diagnosis.CACHE_DEGRADED) is named
+
+
+def test_recomputed_prefill_the_cost_does_not_show_yet_is_said_so() -> None:
+    last = run(spec(), [degraded(cost=680.0)] * SETTLE)[-1]
+    (alert,) = last.alerts
+    assert last.extra_cost is None
+    assert (
+        "GPU-s per 1k requests 680 against the baseline's 680: the recomputed prefill does "
+        "not show in the cost yet" in alert.message
+    )
 
 
 @pytest.mark.parametrize(("hit", "named"), [(0.76, False), (0.74, True), (0.424, False)])

@@ -10,15 +10,17 @@ never fires, yet every request recomputes more of its prompt and the fleet pays 
   ``degraded_evaluations`` evaluations in a row: at least ``collapseWindows``, and more
   than one metrics window, so a collapse whose windowed rate is still falling through the
   band is never named degraded on the way down;
-- the cost over the baseline (``demand.extra_cost``) is at least ``DEGRADED_COST_SHARE``
-  of the baseline GPU-s per 1k requests;
+- it is material (``_material``): the cost over the baseline (``demand.extra_cost``) is
+  at least ``DEGRADED_COST_SHARE`` of the baseline GPU-s per 1k requests, or prefill per
+  request is at least ``DEARER_PREFILL_FACTOR`` × its baseline (recomputed prompts a fleet
+  with headroom absorbs before its windowed cost shows them);
 - nothing else explains it: no collapse and no eviction pressure; and it is raised only
   while no pod is cold and no rollout runs (both move the cost on their own).
 
-Once raised it stays while the rate is more than half the drop under the baseline and
-the cost is still over it, whether or not pods are warming (a scale-out the extra cost
-caused must not clear it). It is a finding and an alert only: it never changes scaling
-(the envelope and the batch ceiling read none of it).
+Once raised it stays while the rate is more than half the drop under the baseline,
+whether or not pods are warming (a scale-out the extra cost caused must not clear it).
+It is a finding and an alert only: it never changes scaling (the envelope and the batch
+ceiling read none of it).
 """
 
 from __future__ import annotations
@@ -81,29 +83,41 @@ def check_degraded(
 ) -> Finding | None:
     """``CacheDegraded`` with its evidence, or None when it does not hold."""
     collapse = inputs.collapse
-    baseline = memory.baseline
-    warm = collapse.warm_hit_rate.value
-    if warm is None or collapse.baseline is None or inputs.explained:
+    if collapse.warm_hit_rate.value is None or collapse.baseline is None or inputs.explained:
         return None
     extra = extra_cost(
         snapshot.signals.gpu_seconds_per_1k_requests.value,
-        baseline.gpu_seconds_per_1k_requests,
+        memory.baseline.gpu_seconds_per_1k_requests,
         demand(snapshot),
     )
-    if extra is None or baseline.gpu_seconds_per_1k_requests is None:
-        return None
     if memory.alert(Diagnosis.CACHE_DEGRADED) is not None:
         holds = in_band(collapse, DEGRADED_HIT_DROP * DEGRADED_CLEAR_SHARE)
     else:
-        material = DEGRADED_COST_SHARE * baseline.gpu_seconds_per_1k_requests
         holds = (
             not inputs.cold
             and inputs.streak >= degraded_evaluations(spec)
-            and extra.gpu_seconds_per_1k >= material
+            and _material(snapshot, memory, extra)
         )
     if not holds:
         return None
     return Finding(Diagnosis.CACHE_DEGRADED, _evidence(collapse, snapshot, memory, inputs, extra))
+
+
+def _material(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> bool:
+    """Worth a page: the cost over the baseline is at least ``DEGRADED_COST_SHARE`` of it,
+    or each request prefills ``DEARER_PREFILL_FACTOR`` × the baseline's tokens. The second
+    counts on its own because a fleet with headroom (or decode-heavy requests) absorbs
+    recomputed prompts for a while before the windowed GPU-s/1k shows them."""
+    base_cost = memory.baseline.gpu_seconds_per_1k_requests
+    if (
+        extra is not None
+        and base_cost is not None
+        and extra.gpu_seconds_per_1k >= DEGRADED_COST_SHARE * base_cost
+    ):
+        return True
+    prefill = snapshot.signals.prefill_tokens_per_request.value
+    base = memory.baseline.prefill_tokens_per_request
+    return prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
 
 
 def _evidence(
@@ -131,7 +145,22 @@ def _evidence(
             f"; prefill tokens per request {words.tokens(base)} → {words.tokens(prefill)} "
             f"({sign}{words.tokens(abs(more))})"
         )
-    return f"{text}; {extra.words()}"
+    return f"{text}; {_cost_words(snapshot, memory, extra)}"
+
+
+def _cost_words(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> str:
+    """What it costs: the extra GPU-s/1k and GPU-hours per day, or that the windowed cost
+    does not show it (yet)."""
+    if extra is not None:
+        return extra.words()
+    cost = snapshot.signals.gpu_seconds_per_1k_requests.value
+    base = memory.baseline.gpu_seconds_per_1k_requests
+    if cost is None or base is None:
+        return "its GPU-s per 1k requests are unknown (no baseline cost or no cost now)"
+    return (
+        f"GPU-s per 1k requests {words.cost(cost)} against the baseline's {words.cost(base)}: "
+        "the recomputed prefill does not show in the cost yet (the fleet absorbs it)"
+    )
 
 
 def degraded_cause(snapshot: Snapshot, memory: Memory) -> str:
