@@ -86,6 +86,10 @@ def test_with_arrivals_known_the_budget_reads_them_even_while_requests_queue() -
     )
     (draining,) = run(spec(), [snapshot(drained, workload(replicas=10, hpa=(4, 10, 24.0)))])
     assert draining.budget_max_replicas == 20
+    # Arrivals a hair above served with no queue: the estimate's noise, not growth.
+    noise = signals(requests_per_second=32.0, arrivals_per_second=32.3)
+    (healthy,) = run(spec(), [snapshot(noise)])
+    assert healthy.budget_max_replicas == 12
 
 
 def test_budget_range_bounds_the_envelope() -> None:

@@ -181,7 +181,8 @@ def budget_replicas(
     ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
     unknown or zero (no cost per request can be computed, so no cap is derived from it).
     With the arrival rate known, that is the rule, with one exception: while requests
-    arrive faster than they are served (``falling_behind``) at a cost per request within
+    queue (``QUEUED_PER_POD``) and arrive faster than they are served (``falling_behind``;
+    without a queue that is only the estimate's noise) at a cost per request within
     the budget, no sign that requests got dearer and the warm hit rate at its baseline
     (``cache_at_baseline``: a collapse starting shows there before the windowed cost and
     prefill do), demand is growing faster than a windowed rate shows, so the cap is the
@@ -210,10 +211,11 @@ def budget_replicas(
     cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
     cost = signals.gpu_seconds_per_1k_requests.value
     steady = cost is not None and cost <= budget and not requests_got_dearer
-    if need.arrivals:
-        growing = steady and cache_at_baseline and falling_behind(snapshot)
-        return spec.budget.max_replicas if growing else cap
     waiting = signals.waiting_requests_per_pod.value
+    if need.arrivals:
+        queued = waiting is not None and waiting >= QUEUED_PER_POD
+        growing = steady and cache_at_baseline and queued and falling_behind(snapshot)
+        return spec.budget.max_replicas if growing else cap
     if waiting is None or waiting >= QUEUED_PER_POD:
         if steady:
             return spec.budget.max_replicas
