@@ -96,7 +96,22 @@ class Selector:
 
     @classmethod
     def of(cls, matchers: Mapping[str, str]) -> Selector:
-        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``."""
+        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``.
+
+        It must match on at least one label, each with a value: no matcher would read every
+        engine in Prometheus, and ``name=""`` also matches every series without ``name``.
+        """
+        if not matchers:
+            raise SelectorError(
+                'select at least one label, e.g. namespace="llm": an empty selector would '
+                "read every engine in Prometheus"
+            )
+        for name, value in matchers.items():
+            if not value:
+                raise SelectorError(
+                    f'{name}="" is empty: in PromQL it also matches every series without '
+                    f"{name!r}; give its value"
+                )
         return cls(tuple(sorted((check_label_name(k), v) for k, v in matchers.items())))
 
     @classmethod
