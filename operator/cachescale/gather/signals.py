@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 from cachescale.api.spec import Engine
 from cachescale.gather.promql import (
     POD_LABEL,
+    QUANTILE_BUCKETS,
+    QUANTILES,
     Detection,
     Query,
     QueryKey,
@@ -400,8 +402,9 @@ class _Computation:
             share = Measured.known(1.0, Unit.RATIO)
         return share, bound
 
-    def _buckets(self, key: QueryKey) -> dict[float, Measured]:
-        """Finite bucket bound → rate, from a ``sum by (..., le)`` result of one group."""
+    def _buckets(self, key: QueryKey, *, with_inf: bool = False) -> dict[float, Measured]:
+        """Bucket bound → rate, from a ``sum by (..., le)`` result of one group; finite
+        bounds only unless ``with_inf``."""
         series = self._results.get(key, ())
         groups = {_label_text({k: v for k, v in s.labels.items() if k != "le"}) for s in series}
         if len(groups) > 1:
@@ -413,7 +416,7 @@ class _Computation:
         buckets = {}
         for s in series:
             bound = float(s.labels.get("le", "nan"))
-            if math.isfinite(bound):
+            if math.isfinite(bound) or (with_inf and bound == math.inf):
                 buckets[bound] = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
         return buckets
 
@@ -442,7 +445,30 @@ class _Computation:
                 f"{rps.value:.3g} requests/s finished"
             )
             return _unknown(reason, Unit.SECONDS)
-        return self.fleet(key, Unit.SECONDS)
+        return self._qualify(key, self.fleet(key, Unit.SECONDS))
+
+    def _qualify(self, key: QueryKey, quantile: Measured) -> Measured:
+        """The quantile as far as its buckets allow: a lower bound when it is past the last
+        finite bucket (``histogram_quantile`` then returns that bucket's bound), or the
+        value with its bucket when that bucket is wider than twice its lower bound."""
+        if quantile.value is None:
+            return quantile
+        rates = {
+            bound: rate.value
+            for bound, rate in self._buckets(QUANTILE_BUCKETS[key], with_inf=True).items()
+            if rate.value is not None
+        }
+        finite = sorted(bound for bound in rates if bound != math.inf)
+        if not finite or math.inf not in rates:
+            return quantile  # buckets unreadable: the value as Prometheus gave it
+        if rates[finite[-1]] < QUANTILES[key] * rates[math.inf]:
+            return Measured.quantile(finite[-1], Unit.SECONDS, lower_bound=True)
+        value = quantile.value
+        upper = min((bound for bound in finite if bound >= value), default=None)
+        lower = max((bound for bound in finite if bound < value), default=0.0)
+        if upper is not None and upper > 2 * lower:
+            return Measured.quantile(value, Unit.SECONDS, bucket=(lower, upper))
+        return quantile
 
     def _gpu_seconds_per_1k(self, rps: Measured) -> Measured:
         unit = Unit.GPU_SECONDS_PER_1K_REQUESTS
