@@ -184,6 +184,16 @@ class _Outputs:
         write_atomically(self._truth, json.dumps(snapshot, indent=1, allow_nan=False) + "\n")
         self._truth_due = time.monotonic() + self._truth_every_s
 
+    def linger(self, stop: threading.Event, seconds: float) -> None:
+        """Keep serving for ``seconds`` (or until ``stop``), rewriting the truth on its
+        interval: scrapes served while lingering reach the truth file too."""
+        self.write_truth()
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not stop.wait(
+            min(left, self._truth_every_s)
+        ):
+            self.write_truth()
+
     def banner(self, scenario: Scenario) -> None:
         """The start-up line: what runs, as what, how fast."""
         settings = self._emulator.settings
@@ -250,8 +260,7 @@ def _emulate(
         print(
             f"{PROG}: scenario finished; serving the final state for {args.linger:g}s", flush=True
         )
-        outputs.write_truth()
-        stop.wait(args.linger)
+        outputs.linger(stop, args.linger)
 
 
 def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> int:
