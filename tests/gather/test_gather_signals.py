@@ -360,7 +360,9 @@ def test_nan_quantile_with_an_unknown_request_rate_is_not_called_no_traffic() ->
 
 def test_each_empty_ratio_names_the_request_rate_seen() -> None:
     zero = compute(healthy() | {QueryKey.REQUESTS: fleet(0), QueryKey.TTFT_P95: fleet(math.nan)})
-    assert zero.ttft_p95_seconds.reason == "no traffic: no observations in the window"
+    assert zero.ttft_p95_seconds.reason == (
+        "no traffic: no observations of vllm:time_to_first_token_seconds_bucket in the window"
+    )
     busy = compute(healthy() | {QueryKey.TTFT_P95: fleet(math.nan), QueryKey.LOOKED_UP: fleet(0)})
     assert "although 2 requests/s finished" in str(busy.ttft_p95_seconds.reason)
     assert "although 2 requests/s finished" in str(busy.token_hit_rate_local.reason)

@@ -440,7 +440,7 @@ class _Computation:
     def _quantile(self, key: QueryKey, rps: Measured) -> Measured:
         series = self._results.get(key, ())
         if len(series) == 1 and math.isnan(series[0].value):
-            reason = self._no_traffic(rps, "no observations") or (
+            reason = self._no_traffic(rps, f"no observations of {self._reads(key)}") or (
                 f"{self._reads(key)} has no observations in the window although "
                 f"{rps.value:.3g} requests/s finished"
             )
