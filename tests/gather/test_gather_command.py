@@ -51,6 +51,9 @@ def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
         (["--gpus-per-pod", "2"], "--gpus-per-pod and --replicas together"),
         (["--bearer-token-file", "/nonexistent/token"], "/nonexistent/token"),
         (["--selector", '__name__="up"'], "reserved"),
+        (["--selector", ""], "--selector: select at least one label"),
+        (["--selector", "  "], "--selector: select at least one label"),
+        (["--selector", 'namespace=""'], '--selector: namespace="" is empty'),
     ],
 )
 def test_invalid_input_exits_1_before_any_request(
