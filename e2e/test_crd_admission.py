@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cachescale.api.validation import validate_yaml
 from e2e.harness.cluster import REPO, Cluster
@@ -21,6 +22,7 @@ INVALID = REPO / "examples" / "invalid"
 RULES = {
     "bad-selector.yaml": ("spec.metrics", "Prometheus label name"),
     "bad-window.yaml": ("spec.metrics.window", "window"),
+    "empty-selector-value.yaml": ("spec.metrics", "selector values must not be empty"),
     "managed-without-shape.yaml": ("spec.batching", "model and gpu"),
     "min-above-max-replicas.yaml": ("spec.budget", "must be less than or equal to maxReplicas"),
     "negative-budget.yaml": ("spec.budget.gpuSecondsPer1kRequests", "greater than 0"),
@@ -95,3 +97,17 @@ def test_example_stack_and_policy_accepted(cluster: Cluster, release: Release) -
         assert policy.returncode == 0, policy.stderr
     finally:
         cluster.kubectl("delete", "namespace", "llm", "--wait=false")
+
+
+def test_a_policy_without_a_selector_is_accepted_as_its_namespace(
+    cluster: Cluster, release: Release, namespace: str
+) -> None:
+    # Left out or {}, the selector means {namespace: <the policy's namespace>}
+    # (MetricsSpec.selector_in), so the server accepts it as validate does.
+    policy = yaml.safe_load((REPO / "examples" / "policy-vllm.yaml").read_text(encoding="utf-8"))
+    policy["metadata"]["namespace"] = namespace
+    policy["spec"]["metrics"]["selector"] = {}
+    text = yaml.safe_dump(policy)
+    assert validate_yaml(text) == []
+    server = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=text)
+    assert server.returncode == 0, server.stderr

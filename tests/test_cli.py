@@ -19,6 +19,7 @@ INVALID = sorted((REPO / "examples" / "invalid").glob("*.yaml"))
 NAMED_FIELD = {
     "bad-selector.yaml": "spec.metrics.selector",
     "bad-window.yaml": "spec.metrics.window",
+    "empty-selector-value.yaml": "spec.metrics.selector: namespace: selector values must not",
     "managed-without-shape.yaml": "manageMaxNumSeqs",
     "min-above-max-replicas.yaml": "minReplicas (8) must be less than or equal to maxReplicas (4)",
     "negative-budget.yaml": "spec.budget.gpuSecondsPer1kRequests",

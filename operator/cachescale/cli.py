@@ -5,11 +5,16 @@ returns one of ``api.exit_codes.ExitCode``: 0 success, 1 invalid input (a bad po
 scenario), 2 usage error (argparse's own convention), 3 Prometheus could not be read
 (``cachescale signals``). Each subcommand is a small function that parses nothing itself
 and returns its exit code.
+
+A reader that stops early (``cachescale signals ... | head -1``) is handled here, once, for
+every subcommand: the closed pipe is not an error of the command, so it exits 0 with no
+traceback, and nothing below has to know about pipes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -156,11 +161,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush has no closed pipe to
+    fail on (it would print "Exception ignored" and exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        args = build_parser().parse_args(argv)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        status = handler(args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader of stdout went away, e.g. `| head -1`
+        _discard_stdout()
+        return ExitCode.OK
+    return status
 
 
 if __name__ == "__main__":

@@ -45,23 +45,46 @@ class Measured:
     """A signal's value with its unit, or unknown with the reason (exactly one of the two).
 
     Build with ``Measured.known(...)`` or ``Measured.unknown(...)``; ``value is None``
-    means unknown, and then ``reason`` says why.
+    means unknown, and then ``reason`` says why. A quantile read from a histogram
+    (``Measured.quantile(...)``) may also say how far its value can be trusted.
     """
 
     unit: Unit
     value: float | None = None
     reason: str | None = None
+    lower_bound: bool = False
+    """The true value is above ``value``, not at it: a quantile past the histogram's last
+    finite bucket, where ``histogram_quantile`` returns that bucket's bound (400 s for
+    SGLang's TTFT, 2,560 s for vLLM's)."""
+    bucket: tuple[float, float] | None = None
+    """``(lower, upper]``: the histogram bucket a quantile was interpolated in, given when
+    it is wider than twice its lower bound (the interpolated value may be far off)."""
 
     def __post_init__(self) -> None:
         if (self.value is None) == (self.reason is None):
             raise ValueError("a Measured is either a value or an unknown with a reason")
         if self.value is not None and not math.isfinite(self.value):
             raise ValueError(f"{self.value} is not a measurement; use Measured.unknown")
+        if self.value is None and (self.lower_bound or self.bucket is not None):
+            raise ValueError("only a known value can be a lower bound or lie in a bucket")
 
     @classmethod
     def known(cls, value: float, unit: Unit) -> Measured:
         """A measured, finite value."""
         return cls(unit=unit, value=float(value))
+
+    @classmethod
+    def quantile(
+        cls,
+        value: float,
+        unit: Unit,
+        *,
+        lower_bound: bool = False,
+        bucket: tuple[float, float] | None = None,
+    ) -> Measured:
+        """A quantile read from a histogram: a value, or (``lower_bound``) the bound it is
+        known to exceed; ``bucket`` when the bucket it lies in is wide."""
+        return cls(unit=unit, value=float(value), lower_bound=lower_bound, bucket=bucket)
 
     @classmethod
     def unknown(cls, reason: str, unit: Unit) -> Measured:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cachescale.api.crd import build_crd
+from cachescale.api.policy import CacheScalingPolicy
 from cachescale.api.validation import problems_in_document
 from tests.api.crd_emulation import crd_errors
 
@@ -106,6 +107,10 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ("selector-label", {"metrics.selector": {"model_name": "x", "namespace": "llm"}}, True, ""),
     ("selector-dash", {"metrics.selector": {"model-name": "x"}}, False, "selector"),
     ("selector-digit", {"metrics.selector": {"9pod": "x"}}, False, "selector"),
+    ("selector-empty-value", {"metrics.selector": {"namespace": ""}}, False, "selector"),
+    ("selector-one-empty", {"metrics.selector": {"a": "x", "namespace": ""}}, False, "selector"),
+    ("selector-blank-value", {"metrics.selector": {"namespace": " "}}, True, ""),
+    ("selector-empty-defaults", {"metrics.selector": {}}, True, ""),
     ("ttft-p95-tiny", {"slo.ttftP95Seconds": 0.001}, True, ""),
     ("ttft-p95-zero", {"slo.ttftP95Seconds": 0}, False, "ttftP95Seconds"),
     ("ttft-p99-equals-p95", {"slo.ttftP99Seconds": 1.0}, True, ""),
@@ -187,3 +192,13 @@ def test_crd_applies_the_same_defaults(crd: dict[str, Any]) -> None:
     assert defaulted["spec"]["cache"]["collapseWindows"] == 3
     assert defaulted["spec"]["batching"]["cooldown"] == "30m"
     assert defaulted["spec"]["metrics"]["window"] == "5m"
+
+
+def test_an_empty_or_absent_selector_reads_the_policy_namespace() -> None:
+    empty: dict[str, Any] = {"metrics.selector": {}}
+    for edits in (empty, {}):
+        spec = CacheScalingPolicy.model_validate(edited(edits)).spec
+        assert spec.metrics.selector_in("llm") == {"namespace": "llm"}
+    given = {"metrics.selector": {"model_name": "x"}}
+    spec = CacheScalingPolicy.model_validate(edited(given)).spec
+    assert spec.metrics.selector_in("llm") == {"model_name": "x"}

@@ -493,3 +493,17 @@ def test_an_invalid_stored_status_is_replaced_with_a_warning(
     )
     assert "conditions" in record.getMessage()
     assert isinstance(cluster.get(POLICIES, "vllm")["status"]["conditions"], list)
+
+
+def test_a_policy_without_a_selector_reads_only_its_own_namespace(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock, extra={"metrics": {"selector": {}}})
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    for query in prometheus.queries:
+        assert f'namespace="{NAMESPACE}"' in query, query

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -108,3 +109,18 @@ def test_static_scrape_config_lists_the_first_pods(
         {"namespace": "serving", "pod": "sglang-engine-1"},
     ]
     assert "engine sglang" in out
+
+
+def test_the_truth_is_rewritten_while_lingering(tmp_path: Path) -> None:
+    scenario = fixed_fleet_scenario(replicas=1, duration_s=2)
+    with run_emulator(tmp_path, scenario, "--linger", "5") as emulator:
+        first = emulator.wait_until_done()
+
+        def rewritten() -> dict[str, Any] | None:
+            truth = emulator.truth()
+            return truth if truth["wall_time_s"] > first["wall_time_s"] + 0.5 else None
+
+        later = wait_for(rewritten, timeout_s=4, what="a truth rewritten after the scenario ended")
+        assert emulator.process.poll() is None  # still lingering
+        assert later["done"] is True
+        assert later["sim_time_s"] == first["sim_time_s"]

@@ -124,6 +124,8 @@ def test_each_scrape_is_noted_with_the_state_it_exported() -> None:
     assert (first["finished_requests"], first["kv_usage"]) == (0, 0.25)
     assert (second["prefix_cache_hits_tokens"], second["waiting"]) == (50, 0)
     assert second["finished_requests"] == 1
+    assert first["finished_computed_tokens_at_most"]["50"] == 0
+    assert second["finished_computed_tokens_at_most"]["50"] == 1  # 100 - 50 computed
     truth.record_scrape(now_s=12.0, wall_time_s=1001.5)
     assert [s["sim_time_s"] for s in truth.scrapes] == [4.0, 12.0]  # 1.0 left the window
 

@@ -22,6 +22,12 @@ TTFT_BUCKETS = {"0.1": 0.4, "0.5": 1.6, "1.0": 2.0, "+Inf": 2.0}
 """Per second: p50 = 0.3, p95 = 0.875, p99 = 0.975 by linear interpolation."""
 ITL_BUCKETS = {"0.01": 0.0, "0.05": 50.0, "0.1": 100.0, "+Inf": 100.0}
 """Per second: p95 = 0.095."""
+SGLANG_TTFT_PAST_LAST = {"100.0": 0.1, "200.0": 0.2, "400.0": 0.3, "+Inf": 3.0}
+"""Per second, SGLang's top buckets: 90% of first tokens took over 400 s (its last finite
+bound), so p50, p95 and p99 are all past it."""
+VLLM_TTFT_WIDE = {"160.0": 0.0, "640.0": 1.0, "2560.0": 2.0, "+Inf": 2.0}
+"""Per second, vLLM's top buckets: p50 = 640 in (160, 640], p95 = 2,368 in (640, 2560],
+both interpolated in buckets four times as wide as their lower bound."""
 COMPUTED_BUCKETS = {"20.0": 0.2, "200.0": 0.8, "2000.0": 1.8, "+Inf": 2.0}
 """Per second, as prometheus_client renders bounds: 40% of requests computed <= 200."""
 
@@ -37,6 +43,7 @@ def vllm_pod(
     gauges: tuple[float, float, float] = (10, 2, 0.5),
     aborted: float = 1,
     queue_growth: float = 0,
+    ttft: dict[str, float] = TTFT_BUCKETS,
 ) -> None:
     """A vLLM pod at 2 req/s, 1000 prompt tokens/s looked up, 80% local hits, 200 output
     tokens/s (600 context tokens per request); ``gauges``
@@ -57,7 +64,7 @@ def vllm_pod(
         reset_at,
     )
     s.counter("vllm:num_preemptions_total", labels, 0.5, times, reset_at)
-    s.histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)
+    s.histogram("vllm:time_to_first_token_seconds", labels, ttft, 1.0, times)
     s.histogram(itl_name, labels, ITL_BUCKETS, 5.0, times)
     if histogram:
         s.histogram("vllm:request_prefill_kv_computed_tokens", labels, COMPUTED_BUCKETS, 400, times)
@@ -77,7 +84,9 @@ def ksm_pod(s: Series, namespace: str, pod: str, ready_at: float, times: list[fl
     s.gauge("kube_pod_status_ready", {**ids, "condition": "true"}, 1, times)
 
 
-def sglang_pod(s: Series, labels: dict[str, str], times: list[float]) -> None:
+def sglang_pod(
+    s: Series, labels: dict[str, str], times: list[float], ttft: dict[str, float] = TTFT_BUCKETS
+) -> None:
     """An SGLang pod: 1000 tokens/s, 60% local (device+host) and 10% storage hits, 300
     output tokens/s."""
     modes = {"input": 300, "device_hit": 500, "host_hit": 100, "storage_hit": 100}
@@ -88,7 +97,7 @@ def sglang_pod(s: Series, labels: dict[str, str], times: list[float]) -> None:
     s.counter("sglang:generation_tokens_total", labels, 300, times)
     s.counter("sglang:num_retracted_requests_total", labels, 0.1, times)
     s.gauge("sglang:cache_hit_rate", labels, 0.99, times)
-    s.histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, 1.0, times)
+    s.histogram("sglang:time_to_first_token_seconds", labels, ttft, 1.0, times)
     s.histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, 5.0, times)
     s.gauge("sglang:token_usage", labels, 0.4, times)
     s.gauge("sglang:num_queue_reqs", labels, 1, times)
@@ -128,6 +137,9 @@ def dataset() -> Series:
         vllm_pod(s, {"namespace": "twins", "model_name": model, "pod": f"{model}-a"}, FULL)
     vllm_pod(s, {**llm, "model_name": "nopod"}, FULL)
     sglang_pod(s, {**llm, "model_name": "sg", "pod": "sg-a", "tp_rank": "0"}, FULL)
+    slow = {**llm, "model_name": "sgslow", "pod": "sgslow-a"}
+    sglang_pod(s, slow, FULL, ttft=SGLANG_TTFT_PAST_LAST)
+    vllm_pod(s, {**llm, "model_name": "wide", "pod": "wide-a"}, FULL, ttft=VLLM_TTFT_WIDE)
     saturated = {**llm, "model_name": "saturated", "pod": "sat-a"}
     vllm_pod(s, saturated, FULL, gauges=(32, 0, 1.0), aborted=0.5, queue_growth=0.1)
     return s

@@ -51,6 +51,9 @@ def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
         (["--gpus-per-pod", "2"], "--gpus-per-pod and --replicas together"),
         (["--bearer-token-file", "/nonexistent/token"], "/nonexistent/token"),
         (["--selector", '__name__="up"'], "reserved"),
+        (["--selector", ""], "--selector: select at least one label"),
+        (["--selector", "  "], "--selector: select at least one label"),
+        (["--selector", 'namespace=""'], '--selector: namespace="" is empty'),
     ],
 )
 def test_invalid_input_exits_1_before_any_request(
@@ -139,3 +142,18 @@ def test_without_the_operator_extra_the_command_says_what_to_install(
     monkeypatch.delitem(sys.modules, "cachescale.gather.prometheus")
     assert run(steady(closed_port_url())) == ExitCode.INVALID
     assert "pip install 'cachescale[operator]'" in capsys.readouterr().err
+
+
+def test_a_ttft_past_the_last_bucket_prints_as_a_lower_bound(
+    synthetic_prometheus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    selector = 'namespace="llm",model_name="sgslow"'
+    argv = ["--prometheus", synthetic_prometheus, "--engine", "sglang", "--selector", selector]
+    assert run([*argv, "--at", AT.isoformat()]) == ExitCode.OK
+    table = capsys.readouterr().out
+    for label in ("p50", "p95", "p99"):
+        (line,) = [row for row in table.splitlines() if f"TTFT {label}" in row]
+        assert "> 400 s (past the histogram's last finite bucket" in line
+    assert run([*argv, "--at", AT.isoformat(), "--json"]) == ExitCode.OK
+    p95 = json.loads(capsys.readouterr().out)["signals"]["ttft_p95_seconds"]
+    assert p95 == {"value": 400.0, "unit": "s", "reason": None, "lower_bound": True}

@@ -71,7 +71,13 @@ def test_selector_string_is_parsed_into_exact_matchers() -> None:
     selector = Selector.parse(' namespace="llm" , model_name="llama \\"3\\"\\n" ')
     assert selector.labels == (("model_name", 'llama "3"\n'), ("namespace", "llm"))
     assert Selector.parse('{namespace="llm"}') == Selector.of({"namespace": "llm"})
-    assert Selector.parse("") == Selector(())
+
+
+@pytest.mark.parametrize("text", ["", "  ", "{}", 'namespace=""', 'namespace="llm",pod=""'])
+def test_an_empty_selector_or_an_empty_value_is_refused(text: str) -> None:
+    # No matcher reads every engine; name="" also matches series that lack the label.
+    with pytest.raises(SelectorError, match="empty"):
+        Selector.parse(text)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +103,7 @@ def test_selector_matches_result_labels_exactly() -> None:
     selector = Selector.of({"namespace": "llm", "model_name": "m"})
     assert selector.matches({"namespace": "llm", "model_name": "m", "pod": "a"})
     assert not selector.matches({"namespace": "llm", "model_name": "m2"})
-    assert Selector.of({"tenant": ""}).matches({"namespace": "llm"})
+    assert Selector((("tenant", ""),)).matches({"namespace": "llm"})  # absent equals ""
 
 
 @pytest.mark.parametrize("profile", list(MetricsGeneration))

@@ -8,11 +8,14 @@ kube-state-metrics, and the unknowns of the honesty rules.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 
+from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import Engine
+from cachescale.decide import decide, words
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.promql import QueryScope, Selector, build_queries, split_by_selector
 from cachescale.gather.signals import (
@@ -21,7 +24,8 @@ from cachescale.gather.signals import (
     compute_signals,
     gather_signals,
 )
-from cachescale.snapshot import EngineSignals, MetricsGeneration
+from cachescale.snapshot import EngineSignals, MetricsGeneration, Snapshot
+from tests.decide.decide_builders import learned, spec, workload
 from tests.gather.gather_dataset import AT, WINDOW_S
 
 
@@ -164,8 +168,9 @@ def test_lookup_counter_flat_under_traffic_is_unknown_with_the_reason(
     snapshot = read(client, namespace="llm", model_name="nolookups")
     assert snapshot.requests_per_second.value == pytest.approx(2.0)
     assert snapshot.token_hit_rate_local.value is None
-    assert "did not increase although requests finished" in str(
-        snapshot.token_hit_rate_local.reason
+    assert re.search(
+        r"did not increase although [0-9.]+ requests/s finished",
+        str(snapshot.token_hit_rate_local.reason),
     )
 
 
@@ -214,3 +219,37 @@ def test_shared_query_split_back_per_policy_equals_separate_queries(
             request, detection, queries, split_by_selector(shared, selector), AT
         )
         assert split == alone
+
+
+def test_sglang_ttft_past_its_last_bucket_is_a_lower_bound_and_breaches(
+    client: PrometheusClient,
+) -> None:
+    # 90% of first tokens over 400 s, SGLang's last finite bound: Prometheus answers 400
+    # for p50, p95 and p99 alike; none of them is a value, each is "> 400 s".
+    engine = read(client, Engine.SGLANG, namespace="llm", model_name="sgslow")
+    for quantile in (engine.ttft_p50_seconds, engine.ttft_p95_seconds, engine.ttft_p99_seconds):
+        assert quantile.value == pytest.approx(400.0)
+        assert quantile.lower_bound
+        assert words.latency(quantile) == "> 400 s"
+    # The decision engine reads it as above the SLO, and says "> 400 s".
+    decision = decide(spec(), Snapshot(engine, workload()), learned(), AT)
+    (finding,) = [f for f in decision.findings if f.diagnosis is Diagnosis.SLO_AT_RISK]
+    assert "TTFT p95 > 400 s above the 1.00 s SLO" in finding.evidence
+
+
+def test_a_quantile_in_a_wide_bucket_carries_the_bucket(client: PrometheusClient) -> None:
+    engine = read(client, namespace="llm", model_name="wide")
+    assert engine.ttft_p95_seconds.value == pytest.approx(2368.0)
+    assert engine.ttft_p95_seconds.bucket == (640.0, 2560.0)
+    assert not engine.ttft_p95_seconds.lower_bound
+    assert words.latency(engine.ttft_p95_seconds) == "2,368 s (bucket 640–2,560 s)"
+    assert engine.ttft_p50_seconds.bucket == (160.0, 640.0)
+    assert engine.itl_p95_seconds.bucket is None  # 0.095 in (0.05, 0.1]: not wide
+
+
+def test_quantiles_in_narrow_buckets_are_plain_values(client: PrometheusClient) -> None:
+    engine = read(client, namespace="llm", model_name="steady")
+    p95 = engine.ttft_p95_seconds  # 0.875 in (0.5, 1]: exactly twice its lower bound
+    assert p95.value == pytest.approx(0.875)
+    assert (p95.lower_bound, p95.bucket) == (False, None)
+    assert engine.ttft_p50_seconds.bucket == (0.1, 0.5)  # five times: stated

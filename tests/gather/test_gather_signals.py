@@ -189,7 +189,7 @@ def test_no_samples_at_all_is_all_unknown_with_the_profile() -> None:
 
 def test_requests_without_computed_histogram_increase_is_unknown() -> None:
     snapshot = compute(healthy() | {QueryKey.COMPUTED_COUNT: fleet(0)})
-    assert "did not increase although requests finished" in str(
+    assert "did not increase although 2 requests/s finished" in str(
         snapshot.request_full_hit_share.reason
     )
     assert snapshot.prefill_tokens_per_request.reason == "no requests finished in the window"
@@ -336,3 +336,34 @@ def test_a_rejected_demand_query_leaves_the_other_signals(fake: FakePrometheus) 
     assert "HTTP 400 Bad Request (bad_data)" in str(snapshot.arrivals_per_second.reason)
     assert "parse error" not in str(snapshot.arrivals_per_second.reason)  # never the body
     assert snapshot.requests_per_second.value == 21
+
+
+def test_unreadable_sample_count_is_not_reported_as_zero_samples() -> None:
+    snapshot = compute(healthy() | {QueryKey.POD_SAMPLES: per_pod(a=math.nan)})
+    reason = str(snapshot.requests_per_second.reason)
+    assert snapshot.requests_per_second.value is None
+    assert "0 sample" not in reason
+    assert "sample count per series could not be read" in reason
+    assert "returned nan for vllm:num_requests_running" in reason
+    (pod,) = snapshot.pods
+    assert "this pod's sample count could not be read" in str(pod.token_hit_rate.reason)
+
+
+def test_nan_quantile_with_an_unknown_request_rate_is_not_called_no_traffic() -> None:
+    snapshot = compute(
+        healthy() | {QueryKey.REQUESTS: fleet(math.nan), QueryKey.TTFT_P95: fleet(math.nan)}
+    )
+    reason = str(snapshot.ttft_p95_seconds.reason)
+    assert "no traffic" not in reason
+    assert "the request rate is unknown" in reason
+    assert "returned nan for vllm:request_success_total" in reason
+
+
+def test_each_empty_ratio_names_the_request_rate_seen() -> None:
+    zero = compute(healthy() | {QueryKey.REQUESTS: fleet(0), QueryKey.TTFT_P95: fleet(math.nan)})
+    assert zero.ttft_p95_seconds.reason == (
+        "no traffic: no observations of vllm:time_to_first_token_seconds_bucket in the window"
+    )
+    busy = compute(healthy() | {QueryKey.TTFT_P95: fleet(math.nan), QueryKey.LOOKED_UP: fleet(0)})
+    assert "although 2 requests/s finished" in str(busy.ttft_p95_seconds.reason)
+    assert "although 2 requests/s finished" in str(busy.token_hit_rate_local.reason)

@@ -14,7 +14,7 @@ class ExitCode(IntEnum):
     """A subcommand's exit status."""
 
     OK = 0
-    """Success."""
+    """Success; also when the reader of stdout stopped early (``| head -1``)."""
     INVALID = 1
     """Invalid input: a bad policy or scenario, an unreadable file, a port already taken."""
     USAGE = 2

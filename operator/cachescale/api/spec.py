@@ -110,13 +110,21 @@ class PrometheusAuth(ApiModel):
     """Skip TLS verification. Off by default; only for test clusters."""
 
 
-def _check_label_names(selector: dict[str, str]) -> dict[str, str]:
-    for name in selector:
+EMPTY_LABEL_VALUE = (
+    "selector values must not be empty: in PromQL an empty value also matches every series "
+    "that lacks the label"
+)
+
+
+def _check_selector(selector: dict[str, str]) -> dict[str, str]:
+    for name, value in selector.items():
         if not _PROMETHEUS_LABEL_NAME_RE.fullmatch(name):
             raise ValueError(
                 f"{name!r} is not a Prometheus label name "
                 "(letters, digits and underscores, not starting with a digit)"
             )
+        if not value:
+            raise ValueError(f"{name}: {EMPTY_LABEL_VALUE}")
     return selector
 
 
@@ -130,6 +138,11 @@ class MetricsSpec(ApiModel):
                     "rule": "!has(self.selector) || "
                     "self.selector.all(k, k.matches('^[a-zA-Z_][a-zA-Z0-9_]*$'))",
                     "message": "selector keys must be Prometheus label names",
+                },
+                {
+                    "rule": "!has(self.selector) || "
+                    "self.selector.all(k, size(self.selector[k]) > 0)",
+                    "message": EMPTY_LABEL_VALUE,
                 },
                 {
                     "rule": "duration(self.window) >= duration('1m')",
@@ -151,11 +164,13 @@ class MetricsSpec(ApiModel):
     """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090."""
     auth: PrometheusAuth | None = None
     """Optional bearer token and CA bundle, both read from Secrets."""
-    selector: Annotated[dict[str, str], AfterValidator(_check_label_names)] = Field(
+    selector: Annotated[dict[str, str], AfterValidator(_check_selector)] = Field(
         default_factory=dict, max_length=16
     )
     """Label matchers (name: exact value) selecting this Deployment's engine series,
-    e.g. {namespace: llm, model_name: llama-3-8b}. Values are escaped, never spliced."""
+    e.g. {namespace: llm, model_name: llama-3-8b}. Values are escaped, never spliced, and
+    must not be empty. Left out or {}, it is {namespace: <the policy's namespace>}: a policy
+    never reads every engine in Prometheus."""
     window: Duration = "5m"
     """Window over which rates and quantiles are computed (at least 1m)."""
     interval: Duration = "30s"
@@ -167,6 +182,11 @@ class MetricsSpec(ApiModel):
     when a gateway or ingress counts requests the engines never see. Sent verbatim with
     this policy's Prometheus credentials; any other answer leaves the arrival rate
     unknown, with the reason in status."""
+
+    def selector_in(self, namespace: str) -> dict[str, str]:
+        """The selector a policy in ``namespace`` reads with: its own, or when it gives
+        none, ``{namespace: <namespace>}``."""
+        return dict(self.selector) or {"namespace": namespace}
 
     @field_validator("window")
     @classmethod

@@ -72,6 +72,17 @@ class UnknownSignal(ApiModel):
     """Why it is unknown (series absent, NaN, too few samples, Prometheus unreachable...)."""
 
 
+class QualifiedSignal(ApiModel):
+    """A quantile whose number alone would mislead, as it should be read."""
+
+    signal: str = Field(max_length=128)
+    """The signal's status field name, e.g. ttftP95Seconds."""
+    reads: str = Field(max_length=256)
+    """How to read it: "> 400 s" when it is past the histogram's last finite bucket (the
+    number in the field is only a lower bound), or "1,200 s (bucket 640–2,560 s)" when the
+    bucket it was interpolated in is wider than twice its lower bound."""
+
+
 class ObservedSignals(ApiModel):
     """Signals over the policy's window at the last evaluation; absent means unknown."""
 
@@ -109,6 +120,8 @@ class ObservedSignals(ApiModel):
     """When these signals were read."""
     unknown_signals: list[UnknownSignal] = Field(default_factory=list, max_length=32)
     """Signals that could not be read, each with the reason."""
+    qualified_signals: list[QualifiedSignal] = Field(default_factory=list, max_length=8)
+    """Latency quantiles that are only a lower bound or lie in a wide bucket, as read."""
 
 
 class Baseline(ApiModel):

@@ -268,7 +268,7 @@ def _signals(
         config = _prometheus_config(operator, policy.namespace, spec)
         request = SignalRequest(
             engine=spec.target.engine,
-            selector=Selector.of(spec.metrics.selector),
+            selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
             window_seconds=window,
             gpus_per_pod=target.state.gpus_per_pod or None,
             ready_replicas=target.state.ready_replicas,

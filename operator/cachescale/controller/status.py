@@ -23,9 +23,10 @@ from cachescale.api.status import (
     ConditionType,
     DecisionRecord,
     ObservedSignals,
+    QualifiedSignal,
     UnknownSignal,
 )
-from cachescale.decide import Decision
+from cachescale.decide import Decision, words
 from cachescale.decide.conditions import ConditionVerdict
 from cachescale.snapshot import Snapshot, Unit
 
@@ -158,11 +159,14 @@ def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> Observ
     measured = signals.signals()
     values: dict[str, Any] = {}
     unknown = []
+    qualified = []
     for name, field in STATUS_FIELDS.items():
         value = measured[name]
         if value.value is not None:
             bounded = min(value.value, 1.0) if value.unit is Unit.RATIO else value.value
             values[field] = max(0.0, bounded)
+            if value.lower_bound or value.bucket is not None:
+                qualified.append(QualifiedSignal(signal=field, reads=words.latency(value)))
         else:
             unknown.append(UnknownSignal(signal=field, reason=str(value.reason)[:1024]))
     warm = signals.warm_token_hit_rate(warmup_seconds)
@@ -178,6 +182,7 @@ def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> Observ
             "maxNumSeqs": workload.max_num_seqs,
             "observedAt": now,
             "unknownSignals": [u.to_wire() for u in unknown[:32]],
+            "qualifiedSignals": [q.to_wire() for q in qualified],
         }
     )
 

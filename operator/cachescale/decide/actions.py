@@ -15,7 +15,7 @@ from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.thresholds import MIN_RELEASE_STEP
-from cachescale.snapshot import Snapshot
+from cachescale.snapshot import Measured, Snapshot
 
 
 def sacrificed(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> bool:
@@ -27,12 +27,13 @@ def sacrificed(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> bool:
     )
 
 
-def sacrifice_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan, p95: float | None) -> str:
+def sacrifice_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan, p95: Measured) -> str:
     """The plain statement that latency is being sacrificed, and how much."""
+    slo = words.seconds(spec.slo.ttft_p95_seconds)
     latency = (
-        f"TTFT p95 {words.seconds(p95)} against the {words.seconds(spec.slo.ttft_p95_seconds)} SLO"
-        if p95 is not None
-        else f"TTFT over the {words.seconds(spec.slo.ttft_p95_seconds)} SLO"
+        f"TTFT p95 {words.latency(p95)} against the {slo} SLO"
+        if p95.is_known
+        else f"TTFT over the {slo} SLO"
     )
     return (
         f"latency is being sacrificed to the budget (onCollapse: CapAtBudget): {latency}; "
@@ -41,7 +42,7 @@ def sacrifice_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan, p95: float
 
 
 def collapse_action(
-    spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None, p95: float | None
+    spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None, p95: Measured
 ) -> str:
     """What a collapse did to the replicas, for the collapse alert's message."""
     top = plan.envelope.max_replicas

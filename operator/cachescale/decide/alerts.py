@@ -71,7 +71,7 @@ def alert_rules(
         demand(snapshot),
     )
     costs = f"; {extra.words()}" if extra is not None else ""
-    p95 = snapshot.signals.ttft_p95_seconds.value
+    p95 = snapshot.signals.ttft_p95_seconds
     collapse = by.get(Diagnosis.PREFIX_COLLAPSE)
     if collapse is not None:
         wanted[Diagnosis.PREFIX_COLLAPSE] = (

@@ -66,9 +66,12 @@ def run_checks(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
     ceiling = batch_ceiling(spec, snapshot)
     p95 = signals.ttft_p95_seconds.value
     p99 = signals.ttft_p99_seconds.value
-    breach = p95 is not None and p95 > spec.slo.ttft_p95_seconds
+    # A quantile past the histogram's last bucket (a lower bound) counts as above the SLO.
+    breach = p95 is not None and (
+        p95 > spec.slo.ttft_p95_seconds or signals.ttft_p95_seconds.lower_bound
+    )
     if spec.slo.ttft_p99_seconds is not None and p99 is not None:
-        breach = breach or p99 > spec.slo.ttft_p99_seconds
+        breach = breach or p99 > spec.slo.ttft_p99_seconds or signals.ttft_p99_seconds.lower_bound
     cost = signals.gpu_seconds_per_1k_requests.value
     warmup = float(spec.cache.pod_warmup_seconds)
     ages = snapshot.workload.pod_ages_seconds
@@ -85,7 +88,9 @@ def run_checks(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
             _cache_at_baseline(collapse),
         ),
         slo_breach=breach,
-        slo_comfortable=p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
+        slo_comfortable=p95 is not None
+        and not signals.ttft_p95_seconds.lower_bound
+        and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
         over_budget=cost is not None and cost > spec.budget.gpu_seconds_per_1k_requests,
         cold_pods=sum(1 for age in ages if age < warmup),
     )
@@ -206,12 +211,12 @@ def _cache_degraded(facts: Facts) -> Finding | None:
 
 
 def _slo_at_risk(facts: Facts) -> Finding | None:
-    p95 = facts.snapshot.signals.ttft_p95_seconds.value
-    if not facts.results.slo_breach or p95 is None:
+    p95 = facts.snapshot.signals.ttft_p95_seconds
+    if not facts.results.slo_breach or not p95.is_known:
         return None
     return Finding(
         Diagnosis.SLO_AT_RISK,
-        f"TTFT p95 {words.seconds(p95)} above the "
+        f"TTFT p95 {words.latency(p95)} above the "
         f"{words.seconds(facts.spec.slo.ttft_p95_seconds)} SLO",
     )
 
@@ -304,7 +309,7 @@ def _healthy_evidence(facts: Facts) -> str:
         parts.append(f"baseline {words.ratio(collapse.baseline)}")
     else:
         parts.append("baseline still being learned")
-    p95 = facts.snapshot.signals.ttft_p95_seconds.value
-    if p95 is not None:
-        parts.append(f"TTFT p95 {words.seconds(p95)}")
+    p95 = facts.snapshot.signals.ttft_p95_seconds
+    if p95.is_known:
+        parts.append(f"TTFT p95 {words.latency(p95)}")
     return ", ".join(parts)

@@ -137,13 +137,13 @@ def _slo_condition(
     kind = ConditionType.SLO_MET
     if Diagnosis.SLO_AT_RISK in by:
         return _failing(kind, by[Diagnosis.SLO_AT_RISK])
-    p95 = snapshot.signals.ttft_p95_seconds.value
-    assert p95 is not None  # a required signal
+    p95 = snapshot.signals.ttft_p95_seconds
+    assert p95.is_known  # a required signal
     return ConditionVerdict(
         kind,
         ConditionStatus.TRUE,
         ConditionReason.TTFT_WITHIN_SLO,
-        f"TTFT p95 {words.seconds(p95)} within the {words.seconds(spec.slo.ttft_p95_seconds)} SLO",
+        f"TTFT p95 {words.latency(p95)} within the {words.seconds(spec.slo.ttft_p95_seconds)} SLO",
     )
 
 

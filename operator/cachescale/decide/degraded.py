@@ -125,7 +125,7 @@ def _evidence(
     snapshot: Snapshot,
     memory: Memory,
     inputs: DegradedInputs,
-    extra: ExtraCost,
+    extra: ExtraCost | None,
 ) -> str:
     assert collapse.warm_hit_rate.value is not None
     assert collapse.baseline is not None

@@ -2,9 +2,13 @@
 
 Every decision message carries its evidence; these keep the formatting of that evidence
 uniform (two decimals for ratios, thousands separators for token counts, units always).
+A latency quantile also says how far it can be trusted: ``> 400 s`` when it is past the
+histogram's last finite bucket, its bucket beside it when that bucket is wide.
 """
 
 from __future__ import annotations
+
+from cachescale.snapshot import Measured
 
 
 def ratio(value: float) -> str:
@@ -23,8 +27,21 @@ def rate(value: float) -> str:
 
 
 def seconds(value: float) -> str:
-    """A latency: ``0.58 s``."""
-    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+    """A latency: ``0.58 s``, ``2,368 s``."""
+    return f"{value:.2f} s" if value < 10 else f"{value:,.0f} s"
+
+
+def latency(quantile: Measured) -> str:
+    """A latency quantile as read: ``0.58 s``; ``> 400 s`` when only a lower bound is
+    known; ``1.3 s (bucket 1–2.5 s)`` when its bucket is wide; ``unknown`` if unknown."""
+    if quantile.value is None:
+        return "unknown"
+    if quantile.lower_bound:
+        return f"> {seconds(quantile.value)}"
+    if quantile.bucket is not None:
+        low, high = quantile.bucket
+        return f"{seconds(quantile.value)} (bucket {low:,g}–{high:,g} s)"
+    return seconds(quantile.value)
 
 
 def cost(value: float) -> str:

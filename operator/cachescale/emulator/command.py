@@ -165,16 +165,16 @@ class _Outputs:
     def step(self, changes: TargetChanges) -> None:
         """Report and record one step's changes; rewrite the truth when it is due."""
         now_s = self._emulator.simulation.now_s
+        if changes and self._file_sd is not None:
+            write_file_sd(self._file_sd, self._emulator.targets())
+        if time.monotonic() >= self._truth_due:
+            self.write_truth()
         for target in changes.removed:
             print(f"[sim {now_s:8.1f}s] - {target.namespace}/{target.pod}", flush=True)
         for target in changes.added:
             print(
                 f"[sim {now_s:8.1f}s] + {target.namespace}/{target.pod}  {target.url}", flush=True
             )
-        if changes and self._file_sd is not None:
-            write_file_sd(self._file_sd, self._emulator.targets())
-        if time.monotonic() >= self._truth_due:
-            self.write_truth()
 
     def write_truth(self) -> None:
         """Rewrite the ground-truth file now (if one was asked for)."""
@@ -183,6 +183,16 @@ class _Outputs:
         snapshot = self._emulator.truth_snapshot()
         write_atomically(self._truth, json.dumps(snapshot, indent=1, allow_nan=False) + "\n")
         self._truth_due = time.monotonic() + self._truth_every_s
+
+    def linger(self, stop: threading.Event, seconds: float) -> None:
+        """Keep serving for ``seconds`` (or until ``stop``), rewriting the truth on its
+        interval: scrapes served while lingering reach the truth file too."""
+        self.write_truth()
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not stop.wait(
+            min(left, self._truth_every_s)
+        ):
+            self.write_truth()
 
     def banner(self, scenario: Scenario) -> None:
         """The start-up line: what runs, as what, how fast."""
@@ -250,8 +260,7 @@ def _emulate(
         print(
             f"{PROG}: scenario finished; serving the final state for {args.linger:g}s", flush=True
         )
-        outputs.write_truth()
-        stop.wait(args.linger)
+        outputs.linger(stop, args.linger)
 
 
 def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> int:
@@ -261,12 +270,15 @@ def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> i
     with _stop_on_signals(stop):
         try:
             _emulate(emulator, outputs, stop, args)
+        except BrokenPipeError:  # stdout's reader left: the CLI's to handle, not bad input
+            raise
         except OSError as error:  # a port already taken, an unwritable file
             print(f"{PROG}: {error}", file=sys.stderr)
             status = ExitCode.INVALID
         finally:
-            outputs.step(emulator.close())
+            closed = emulator.close()
             outputs.write_truth()
+            outputs.step(closed)  # prints last: a closed stdout must not skip the files
     print(f"{PROG}: stopped at simulated {emulator.simulation.now_s:.1f}s", flush=True)
     return status
 

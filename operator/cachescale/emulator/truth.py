@@ -132,6 +132,7 @@ class PodTruth:
         self.scrapes.append(
             {"wall_time_s": wall_time_s, "sim_time_s": now_s, **self.gauges(now_s)}
             | self.counters()
+            | {"finished_computed_tokens_at_most": self.computed_tokens_at_most()}
         )
         self.forget_before(now_s - self.window_sim_s)
 
@@ -161,6 +162,13 @@ class PodTruth:
             "finished_computed_tokens": self.prompt_tokens - self.cached_tokens,
         }
 
+    def computed_tokens_at_most(self) -> dict[str, int]:
+        """Finished requests whose computed prompt tokens are at most each bucket bound."""
+        return {
+            str(bound): count
+            for bound, count in zip(COMPUTED_TOKEN_BOUNDS, self.computed_at_most, strict=True)
+        }
+
     def gauges(self, now_s: float) -> dict[str, float]:
         """The engine's gauges now, and the GPU-seconds held since the start."""
         engine = self.pod.engine
@@ -185,10 +193,7 @@ class PodTruth:
             "gpus": pod.gpus,
             **self.gauges(now_s),
             **self.counters(),
-            "finished_computed_tokens_at_most": {
-                str(bound): count
-                for bound, count in zip(COMPUTED_TOKEN_BOUNDS, self.computed_at_most, strict=True)
-            },
+            "finished_computed_tokens_at_most": self.computed_tokens_at_most(),
             "ttft_s": ttft_summary(self.ttft),
             "ttft_recent_s": ttft_summary(self.recent_ttfts()),
             "recent_requests": request_columns(self.finished - len(self.recent), self.recent),

@@ -233,7 +233,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measured_json(measured: Measured) -> dict[str, object]:
-    return {"value": measured.value, "unit": measured.unit.value, "reason": measured.reason}
+    out: dict[str, object] = {
+        "value": measured.value,
+        "unit": measured.unit.value,
+        "reason": measured.reason,
+    }
+    if measured.lower_bound:
+        out["lower_bound"] = True  # the true value is above "value"
+    if measured.bucket is not None:
+        out["bucket"] = list(measured.bucket)
+    return out
 
 
 def _pod_json(pod: PodSignals) -> dict[str, object]:
@@ -262,12 +271,21 @@ def snapshot_json(snapshot: EngineSignals, selector: Selector) -> dict[str, obje
 
 
 def format_value(measured: Measured) -> str:
-    """``0.853 (85.3%)``, ``1.42 s``, or ``unknown: reason``."""
+    """``0.853 (85.3%)``, ``1.42 s``, ``> 400 s (...)``, ``1.42 s (bucket 1–2.5 s)``, or
+    ``unknown: reason``."""
     if measured.value is None:
         return f"unknown: {measured.reason}"
     value = measured.value
     if measured.unit is Unit.RATIO:
         return f"{value:.3f} ({value:.1%})"
+    if measured.lower_bound:
+        return (
+            f"> {value:.4g} {measured.unit.value} (past the histogram's last finite bucket: "
+            "only a lower bound is known)"
+        )
+    if measured.bucket is not None:
+        low, high = measured.bucket
+        return f"{value:.4g} {measured.unit.value} (bucket {low:,g}–{high:,g} s)"
     return f"{value:.4g} {measured.unit.value}"
 
 

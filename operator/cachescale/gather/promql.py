@@ -96,7 +96,22 @@ class Selector:
 
     @classmethod
     def of(cls, matchers: Mapping[str, str]) -> Selector:
-        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``."""
+        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``.
+
+        It must match on at least one label, each with a value: no matcher would read every
+        engine in Prometheus, and ``name=""`` also matches every series without ``name``.
+        """
+        if not matchers:
+            raise SelectorError(
+                'select at least one label, e.g. namespace="llm": an empty selector would '
+                "read every engine in Prometheus"
+            )
+        for name, value in matchers.items():
+            if not value:
+                raise SelectorError(
+                    f'{name}="" is empty: in PromQL it also matches every series without '
+                    f"{name!r}; give its value"
+                )
         return cls(tuple(sorted((check_label_name(k), v) for k, v in matchers.items())))
 
     @classmethod
@@ -220,6 +235,8 @@ class QueryKey(StrEnum):
     TTFT_P95 = "ttft_p95"
     TTFT_P99 = "ttft_p99"
     ITL_P95 = "itl_p95"
+    TTFT_BUCKETS = "ttft_buckets"
+    ITL_BUCKETS = "itl_buckets"
     KV_USAGE = "kv_usage"
     GPU_SECONDS = "gpu_seconds"
     CONTEXT_TOKENS = "context_tokens"
@@ -303,6 +320,13 @@ _VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
 _SGLANG_COMPUTED = _Counter(_SGLANG_EFFECTIVE, 'mode="input"')
 
 TTFT_QUANTILES = {QueryKey.TTFT_P50: 0.5, QueryKey.TTFT_P95: 0.95, QueryKey.TTFT_P99: 0.99}
+QUANTILES = {**TTFT_QUANTILES, QueryKey.ITL_P95: 0.95}
+"""Every quantile query and its q."""
+QUANTILE_BUCKETS = {
+    **dict.fromkeys(TTFT_QUANTILES, QueryKey.TTFT_BUCKETS),
+    QueryKey.ITL_P95: QueryKey.ITL_BUCKETS,
+}
+"""Every quantile query and the query of the buckets it is computed from."""
 
 
 def duration(seconds: float) -> str:
@@ -428,6 +452,9 @@ def build_queries(
     }
     for key, q in TTFT_QUANTILES.items():
         queries[key] = Query(b.quantile(q, (fam.ttft,)), fam.ttft + "_bucket")
+    # The buckets themselves: where each quantile lies, and whether it is past the last.
+    queries[QueryKey.TTFT_BUCKETS] = Query(b.buckets((fam.ttft,)), fam.ttft + "_bucket")
+    queries[QueryKey.ITL_BUCKETS] = Query(b.buckets(fam.itl), fam.itl[0] + "_bucket")
     queries.update(_prefill_queries(profile, b))
     if kube_state_metrics:
         queries[QueryKey.POD_AGE] = Query(b.pod_age(fam.running), "kube_pod_status_ready_time")

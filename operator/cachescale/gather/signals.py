@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 from cachescale.api.spec import Engine
 from cachescale.gather.promql import (
     POD_LABEL,
+    QUANTILE_BUCKETS,
+    QUANTILES,
     Detection,
     Query,
     QueryKey,
@@ -273,23 +275,22 @@ class _Computation:
                 notes=notes,
             )
         rps = self.fleet(QueryKey.REQUESTS, Unit.REQUESTS_PER_SECOND)
-        traffic = rps.value is not None and rps.value > 0
-        full_hit_share, full_hit_bound = self._full_hit_share(traffic)
+        full_hit_share, full_hit_bound = self._full_hit_share(rps)
         pods, pod_note = self._pods(samples)
-        gate = self._rate_gate(max(s.value or 0.0 for s in samples.values()))
+        gate = self._rate_gate(samples)
         return EngineSignals(
             profile=self._profile,
             observed_at=at,
             window_seconds=self._request.window_seconds,
-            token_hit_rate_local=gate(self._hit_rate(traffic)),
-            token_hit_rate_with_external=gate(self._hit_rate_with_external(traffic)),
+            token_hit_rate_local=gate(self._hit_rate(rps)),
+            token_hit_rate_with_external=gate(self._hit_rate_with_external(rps)),
             request_full_hit_share=gate(full_hit_share),
             full_hit_max_computed_tokens=full_hit_bound,
             prefill_tokens_per_request=gate(self._prefill_per_request(rps)),
-            ttft_p50_seconds=gate(self._quantile(QueryKey.TTFT_P50, traffic)),
-            ttft_p95_seconds=gate(self._quantile(QueryKey.TTFT_P95, traffic)),
-            ttft_p99_seconds=gate(self._quantile(QueryKey.TTFT_P99, traffic)),
-            itl_p95_seconds=gate(self._quantile(QueryKey.ITL_P95, traffic)),
+            ttft_p50_seconds=gate(self._quantile(QueryKey.TTFT_P50, rps)),
+            ttft_p95_seconds=gate(self._quantile(QueryKey.TTFT_P95, rps)),
+            ttft_p99_seconds=gate(self._quantile(QueryKey.TTFT_P99, rps)),
+            itl_p95_seconds=gate(self._quantile(QueryKey.ITL_P95, rps)),
             requests_per_second=gate(rps),
             arrivals_per_second=(
                 demand
@@ -315,43 +316,62 @@ class _Computation:
             notes=notes + ((pod_note,) if pod_note else ()),
         )
 
-    def _rate_gate(self, samples: float) -> Callable[[Measured], Measured]:
-        """Identity, or (too few samples for a rate) a function making a signal unknown."""
-        if samples >= self._request.min_samples:
+    def _rate_gate(self, samples: Mapping[str, Measured]) -> Callable[[Measured], Measured]:
+        """Identity, or (too few samples for a rate) a function making a signal unknown.
+
+        The reason says what was seen: the largest sample count, or that no count could be
+        read at all (never "0 samples" for a count Prometheus did not give)."""
+        counts = [s.value for s in samples.values() if s.value is not None]
+        most = max(counts, default=None)
+        if most is not None and most >= self._request.min_samples:
             return lambda measured: measured
-        reason = (
-            f"only {samples:g} sample(s) per series in the {self._window} window; rates need "
-            f"at least {self._request.min_samples} (just started, or the window is shorter "
-            "than two scrape intervals)"
-        )
+        needs = f"rates need at least {self._request.min_samples}"
+        if most is None:
+            unread = next(s.reason for s in samples.values() if s.reason is not None)
+            reason = f"the sample count per series could not be read ({unread}); {needs}"
+        else:
+            reason = (
+                f"only {most:g} sample(s) per series in the {self._window} window; {needs} "
+                "(just started, or the window is shorter than two scrape intervals)"
+            )
         return lambda measured: _unknown(reason, measured.unit)
 
-    def _no_lookups(self, traffic: bool) -> str:
-        if traffic:
-            return (
-                f"{self._reads(QueryKey.LOOKED_UP)} did not increase although requests "
-                "finished: prefix caching is off, or lookups were skipped"
-            )
-        return "no traffic: no prompt tokens were looked up in the window"
+    def _no_traffic(self, rps: Measured, nothing: str) -> str | None:
+        """Why ``nothing`` happened when the request rate is zero or unknown; None when
+        requests did finish (the caller then names the series that should have moved).
 
-    def _hit_rate(self, traffic: bool) -> Measured:
+        Zero finished requests is "no traffic"; an unknown rate is not, and the reason
+        carries why it is unknown."""
+        if rps.value is None:
+            return f"{nothing} in the window, and the request rate is unknown: {rps.reason}"
+        if rps.value == 0:
+            return f"no traffic: {nothing} in the window"
+        return None
+
+    def _no_lookups(self, rps: Measured) -> str:
+        return self._no_traffic(rps, "no prompt tokens were looked up") or (
+            f"{self._reads(QueryKey.LOOKED_UP)} did not increase although {rps.value:.3g} "
+            "requests/s finished: prefix caching is off, or lookups were skipped"
+        )
+
+    def _hit_rate(self, rps: Measured) -> Measured:
         return _ratio(
             self.fleet(QueryKey.HITS_LOCAL, Unit.TOKENS_PER_SECOND),
             self.fleet(QueryKey.LOOKED_UP, Unit.TOKENS_PER_SECOND),
             Unit.RATIO,
-            self._no_lookups(traffic),
+            self._no_lookups(rps),
         )
 
-    def _hit_rate_with_external(self, traffic: bool) -> Measured:
+    def _hit_rate_with_external(self, rps: Measured) -> Measured:
         local = self.fleet(QueryKey.HITS_LOCAL, Unit.TOKENS_PER_SECOND)
         external = self.fleet(QueryKey.HITS_EXTERNAL, Unit.TOKENS_PER_SECOND)
         if local.value is None or external.value is None:
             return _unknown(str(local.reason or external.reason), Unit.RATIO)
         both = Measured.known(local.value + external.value, Unit.TOKENS_PER_SECOND)
         looked_up = self.fleet(QueryKey.LOOKED_UP, Unit.TOKENS_PER_SECOND)
-        return _ratio(both, looked_up, Unit.RATIO, self._no_lookups(traffic))
+        return _ratio(both, looked_up, Unit.RATIO, self._no_lookups(rps))
 
-    def _full_hit_share(self, traffic: bool) -> tuple[Measured, float | None]:
+    def _full_hit_share(self, rps: Measured) -> tuple[Measured, float | None]:
         """Share of requests at or under the threshold, read at the highest bucket bound
         not above it; also returns that bound."""
         if self._profile in _NO_FULL_HIT_HISTOGRAM:
@@ -368,10 +388,9 @@ class _Computation:
             )
             return _unknown(reason, Unit.RATIO), None
         bound = max(bounds)
-        zero = (
-            f"{self._reads(QueryKey.COMPUTED_COUNT)} did not increase although requests finished"
-            if traffic
-            else "no requests finished in the window"
+        zero = self._no_traffic(rps, "no requests finished") or (
+            f"{self._reads(QueryKey.COMPUTED_COUNT)} did not increase although "
+            f"{rps.value:.3g} requests/s finished"
         )
         share = _ratio(
             buckets[bound],
@@ -383,8 +402,9 @@ class _Computation:
             share = Measured.known(1.0, Unit.RATIO)
         return share, bound
 
-    def _buckets(self, key: QueryKey) -> dict[float, Measured]:
-        """Finite bucket bound → rate, from a ``sum by (..., le)`` result of one group."""
+    def _buckets(self, key: QueryKey, *, with_inf: bool = False) -> dict[float, Measured]:
+        """Bucket bound → rate, from a ``sum by (..., le)`` result of one group; finite
+        bounds only unless ``with_inf``."""
         series = self._results.get(key, ())
         groups = {_label_text({k: v for k, v in s.labels.items() if k != "le"}) for s in series}
         if len(groups) > 1:
@@ -396,7 +416,7 @@ class _Computation:
         buckets = {}
         for s in series:
             bound = float(s.labels.get("le", "nan"))
-            if math.isfinite(bound):
+            if math.isfinite(bound) or (with_inf and bound == math.inf):
                 buckets[bound] = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
         return buckets
 
@@ -417,16 +437,38 @@ class _Computation:
             computed, requests, Unit.TOKENS_PER_REQUEST, "no requests finished in the window"
         )
 
-    def _quantile(self, key: QueryKey, traffic: bool) -> Measured:
+    def _quantile(self, key: QueryKey, rps: Measured) -> Measured:
         series = self._results.get(key, ())
         if len(series) == 1 and math.isnan(series[0].value):
-            reason = (
-                f"{self._reads(key)} has no observations in the window although requests finished"
-                if traffic
-                else "no traffic: no observations in the window"
+            reason = self._no_traffic(rps, f"no observations of {self._reads(key)}") or (
+                f"{self._reads(key)} has no observations in the window although "
+                f"{rps.value:.3g} requests/s finished"
             )
             return _unknown(reason, Unit.SECONDS)
-        return self.fleet(key, Unit.SECONDS)
+        return self._qualify(key, self.fleet(key, Unit.SECONDS))
+
+    def _qualify(self, key: QueryKey, quantile: Measured) -> Measured:
+        """The quantile as far as its buckets allow: a lower bound when it is past the last
+        finite bucket (``histogram_quantile`` then returns that bucket's bound), or the
+        value with its bucket when that bucket is wider than twice its lower bound."""
+        if quantile.value is None:
+            return quantile
+        rates = {
+            bound: rate.value
+            for bound, rate in self._buckets(QUANTILE_BUCKETS[key], with_inf=True).items()
+            if rate.value is not None
+        }
+        finite = sorted(bound for bound in rates if bound != math.inf)
+        if not finite or math.inf not in rates:
+            return quantile  # buckets unreadable: the value as Prometheus gave it
+        if rates[finite[-1]] < QUANTILES[key] * rates[math.inf]:
+            return Measured.quantile(finite[-1], Unit.SECONDS, lower_bound=True)
+        value = quantile.value
+        upper = min((bound for bound in finite if bound >= value), default=None)
+        lower = max((bound for bound in finite if bound < value), default=0.0)
+        if upper is not None and upper > 2 * lower:
+            return Measured.quantile(value, Unit.SECONDS, bucket=(lower, upper))
+        return quantile
 
     def _gpu_seconds_per_1k(self, rps: Measured) -> Measured:
         unit = Unit.GPU_SECONDS_PER_1K_REQUESTS
@@ -469,11 +511,14 @@ class _Computation:
         ages = self._ages(sorted(samples))
         pods = []
         for pod in sorted(samples):
-            count = samples[pod].value or 0.0
-            if count < self._request.min_samples:
+            count = samples[pod].value
+            if count is None or count < self._request.min_samples:
                 reason = (
-                    f"only {count:g} sample(s) of this pod in the window (new pod?); a rate "
-                    f"needs {self._request.min_samples}"
+                    f"this pod's sample count could not be read ({samples[pod].reason}); a "
+                    f"rate needs {self._request.min_samples}"
+                    if count is None
+                    else f"only {count:g} sample(s) of this pod in the window (new pod?); a "
+                    f"rate needs {self._request.min_samples}"
                 )
                 hit_rate = _unknown(reason, Unit.RATIO)
                 volume = _unknown(reason, Unit.TOKENS_PER_SECOND)
