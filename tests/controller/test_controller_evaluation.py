@@ -242,7 +242,7 @@ def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
     extra = {"metrics": {"demandQuery": DEMAND}}
     numbers = stack(cluster, engines, prometheus, clock, extra=extra)
     # 11 pods × 2 GPUs serving 25 req/s cost 880 GPU-s/1k, over the 800 budget: the cap
-    # is the allowance at the arrivals (a steady cost falling behind would get the range).
+    # is the allowance at the arrivals the gateway counts.
     numbers.requests_per_second = 25.0
     engines.demand[DEMAND] = 50.0
     run(operator, cluster, clock, rounds=SETTLE)

@@ -33,7 +33,6 @@ from cachescale.decide.diagnosis import (
 )
 from cachescale.decide.memory import Memory, Streaks
 from cachescale.decide.thresholds import (
-    AT_BASELINE_SHARE,
     COST_STEADY_FACTOR,
     DEARER_PREFILL_FACTOR,
     DEMAND_GROWTH_FACTOR,
@@ -82,10 +81,7 @@ def run_checks(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory)
         eviction=eviction,
         ceiling=ceiling,
         budget_max=budget_replicas(
-            spec,
-            snapshot,
-            _requests_got_dearer(collapse, eviction, snapshot, memory),
-            _cache_at_baseline(collapse),
+            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, memory)
         ),
         slo_breach=breach,
         slo_comfortable=p95 is not None
@@ -111,16 +107,6 @@ def _requests_got_dearer(
         prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
     )
     return cache_down or prefill_up
-
-
-def _cache_at_baseline(collapse: CollapseCheck) -> bool:
-    """The warm-pod hit rate is known and at its baseline (``AT_BASELINE_SHARE`` of it)."""
-    value = collapse.warm_hit_rate.value
-    return (
-        value is not None
-        and collapse.baseline is not None
-        and value >= AT_BASELINE_SHARE * collapse.baseline
-    )
 
 
 def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) -> Streaks:

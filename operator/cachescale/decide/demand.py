@@ -44,17 +44,6 @@ def demand(snapshot: Snapshot) -> Demand:
     return Demand(signals.requests_per_second.value, False)
 
 
-def falling_behind(snapshot: Snapshot) -> bool:
-    """Requests arrive faster than the fleet serves them. Serving at least what arrives,
-    the fleet keeps up: its queue is a backlog draining, and more capacity would only
-    overshoot once it is gone. True when arrivals are unknown (nothing says it drains)."""
-    need = demand(snapshot)
-    served = snapshot.signals.requests_per_second.value
-    if not need.arrivals:
-        return True
-    return need.per_second is not None and served is not None and need.per_second > served
-
-
 @dataclass(frozen=True, slots=True)
 class ExtraCost:
     """What requests cost over the healthy baseline, at the demand."""

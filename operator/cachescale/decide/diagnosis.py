@@ -29,7 +29,7 @@ from cachescale.capacity import (
     kv_bytes_per_token,
 )
 from cachescale.decide import words
-from cachescale.decide.demand import SERVED_ONLY, demand, falling_behind
+from cachescale.decide.demand import SERVED_ONLY, demand
 from cachescale.decide.memory import BaselineMemory, Memory
 from cachescale.decide.thresholds import (
     BATCH_NEAR_CEILING,
@@ -171,24 +171,14 @@ def check_eviction(snapshot: Snapshot, ceiling: int | None) -> EvictionCheck:
 
 
 def budget_replicas(
-    spec: CacheScalingPolicySpec,
-    snapshot: Snapshot,
-    requests_got_dearer: bool = False,
-    cache_at_baseline: bool = False,
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, requests_got_dearer: bool = False
 ) -> int | None:
     """Most replicas the GPU-s/1k budget allows at the demand (``decide.demand``).
 
     ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
     unknown or zero (no cost per request can be computed, so no cap is derived from it).
-    With the arrival rate known, that is the rule, with one exception: while requests
-    queue (``QUEUED_PER_POD``) and arrive faster than they are served (``falling_behind``;
-    without a queue that is only the estimate's noise) at a cost per request within
-    the budget, no sign that requests got dearer and the warm hit rate at its baseline
-    (``cache_at_baseline``: a collapse starting shows there before the windowed cost and
-    prefill do), demand is growing faster than a windowed rate shows, so the cap is the
-    budget's ``maxReplicas`` and the HPA scales for it (a cap at the windowed arrivals
-    lagged a ramp by a replica and kept TTFT over the SLO a minute longer than the HPA
-    alone, in ``traffic-doubling``).
+    With the arrival rate known, that is the whole rule: arrivals are the demand even
+    while requests queue.
 
     Without it, while requests queue (``QUEUED_PER_POD`` or more waiting per pod) the
     finished-request rate is what the fleet manages to serve, not the demand, so the
@@ -209,15 +199,12 @@ def budget_replicas(
         return None
     budget = spec.budget.gpu_seconds_per_1k_requests
     cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
-    cost = signals.gpu_seconds_per_1k_requests.value
-    steady = cost is not None and cost <= budget and not requests_got_dearer
-    waiting = signals.waiting_requests_per_pod.value
     if need.arrivals:
-        queued = waiting is not None and waiting >= QUEUED_PER_POD
-        growing = steady and cache_at_baseline and queued and falling_behind(snapshot)
-        return spec.budget.max_replicas if growing else cap
+        return cap
+    waiting = signals.waiting_requests_per_pod.value
     if waiting is None or waiting >= QUEUED_PER_POD:
-        if steady:
+        cost = signals.gpu_seconds_per_1k_requests.value
+        if cost is not None and cost <= budget and not requests_got_dearer:
             return spec.budget.max_replicas
         cap = max(cap, snapshot.workload.replicas)
     return cap

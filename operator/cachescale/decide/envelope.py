@@ -38,7 +38,7 @@ from datetime import datetime
 
 from cachescale.api.reasons import Diagnosis, Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
-from cachescale.decide.demand import demand, falling_behind
+from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
@@ -287,6 +287,17 @@ def _slo_mark(
     covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
     incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
     return None if covered or not incident else mark
+
+
+def falling_behind(snapshot: Snapshot) -> bool:
+    """Requests arrive faster than the fleet serves them. Serving at least what arrives,
+    the fleet keeps up: its queue is a backlog draining, and more capacity would only
+    overshoot once it is gone. True when arrivals are unknown (nothing says it drains)."""
+    need = demand(snapshot)
+    served = snapshot.signals.requests_per_second.value
+    if not need.arrivals:
+        return True
+    return need.per_second is not None and served is not None and need.per_second > served
 
 
 def _slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
