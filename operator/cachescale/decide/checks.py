@@ -30,6 +30,7 @@ from cachescale.decide.diagnosis import (
     check_collapse,
     check_eviction,
     collapse_evidence,
+    prefill_grew,
 )
 from cachescale.decide.memory import Memory, Streaks
 from cachescale.decide.thresholds import (
@@ -101,12 +102,7 @@ def _requests_got_dearer(
     lags both by most of a window."""
     cache_down = collapse.clear_threshold is not None and collapse.warm_hit_rate.is_known
     cache_down = cache_down and not collapse.recovered and not eviction.held
-    prefill = snapshot.signals.prefill_tokens_per_request.value
-    base = memory.baseline.prefill_tokens_per_request
-    prefill_up = (
-        prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
-    )
-    return cache_down or prefill_up
+    return cache_down or prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR)
 
 
 def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) -> Streaks:

@@ -32,7 +32,7 @@ from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
-from cachescale.decide.diagnosis import CollapseCheck, Finding
+from cachescale.decide.diagnosis import CollapseCheck, Finding, prefill_grew
 from cachescale.decide.memory import Memory
 from cachescale.decide.thresholds import (
     DEARER_PREFILL_FACTOR,
@@ -115,9 +115,7 @@ def _material(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> bo
         and extra.gpu_seconds_per_1k >= DEGRADED_COST_SHARE * base_cost
     ):
         return True
-    prefill = snapshot.signals.prefill_tokens_per_request.value
-    base = memory.baseline.prefill_tokens_per_request
-    return prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base
+    return prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR)
 
 
 def _evidence(
@@ -165,9 +163,7 @@ def _cost_words(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> 
 
 def degraded_cause(snapshot: Snapshot, memory: Memory) -> str:
     """What to check, named from the evidence (more prefill per request: the prompts)."""
-    prefill = snapshot.signals.prefill_tokens_per_request.value
-    base = memory.baseline.prefill_tokens_per_request
-    if prefill is not None and base is not None and prefill >= DEARER_PREFILL_FACTOR * base:
+    if prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR):
         return (
             "requests recompute more of each prompt: check recent changes to history "
             "truncation or context windows, prompt templates and retrieval (anything that "

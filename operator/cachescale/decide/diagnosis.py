@@ -261,11 +261,17 @@ def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory)
     return f"req/s stayed {words.spread(low, high)}{served}"
 
 
-def likely_cause(snapshot: Snapshot, baseline: BaselineMemory) -> str:
-    """What to check, named from the evidence (prefill up with flat demand: the prompt)."""
+def prefill_grew(snapshot: Snapshot, baseline: BaselineMemory, factor: float) -> bool:
+    """Prefill tokens per request are at least ``factor`` × the baseline's (False when
+    either is unknown)."""
     prefill = snapshot.signals.prefill_tokens_per_request.value
     base = baseline.prefill_tokens_per_request
-    if prefill is not None and base is not None and prefill >= PREFILL_UP_FACTOR * base:
+    return prefill is not None and base is not None and prefill >= factor * base
+
+
+def likely_cause(snapshot: Snapshot, baseline: BaselineMemory) -> str:
+    """What to check, named from the evidence (prefill up with flat demand: the prompt)."""
+    if prefill_grew(snapshot, baseline, PREFILL_UP_FACTOR):
         return (
             "the prompts' shared prefixes changed: check recent prompt layout, chunking, "
             "retrieval or template changes (anything that moves variable text ahead of "
