@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cachescale.controller.command import add_parser as add_run_parser
 
     add_run_parser(commands)
+
+    from cachescale.controller.draft import add_parser as add_init_parser
+
+    add_init_parser(commands)
     return parser
 
 

@@ -71,11 +71,14 @@ def hpa_path(namespace: str, name: str) -> str:
     return f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
 
 
-def read_target(api: KubeApi, namespace: str, target: TargetSpec, now: datetime) -> Target:
-    """Read and check the Deployment, its HPA and its pods."""
+def read_target(
+    api: KubeApi, namespace: str, target: TargetSpec, now: datetime, *, keda_allowed: bool = False
+) -> Target:
+    """Read and check the Deployment, its HPA and its pods (an HPA that KEDA generates is
+    refused unless ``keda_allowed``: read-only callers may look at it)."""
     deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
     hpa = _get(api, hpa_path(namespace, target.hpa_name), "HorizontalPodAutoscaler", target)
-    _check_hpa(hpa, target)
+    _check_hpa(hpa, target, keda_allowed)
     index, container, flag = engine_container(deployment, target)
     pods = api.items(f"/api/v1/namespaces/{namespace}/pods", _selector(deployment))
     ages = _ready_ages(pods, now)
@@ -139,8 +142,8 @@ def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, An
         ) from None
 
 
-def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec) -> None:
-    for owner in hpa.get("metadata", {}).get("ownerReferences", []):
+def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -> None:
+    for owner in [] if keda_allowed else hpa.get("metadata", {}).get("ownerReferences", []):
         if owner.get("kind") == "ScaledObject" or str(owner.get("apiVersion", "")).startswith(
             "keda.sh"
         ):

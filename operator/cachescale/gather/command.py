@@ -74,7 +74,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _evaluation_time(text: str) -> datetime:
+def evaluation_time(text: str) -> datetime:
+    """A ``--at`` value: ISO 8601 (UTC when no zone is given) or Unix seconds."""
     try:
         return datetime.fromtimestamp(float(text), UTC)
     except ValueError:
@@ -140,7 +141,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--at",
-        type=_evaluation_time,
+        type=evaluation_time,
         metavar="TIME",
         help="evaluate at TIME (ISO 8601 or Unix seconds) instead of now, e.g. to look back "
         "at an incident",
