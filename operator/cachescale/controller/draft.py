@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import ValidationError
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.exit_codes import ExitCode
@@ -99,6 +100,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--deployment", required=True, help="the serving Deployment's name")
     parser.add_argument(
         "--prometheus", required=True, metavar="URL", help="Prometheus base URL (http[s]://…)"
+    )
+    parser.add_argument(
+        "--policy-prometheus",
+        metavar="URL",
+        help="the Prometheus URL written into the policy, as the operator reaches it "
+        "in-cluster (default: --prometheus), e.g. http://prometheus.monitoring:9090 when "
+        "--prometheus is a port-forward on this machine",
     )
     parser.add_argument(
         "--container", help="the engine container (default: the one running vllm/sglang)"
@@ -434,7 +442,10 @@ def render(
             "containerName": container.name,
             "engine": container.engine.value,
         },
-        "metrics": {"prometheusUrl": args.prometheus, "selector": measured.selector},
+        "metrics": {
+            "prometheusUrl": args.policy_prometheus or args.prometheus,
+            "selector": measured.selector,
+        },
         "slo": {"ttftP95Seconds": slo},
         "budget": {
             "gpuSecondsPer1kRequests": budget,
@@ -442,7 +453,14 @@ def render(
             "maxReplicas": state.hpa.max_replicas,
         },
     }
-    CacheScalingPolicySpec.model_validate(spec)  # a draft that does not validate is a bug
+    try:
+        CacheScalingPolicySpec.model_validate(spec)
+    except ValidationError as error:  # e.g. a --policy-prometheus that is not a URL
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DraftError(
+            f"the drafted policy would not validate: {where}: {first['msg']}"
+        ) from None
     hit = signals.token_hit_rate_local.value
     lines = [
         f"# Drafted by `cachescale init` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
