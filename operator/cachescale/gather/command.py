@@ -74,6 +74,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive, finite number of seconds")
+    return value
+
+
 def _evaluation_time(text: str) -> datetime:
     try:
         return datetime.fromtimestamp(float(text), UTC)
@@ -136,7 +146,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout"
+        "--timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="time allowed for the whole read, all queries and retries together: one "
+        "deadline, not a timeout per query (default %(default)g)",
     )
     parser.add_argument(
         "--at",
