@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,46 @@ def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
         time.sleep(0.05)
     assert promql_threads() - before == set()
     assert not fake.released.is_set()
+
+
+@pytest.fixture
+def trickling() -> Iterator[str]:
+    """A server that sends headers, then one byte of body every 0.2 s: every read
+    succeeds within any socket timeout, but the answer never completes."""
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not stop.wait(0.2):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_answer_that_never_completes_is_left_behind_at_the_deadline(trickling: str) -> None:
+    started = time.monotonic()
+    with (
+        client_for(trickling, timeout_seconds=1.0) as client,
+        pytest.raises(DeadlineReached, match=r"no answer within 1s: the deadline was reached"),
+    ):
+        client.query("up", AT)
+    assert time.monotonic() - started < 1.3
 
 
 def test_retries_and_their_pauses_stay_within_the_deadline(fake: FakePrometheus) -> None:

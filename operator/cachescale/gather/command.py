@@ -4,7 +4,8 @@ This is the first thing to run when something looks wrong, so it shows every sig
 its unit or, when unknown, the reason — the same snapshot the decision layer gets. Input
 is validated before any request (the selector is parsed as ``name="value"`` pairs only,
 so nothing can be spliced into PromQL), and Prometheus failures end in one line on
-stderr, never a traceback.
+stderr, never a traceback. ``--timeout`` is one deadline for the whole read, every query
+and retry together (``gather/deadline.py``); the line says how long was actually spent.
 
 Exit codes: 0 the signals were read (some may be unknown), 1 invalid input (including a
 selector that matches more than one deployment, or the operator extra not installed), 2

@@ -15,7 +15,9 @@ for one evaluation — retries and their pauses included — gets only what rema
 evaluation's ``Deadline``, and Prometheus is told the same as the query's own timeout.
 When it runs out, the queries still in flight are abandoned: their threads are not waited
 for, and each ends by itself at the deadline, since its socket timeouts never exceed what
-remained. The error (``DeadlineReached``) gives the budget and the time actually spent.
+remained (a slow DNS lookup or an answer trickling in can keep one longer; the caller
+returns on time all the same). The error (``DeadlineReached``) gives the budget and the
+time actually spent.
 
 What an error says is fixed text, never the answer's body: the URL may be chosen by a
 policy author who cannot reach it, so anything echoed into a status or an Event would be a
@@ -33,9 +35,10 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
@@ -202,6 +205,8 @@ class PrometheusClient:
         self._config = config
         self._clock = clock
         self._deadline: Deadline | None = None
+        self._on_worker = False
+        """Set on the views ``_awaited`` runs queries with: they are already waited for."""
         self._url = config.url.rstrip("/")
         session = requests.Session()
         session.verify = config.ca_file or config.verify_tls
@@ -226,6 +231,7 @@ class PrometheusClient:
         connections: close the client, not the view)."""
         view = copy.copy(self)
         view._deadline = deadline
+        view._on_worker = False
         return view
 
     def _pause(self, retry: int) -> float:
@@ -254,6 +260,12 @@ class PrometheusClient:
         """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
         (``DeadlineReached`` when the deadline runs out first)."""
         deadline = self._deadline or self.deadline()
+        if self._on_worker:
+            return self._retried(promql, at, deadline)
+        return self._awaited({0: promql}, at, deadline, batch=False)[0]
+
+    def _retried(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+        """``promql`` with retries, each attempt and pause within ``deadline``."""
         retry = 0
         while True:
             try:
@@ -320,20 +332,48 @@ class PrometheusClient:
     def query_many(self, queries: Mapping[_K, str], at: datetime) -> dict[_K, list[Series]]:
         """Evaluate every query at ``at`` concurrently, all within one deadline; the first
         failure is raised, and ``DeadlineReached`` (saying how many were answered) when the
-        deadline runs out first. Queries still in flight then are abandoned, not awaited."""
+        deadline runs out first."""
         if not queries:
             return {}
-        deadline = self._deadline or self.deadline()
-        bounded = self.until(deadline)
-        workers = min(self._config.max_parallel_queries, len(queries))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
-        try:
-            futures: dict[_K, Future[list[Series]]] = {
-                key: pool.submit(bounded.query, promql, at) for key, promql in queries.items()
-            }
-            wait(futures.values(), timeout=deadline.remaining(), return_when=FIRST_EXCEPTION)
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        return self._awaited(queries, at, self._deadline or self.deadline(), batch=True)
+
+    def _awaited(
+        self, queries: Mapping[_K, str], at: datetime, deadline: Deadline, *, batch: bool
+    ) -> dict[_K, list[Series]]:
+        """Run ``queries`` on worker threads and wait for them until ``deadline`` at most:
+        the queries still in flight then are abandoned, so the caller returns on time even
+        if a server keeps a socket alive. A ``batch`` goes through ``query`` once per query
+        (a seam wrappers time, ``bench/bench_operator.py``) and its error counts the
+        answered queries; a single ``query``, already that seam, goes to the retry loop.
+
+        The threads are daemons, not a ``ThreadPoolExecutor``'s, whose threads the
+        interpreter joins at exit: an abandoned query must not hold up the process."""
+        worker = self.until(deadline)
+        worker._on_worker = True
+        slots = threading.BoundedSemaphore(min(self._config.max_parallel_queries, len(queries)))
+
+        def run(future: Future[list[Series]], promql: str) -> None:
+            with slots:
+                if not future.set_running_or_notify_cancel():
+                    return  # the deadline passed before this query's turn: never sent
+                try:
+                    result = (
+                        worker.query(promql, at) if batch else worker._retried(promql, at, deadline)
+                    )
+                except Exception as error:  # handed to the waiting caller
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+
+        futures: dict[_K, Future[list[Series]]] = {key: Future() for key in queries}
+        for number, (key, promql) in enumerate(queries.items()):
+            name = f"promql-{number}"
+            threading.Thread(
+                target=run, args=(futures[key], promql), name=name, daemon=True
+            ).start()
+        wait(futures.values(), timeout=deadline.remaining(), return_when=FIRST_EXCEPTION)
+        for future in futures.values():
+            future.cancel()  # those still waiting for a slot
         done = [f for f in futures.values() if f.done() and not f.cancelled()]
         errors = [error for f in done if (error := f.exception()) is not None]
         for error in errors:
@@ -341,10 +381,8 @@ class PrometheusClient:
                 raise error
         if len(done) < len(futures) or errors:
             answered = len(done) - len(errors)
-            raise DeadlineReached(
-                self._url,
-                f"{deadline.reached()}, with {answered} of {len(futures)} queries answered",
-            )
+            count = f", with {answered} of {len(futures)} queries answered"
+            raise DeadlineReached(self._url, deadline.reached() + (count if batch else ""))
         return {key: future.result() for key, future in futures.items()}
 
     def detect(self, engine: Engine, selector: Selector, at: datetime) -> Detection:
