@@ -313,10 +313,11 @@ def test_a_redirect_to_another_host_is_not_followed_and_gets_no_token(
         assert len(fake.queries) == 1
 
 
-def test_prometheus_own_query_timeout_is_a_timeout(fake: FakePrometheus) -> None:
+def test_prometheus_own_query_timeout_is_a_timeout_and_not_retried(fake: FakePrometheus) -> None:
     fake.respond = lambda _q: api_error(503, "timeout", "query timed out in expression evaluation")
-    with client_for(fake.url, retries=0) as client, pytest.raises(PrometheusTimeout):
+    with client_for(fake.url, retries=2) as client, pytest.raises(PrometheusTimeout):
         client.query("up", AT)
+    assert len(fake.queries) == 1  # it was told what remained of the deadline: none is left
 
 
 def test_bearer_token_is_sent_but_never_shown(fake: FakePrometheus) -> None:

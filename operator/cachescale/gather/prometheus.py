@@ -239,7 +239,8 @@ class PrometheusClient:
         return 0.0 if retry <= 1 else self._config.backoff_seconds * 2 ** (retry - 1)
 
     def _raise_for_status(self, response: requests.Response, *_: Any, **__: Any) -> None:
-        """Response hook: turn every non-200 answer (after retries) into a typed error."""
+        """Response hook: turn every non-200 answer into a typed error (``retryable`` for
+        429/5xx: ``query`` tries again while the deadline allows)."""
         if response.status_code == 200:
             return
         detail = _api_error(response)
@@ -247,13 +248,11 @@ class PrometheusClient:
             raise PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
         if response.status_code in (400, 422):
             raise PrometheusQueryError(self._url, detail)
-        if detail.endswith("(timeout)"):
+        if detail.endswith("(timeout)"):  # Prometheus gave up: like a read timeout, final
             raise PrometheusTimeout(self._url, detail)
-        retryable = response.status_code in RETRY_STATUSES
-        if detail.endswith("(timeout)"):
-            raise PrometheusTimeout(self._url, detail, retryable=retryable)
         if response.status_code in (401, 403):
             detail += " (check the bearer token)"
+        retryable = response.status_code in RETRY_STATUSES
         raise PrometheusBadResponse(self._url, detail, retryable=retryable)
 
     def query(self, promql: str, at: datetime) -> list[Series]:
