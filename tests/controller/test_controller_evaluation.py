@@ -8,7 +8,9 @@ minutes of evaluations take milliseconds.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,10 +18,11 @@ import pytest
 from cachescale.api.policy import ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.snapshot import FetchFailure
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.gather.gather_fakes import FakePrometheus
+from tests.gather.gather_fakes import FakePrometheus, HangAfter
 
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SETTLE = 40
@@ -212,6 +215,29 @@ def test_prometheus_down_fails_open_and_says_so(
     unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
     says = "bad response: HTTP 503 Service Unavailable (unavailable)"
     assert any(u["reason"].endswith(says) for u in unknown)
+
+
+def test_a_prometheus_that_stalls_mid_evaluation_freezes_it_at_one_deadline(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    def client(config: PrometheusConfig) -> PrometheusClient:
+        return PrometheusClient(replace(config, timeout_seconds=1.5))  # a short budget
+
+    operator = Operator(cluster.api, clock=clock, new_client=client)
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=SETTLE)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12  # the budget's cap
+    prometheus.respond = HangAfter(1, engines)  # the detection answers, then nothing
+    started = time.monotonic()
+    (outcome,) = run(operator, cluster, clock)
+    assert time.monotonic() - started < 2.5  # one 1.5 s deadline, not one per query
+    assert outcome.reason == Action.FROZEN_ON_MISSING_METRICS
+    assert conditions(cluster)["MetricsAvailable"] == ("False", Diagnosis.METRICS_UNAVAILABLE)
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 40  # nothing lowered
+    unknown = cluster.get(POLICIES, "vllm")["status"]["signals"]["unknownSignals"]
+    says = "timed out: no answer within 1.5s: the deadline was reached after 1."
+    assert unknown
+    assert all(says in u["reason"] for u in unknown)
 
 
 def test_served_and_offered_load_side_by_side_in_status(

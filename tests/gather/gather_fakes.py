@@ -37,6 +37,23 @@ def api_error(status: int, error_type: str, error: str) -> Answer:
     return status, json.dumps({"status": "error", "errorType": error_type, "error": error}).encode()
 
 
+class HangAfter:
+    """A responder that lets the first ``answered`` queries through to ``respond`` and
+    hangs on every later one: a Prometheus that stalls in the middle of an evaluation."""
+
+    def __init__(self, answered: int, respond: Responder) -> None:
+        self._left = answered
+        self._respond = respond
+        self._lock = threading.Lock()
+
+    def __call__(self, query: str) -> Answer:
+        with self._lock:
+            self._left -= 1
+            if self._left < 0:
+                return HANG
+        return self._respond(query)
+
+
 @dataclass
 class FakePrometheus:
     """The running fake: ``respond`` maps a PromQL string to an answer."""

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from cachescale.gather.deadline import Deadline
 from cachescale.gather.prometheus import (
+    DeadlineReached,
     PrometheusBadResponse,
     PrometheusClient,
     PrometheusConfig,
@@ -25,6 +30,7 @@ from cachescale.snapshot import FetchFailure
 from tests.gather.gather_fakes import (
     HANG,
     FakePrometheus,
+    HangAfter,
     api_error,
     closed_port_url,
     fake_prometheus,
@@ -58,13 +64,19 @@ def test_instant_vector_is_parsed_with_nan_and_infinities(fake: FakePrometheus) 
     assert series[2].value == math.inf
 
 
-def test_queries_are_evaluated_at_the_given_time_with_a_server_timeout(
+def test_queries_are_evaluated_at_the_given_time_with_what_remains_as_server_timeout(
     fake: FakePrometheus,
 ) -> None:
-    with client_for(fake.url, timeout_seconds=7) as client:
+    now = [100.0]  # a monotonic clock that only moves when told
+    config = PrometheusConfig(url=fake.url, timeout_seconds=7)
+    with PrometheusClient(config, clock=lambda: now[0]) as client:
         client.query('up{job="x"}', AT)
+        deadline = client.deadline()
+        now[0] += 4.5
+        client.until(deadline).query("up", AT)
     assert fake.params == [
-        {"query": 'up{job="x"}', "time": f"{AT.timestamp():.3f}", "timeout": "7s"}
+        {"query": 'up{job="x"}', "time": f"{AT.timestamp():.3f}", "timeout": "7000ms"},
+        {"query": "up", "time": f"{AT.timestamp():.3f}", "timeout": "2500ms"},
     ]
 
 
@@ -89,6 +101,124 @@ def test_hanging_server_times_out_without_retrying(fake: FakePrometheus) -> None
         client.query("up", AT)
     assert time.monotonic() - started < 2.0
     assert len(fake.queries) == 1
+
+
+def test_the_deadline_is_one_budget_with_the_time_spent_read_off_the_clock() -> None:
+    now = [50.0]
+    deadline = Deadline.start(10, clock=lambda: now[0])
+    now[0] += 4.0
+    assert (deadline.elapsed(), deadline.remaining()) == (4.0, 6.0)
+    now[0] += 7.25
+    assert deadline.remaining() == 0.0
+    assert deadline.reached() == "no answer within 10s: the deadline was reached after 11.2s"
+
+
+def test_sequential_queries_share_one_deadline_and_report_the_time_spent(
+    fake: FakePrometheus,
+) -> None:
+    def slow(_query: str) -> tuple[int, bytes]:
+        time.sleep(0.6)
+        return vector()
+
+    fake.respond = slow
+    started = time.monotonic()
+    with client_for(fake.url, timeout_seconds=1.0) as client:
+        bounded = client.until(client.deadline())
+        assert bounded.query("up", AT) == []
+        with pytest.raises(DeadlineReached) as caught:
+            bounded.query("up", AT)  # 0.6 s more would overrun the 1 s budget
+    assert time.monotonic() - started < 1.3
+    expected = (
+        f"Prometheus at {fake.url} timed out: no answer within 1s: the deadline was reached after "
+    )
+    assert str(caught.value) in {expected + "1.0s", expected + "1.1s", expected + "1.2s"}
+    assert caught.value.failure is FetchFailure.TIMEOUT
+
+
+def promql_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("promql")}
+
+
+def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
+    fake: FakePrometheus,
+) -> None:
+    fake.respond = HangAfter(1, lambda _q: vector())
+    before = promql_threads()
+    queries = {n: f"up{{n='{n}'}}" for n in range(5)}
+    started = time.monotonic()
+    with (
+        client_for(fake.url, timeout_seconds=1.0) as client,
+        pytest.raises(DeadlineReached) as caught,
+    ):
+        client.query_many(queries, AT)
+    assert time.monotonic() - started < 1.3
+    assert re.search(
+        r"no answer within 1s: the deadline was reached after 1\.[0-2]s, with 1 of 5 queries "
+        r"answered$",
+        str(caught.value),
+    )
+    # The queries in flight were abandoned, not awaited: their threads end by themselves
+    # at the deadline (their socket timeouts never exceed what remained), while the
+    # server still holds the requests.
+    gone_by = time.monotonic() + 1.0
+    while promql_threads() - before and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    assert promql_threads() - before == set()
+    assert not fake.released.is_set()
+
+
+@pytest.fixture
+def trickling() -> Iterator[str]:
+    """A server that sends headers, then one byte of body every 0.2 s: every read
+    succeeds within any socket timeout, but the answer never completes."""
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not stop.wait(0.2):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_answer_that_never_completes_is_left_behind_at_the_deadline(trickling: str) -> None:
+    started = time.monotonic()
+    with (
+        client_for(trickling, timeout_seconds=1.0) as client,
+        pytest.raises(DeadlineReached, match=r"no answer within 1s: the deadline was reached"),
+    ):
+        client.query("up", AT)
+    assert time.monotonic() - started < 1.3
+
+
+def test_retries_and_their_pauses_stay_within_the_deadline(fake: FakePrometheus) -> None:
+    fake.respond = lambda _q: (503, b"overloaded")
+    started = time.monotonic()
+    with (
+        client_for(fake.url, timeout_seconds=1.5, retries=5, backoff_seconds=0.5) as client,
+        pytest.raises(PrometheusBadResponse, match="HTTP 503"),
+    ):
+        client.query("up", AT)
+    # Attempts at 0 s, 0 s and 1 s (pauses 0 and 1 s); the next pause, 2 s, is past the
+    # deadline, so the last failure is reported instead of sleeping through it.
+    assert time.monotonic() - started < 1.5
+    assert len(fake.queries) == 3
 
 
 def test_http_500_is_retried_a_bounded_number_of_times_then_a_bad_response(
@@ -183,10 +313,11 @@ def test_a_redirect_to_another_host_is_not_followed_and_gets_no_token(
         assert len(fake.queries) == 1
 
 
-def test_prometheus_own_query_timeout_is_a_timeout(fake: FakePrometheus) -> None:
+def test_prometheus_own_query_timeout_is_a_timeout_and_not_retried(fake: FakePrometheus) -> None:
     fake.respond = lambda _q: api_error(503, "timeout", "query timed out in expression evaluation")
-    with client_for(fake.url, retries=0) as client, pytest.raises(PrometheusTimeout):
+    with client_for(fake.url, retries=2) as client, pytest.raises(PrometheusTimeout):
         client.query("up", AT)
+    assert len(fake.queries) == 1  # it was told what remained of the deadline: none is left
 
 
 def test_bearer_token_is_sent_but_never_shown(fake: FakePrometheus) -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from cachescale.api.exit_codes import ExitCode
 from cachescale.gather.command import add_parser
 from tests.gather.gather_dataset import AT, WINDOW_S, T
-from tests.gather.gather_fakes import closed_port_url
+from tests.gather.gather_fakes import HangAfter, closed_port_url, fake_prometheus, vector
 
 
 def run(argv: list[str]) -> int:
@@ -40,6 +41,42 @@ def test_prometheus_down_is_one_line_and_a_distinct_exit_code(
     lines = captured.err.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"Prometheus is unreachable at {url}: ")
+
+
+def test_a_prometheus_that_stalls_after_one_answer_gets_the_timeout_once_in_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    steady_series = {"namespace": "llm", "model_name": "steady"}
+    detected = vector(
+        ({**steady_series, "__name__": "vllm:prefix_cache_queries_total"}, "2"),
+        ({**steady_series, "__name__": "vllm:request_prefill_kv_computed_tokens_count"}, "2"),
+    )
+    with fake_prometheus() as fake:
+        fake.respond = HangAfter(1, lambda _q: detected)  # the detection, then nothing
+        started = time.monotonic()
+        code = run(steady(fake.url, "--timeout", "3"))
+        took = time.monotonic() - started
+        url = fake.url
+    assert code == ExitCode.PROMETHEUS_UNAVAILABLE
+    assert took < 3.5
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert re.fullmatch(
+        rf"Prometheus at {re.escape(url)} timed out: no answer within 3s: the deadline was "
+        r"reached after 3\.[0-4]s, with 0 of \d+ queries answered",
+        line,
+    ), line
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "soon"])
+def test_a_timeout_that_is_no_positive_number_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], timeout: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run(steady(closed_port_url(), "--timeout", timeout))
+    assert exited.value.code == 2
+    assert "--timeout" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,19 @@ Pure tests feed ``compute_signals`` hand-made results; the fake-HTTP tests run t
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
+from cachescale.gather.prometheus import (
+    DeadlineReached,
+    PrometheusClient,
+    PrometheusConfig,
+    Series,
+)
 from cachescale.gather.promql import Detection, QueryKey, QueryScope, Selector, build_queries
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
@@ -23,7 +29,14 @@ from cachescale.gather.signals import (
     gather_signals,
 )
 from cachescale.snapshot import EngineSignals, Measured, MetricsGeneration, Unit
-from tests.gather.gather_fakes import FakePrometheus, api_error, fake_prometheus, vector
+from tests.gather.gather_fakes import (
+    HANG,
+    FakePrometheus,
+    HangAfter,
+    api_error,
+    fake_prometheus,
+    vector,
+)
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SELECTOR = Selector.of({"namespace": "llm", "model_name": "m"})
@@ -336,6 +349,46 @@ def test_a_rejected_demand_query_leaves_the_other_signals(fake: FakePrometheus) 
     assert "HTTP 400 Bad Request (bad_data)" in str(snapshot.arrivals_per_second.reason)
     assert "parse error" not in str(snapshot.arrivals_per_second.reason)  # never the body
     assert snapshot.requests_per_second.value == 21
+
+
+def test_one_deadline_covers_detection_batch_and_demand_query(fake: FakePrometheus) -> None:
+    def slow(query: str) -> tuple[int, bytes]:
+        detection = detects_vllm_0_13(query)
+        if detection is not None or query == DEMAND:
+            time.sleep(0.6)  # each alone is well within the budget, both together are not
+        return detection or vector()
+
+    fake.respond = slow
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, demand_query=DEMAND)
+    started = time.monotonic()
+    config = PrometheusConfig(url=fake.url, retries=0, timeout_seconds=1)
+    with PrometheusClient(config) as client, pytest.raises(DeadlineReached) as caught:
+        gather_signals(client, request, AT)
+    assert time.monotonic() - started < 1.3
+    assert "no answer within 1s: the deadline was reached after 1." in str(caught.value)
+    assert DEMAND in fake.queries  # the third round trip started, and was cut short
+
+
+def test_a_demand_query_cut_by_the_deadline_fails_the_gathering_not_only_arrivals(
+    fake: FakePrometheus,
+) -> None:
+    fake.respond = lambda q: (
+        HANG if q == DEMAND else detects_vllm_0_13(q) or vector(({**GROUP, "pod": "a"}, "21"))
+    )
+    with pytest.raises(DeadlineReached, match="the deadline was reached after"):
+        gather_with_demand(fake)
+
+
+def test_a_stall_mid_batch_is_a_timeout_with_the_time_spent_never_a_partial_snapshot(
+    fake: FakePrometheus,
+) -> None:
+    fake.respond = HangAfter(3, lambda q: detects_vllm_0_13(q) or vector(({**GROUP}, "1")))
+    started = time.monotonic()
+    with pytest.raises(DeadlineReached) as caught:
+        gather(fake)
+    assert time.monotonic() - started < 2.3
+    assert "no answer within 2s: the deadline was reached after 2." in str(caught.value)
+    assert "with 2 of " in str(caught.value)
 
 
 def test_unreadable_sample_count_is_not_reported_as_zero_samples() -> None:

@@ -4,7 +4,8 @@ This is the first thing to run when something looks wrong, so it shows every sig
 its unit or, when unknown, the reason — the same snapshot the decision layer gets. Input
 is validated before any request (the selector is parsed as ``name="value"`` pairs only,
 so nothing can be spliced into PromQL), and Prometheus failures end in one line on
-stderr, never a traceback.
+stderr, never a traceback. ``--timeout`` is one deadline for the whole read, every query
+and retry together (``gather/deadline.py``); the line says how long was actually spent.
 
 Exit codes: 0 the signals were read (some may be unknown), 1 invalid input (including a
 selector that matches more than one deployment, or the operator extra not installed), 2
@@ -74,6 +75,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive, finite number of seconds")
+    return value
+
+
 def evaluation_time(text: str) -> datetime:
     """A ``--at`` value: ISO 8601 (UTC when no zone is given) or Unix seconds."""
     try:
@@ -137,7 +148,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout"
+        "--timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="time allowed for the whole read, all queries and retries together: one "
+        "deadline, not a timeout per query (default %(default)g)",
     )
     parser.add_argument(
         "--at",

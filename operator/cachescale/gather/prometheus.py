@@ -6,9 +6,18 @@ traceback or a token. So every failure leaves this module as one of four typed e
 (``PrometheusUnreachable``, ``PrometheusTimeout``, ``PrometheusBadResponse``,
 ``PrometheusQueryError``), each naming the URL without credentials. Transport policy
 lives here too: TLS verified by default (optionally against a CA bundle), a bearer token
-from the caller, a connect and a read timeout, and bounded retries with exponential
-backoff on connection failures and on 429/5xx answers — never on a read timeout, since
-repeating a query that Prometheus is too slow to answer only adds load.
+from the caller, a connect timeout, and bounded retries with exponential backoff on
+connection failures and on 429/5xx answers — never on a read timeout, since repeating a
+query that Prometheus is too slow to answer only adds load.
+
+Time is one budget, not a timeout per query (``gather/deadline.py``): every request made
+for one evaluation — retries and their pauses included — gets only what remains of that
+evaluation's ``Deadline``, and Prometheus is told the same as the query's own timeout.
+When it runs out, the queries still in flight are abandoned: their threads are not waited
+for, and each ends by itself at the deadline, since its socket timeouts never exceed what
+remained (a slow DNS lookup or an answer trickling in can keep one longer; the caller
+returns on time all the same). The error (``DeadlineReached``) gives the budget and the
+time actually spent.
 
 What an error says is fixed text, never the answer's body: the URL may be chosen by a
 policy author who cannot reach it, so anything echoed into a status or an Event would be a
@@ -24,14 +33,17 @@ evaluation timestamp, so the signals they yield describe one instant.
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Hashable, Mapping
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -40,6 +52,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from cachescale.api.spec import Engine
+from cachescale.gather.deadline import Deadline
 from cachescale.gather.promql import (
     Detection,
     QueryScope,
@@ -78,12 +91,14 @@ class PrometheusConfig:
     url: str
     """Base URL of the HTTP API, e.g. ``http://prometheus.monitoring:9090``."""
     timeout_seconds: float = 10.0
-    """Read timeout per query (also sent to Prometheus as the query's own timeout)."""
+    """The budget of one evaluation's reads: one deadline for all its queries, retries
+    included (what remains of it is also sent to Prometheus as a query's own timeout)."""
     connect_timeout_seconds: float = 3.0
     retries: int = 2
     """Retries after the first attempt, on connection errors and retryable statuses."""
     backoff_seconds: float = 0.5
-    """Exponential backoff factor between retries (urllib3 semantics)."""
+    """Exponential backoff factor between retries: no pause before the first retry, then
+    ``backoff_seconds × 2^(n-1)`` before the n-th (urllib3's schedule)."""
     bearer_token: str | None = field(default=None, repr=False)
     """Sent as ``Authorization: Bearer``; never printed."""
     ca_file: str | None = None
@@ -108,9 +123,11 @@ class PrometheusError(Exception):
     failure: ClassVar[FetchFailure]
     _template: ClassVar[str]
 
-    def __init__(self, url: str, detail: str) -> None:
+    def __init__(self, url: str, detail: str, *, retryable: bool = False) -> None:
         self.url = redact_url(url)
         self.detail = detail
+        self.retryable = retryable
+        """A connection failure or a 429/5xx answer: worth another attempt."""
         super().__init__(self._template.format(url=self.url, detail=detail))
 
 
@@ -128,6 +145,11 @@ class PrometheusTimeout(PrometheusError):  # noqa: N818 (names from the issue)
     _template = "Prometheus at {url} timed out: {detail}"
 
 
+class DeadlineReached(PrometheusTimeout):
+    """The evaluation's deadline ran out with queries unanswered (``Deadline.reached``):
+    nothing of the evaluation is to be trusted as complete, so it fails as a whole."""
+
+
 class PrometheusBadResponse(PrometheusError):  # noqa: N818 (names from the issue)
     """An answer that is not a Prometheus API result (5xx, auth failure, not JSON...)."""
 
@@ -140,6 +162,11 @@ class PrometheusQueryError(PrometheusError):
 
     failure = FetchFailure.QUERY_ERROR
     _template = "Prometheus at {url} rejected a query: {detail}"
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a Prometheus duration, in whole milliseconds (at least one)."""
+    return f"{max(1, int(seconds * 1000))}ms"
 
 
 _ERRNO_RE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
@@ -167,10 +194,19 @@ def _api_error(response: requests.Response) -> str:
 
 
 class PrometheusClient:
-    """Instant queries against one Prometheus, with typed errors. Use as a context manager."""
+    """Instant queries against one Prometheus, with typed errors. Use as a context manager.
 
-    def __init__(self, config: PrometheusConfig) -> None:
+    Without a deadline (``until``), each ``query`` and ``query_many`` call starts its own,
+    of ``timeout_seconds`` on ``clock``."""
+
+    def __init__(
+        self, config: PrometheusConfig, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._config = config
+        self._clock = clock
+        self._deadline: Deadline | None = None
+        self._on_worker = False
+        """Set on the views ``_awaited`` runs queries with: they are already waited for."""
         self._url = config.url.rstrip("/")
         session = requests.Session()
         session.verify = config.ca_file or config.verify_tls
@@ -182,25 +218,29 @@ class PrometheusClient:
         # Many evaluations share one client (one per Prometheus), each running up to
         # max_parallel_queries at once: a pool of urllib3's default 10 would churn.
         pool = POOL_CONNECTIONS_PER_QUERY_SLOT * config.max_parallel_queries
-        session.mount(self._url, HTTPAdapter(max_retries=self._retry(), pool_maxsize=pool))
-        self._timeout = (config.connect_timeout_seconds, config.timeout_seconds)
+        # Retries are made in ``query``, where the deadline is known: none in urllib3.
+        no_retry = Retry(total=0, read=False)  # read=False: a read timeout stays one
+        session.mount(self._url, HTTPAdapter(max_retries=no_retry, pool_maxsize=pool))
 
-    def _retry(self) -> Retry:
-        retries = self._config.retries
-        return Retry(
-            total=retries,
-            connect=retries,
-            read=False,
-            status=retries,
-            other=0,
-            backoff_factor=self._config.backoff_seconds,
-            status_forcelist=RETRY_STATUSES,
-            allowed_methods=frozenset({"GET"}),
-            raise_on_status=False,
-        )
+    def deadline(self) -> Deadline:
+        """A deadline of ``timeout_seconds`` starting now on the client's clock."""
+        return Deadline.start(self._config.timeout_seconds, self._clock)
+
+    def until(self, deadline: Deadline) -> Self:
+        """This client with every request bounded by ``deadline`` (it shares the
+        connections: close the client, not the view)."""
+        view = copy.copy(self)
+        view._deadline = deadline
+        view._on_worker = False
+        return view
+
+    def _pause(self, retry: int) -> float:
+        """The pause before the ``retry``-th retry (1-based)."""
+        return 0.0 if retry <= 1 else self._config.backoff_seconds * 2 ** (retry - 1)
 
     def _raise_for_status(self, response: requests.Response, *_: Any, **__: Any) -> None:
-        """Response hook: turn every non-200 answer (after retries) into a typed error."""
+        """Response hook: turn every non-200 answer into a typed error (``retryable`` for
+        429/5xx: ``query`` tries again while the deadline allows)."""
         if response.status_code == 200:
             return
         detail = _api_error(response)
@@ -208,31 +248,61 @@ class PrometheusClient:
             raise PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
         if response.status_code in (400, 422):
             raise PrometheusQueryError(self._url, detail)
-        if detail.endswith("(timeout)"):
+        if detail.endswith("(timeout)"):  # Prometheus gave up: like a read timeout, final
             raise PrometheusTimeout(self._url, detail)
         if response.status_code in (401, 403):
             detail += " (check the bearer token)"
-        raise PrometheusBadResponse(self._url, detail)
+        retryable = response.status_code in RETRY_STATUSES
+        raise PrometheusBadResponse(self._url, detail, retryable=retryable)
 
     def query(self, promql: str, at: datetime) -> list[Series]:
-        """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``."""
-        params = {"time": f"{at.timestamp():.3f}", "timeout": f"{self._config.timeout_seconds:g}s"}
+        """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
+        (``DeadlineReached`` when the deadline runs out first)."""
+        deadline = self._deadline or self.deadline()
+        if self._on_worker:
+            return self._retried(promql, at, deadline)
+        return self._awaited({0: promql}, at, deadline, batch=False)[0]
+
+    def _retried(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+        """``promql`` with retries, each attempt and pause within ``deadline``."""
+        retry = 0
+        while True:
+            try:
+                return self._attempt(promql, at, deadline)
+            except PrometheusError as error:
+                if not error.retryable or retry >= self._config.retries:
+                    raise
+                retry += 1
+                pause = self._pause(retry)
+                if pause >= deadline.remaining():
+                    raise  # no time for another attempt: the last failure is the cause
+                time.sleep(pause)
+
+    def _attempt(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+        """One request, given only what remains of ``deadline``."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise DeadlineReached(self._url, deadline.reached())
+        connect = min(self._config.connect_timeout_seconds, remaining)
+        params = {"time": f"{at.timestamp():.3f}", "timeout": _duration(remaining)}
         try:
-            result = self._connect.custom_query(promql, params=params, timeout=self._timeout)
+            result = self._connect.custom_query(promql, params=params, timeout=(connect, remaining))
         except requests.exceptions.ReadTimeout as error:
-            raise PrometheusTimeout(
-                self._url, f"no answer within {self._config.timeout_seconds:g}s"
-            ) from error
+            raise DeadlineReached(self._url, deadline.reached()) from error
         except requests.exceptions.SSLError as error:
             raise PrometheusUnreachable(
                 self._url, f"TLS verification failed ({_short_cause(error)}); pass the CA bundle"
             ) from error
         except requests.exceptions.ConnectTimeout as error:
+            if connect < self._config.connect_timeout_seconds:
+                raise DeadlineReached(self._url, deadline.reached()) from error
             raise PrometheusUnreachable(
-                self._url, f"no connection within {self._config.connect_timeout_seconds:g}s"
+                self._url,
+                f"no connection within {self._config.connect_timeout_seconds:g}s",
+                retryable=True,
             ) from error
         except requests.exceptions.ConnectionError as error:
-            raise PrometheusUnreachable(self._url, _short_cause(error)) from error
+            raise PrometheusUnreachable(self._url, _short_cause(error), retryable=True) from error
         except requests.exceptions.JSONDecodeError as error:
             raise PrometheusBadResponse(self._url, "the body is not JSON") from error
         except requests.exceptions.RequestException as error:
@@ -259,20 +329,59 @@ class PrometheusClient:
         return vector
 
     def query_many(self, queries: Mapping[_K, str], at: datetime) -> dict[_K, list[Series]]:
-        """Evaluate every query at ``at`` concurrently; the first failure is raised."""
+        """Evaluate every query at ``at`` concurrently, all within one deadline; the first
+        failure is raised, and ``DeadlineReached`` (saying how many were answered) when the
+        deadline runs out first."""
         if not queries:
             return {}
-        workers = min(self._config.max_parallel_queries, len(queries))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
-            futures: dict[_K, Future[list[Series]]] = {
-                key: pool.submit(self.query, promql, at) for key, promql in queries.items()
-            }
-            wait(futures.values(), return_when=FIRST_EXCEPTION)
-            for future in futures.values():
-                future.cancel()
-            for future in futures.values():
-                if not future.cancelled() and (error := future.exception()) is not None:
-                    raise error
+        return self._awaited(queries, at, self._deadline or self.deadline(), batch=True)
+
+    def _awaited(
+        self, queries: Mapping[_K, str], at: datetime, deadline: Deadline, *, batch: bool
+    ) -> dict[_K, list[Series]]:
+        """Run ``queries`` on worker threads and wait for them until ``deadline`` at most:
+        the queries still in flight then are abandoned, so the caller returns on time even
+        if a server keeps a socket alive. A ``batch`` goes through ``query`` once per query
+        (a seam wrappers time, ``bench/bench_operator.py``) and its error counts the
+        answered queries; a single ``query``, already that seam, goes to the retry loop.
+
+        The threads are daemons, not a ``ThreadPoolExecutor``'s, whose threads the
+        interpreter joins at exit: an abandoned query must not hold up the process."""
+        worker = self.until(deadline)
+        worker._on_worker = True
+        slots = threading.BoundedSemaphore(min(self._config.max_parallel_queries, len(queries)))
+
+        def run(future: Future[list[Series]], promql: str) -> None:
+            with slots:
+                if not future.set_running_or_notify_cancel():
+                    return  # the deadline passed before this query's turn: never sent
+                try:
+                    result = (
+                        worker.query(promql, at) if batch else worker._retried(promql, at, deadline)
+                    )
+                except Exception as error:  # handed to the waiting caller
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+
+        futures: dict[_K, Future[list[Series]]] = {key: Future() for key in queries}
+        for number, (key, promql) in enumerate(queries.items()):
+            name = f"promql-{number}"
+            threading.Thread(
+                target=run, args=(futures[key], promql), name=name, daemon=True
+            ).start()
+        wait(futures.values(), timeout=deadline.remaining(), return_when=FIRST_EXCEPTION)
+        for future in futures.values():
+            future.cancel()  # those still waiting for a slot
+        done = [f for f in futures.values() if f.done() and not f.cancelled()]
+        errors = [error for f in done if (error := f.exception()) is not None]
+        for error in errors:
+            if not isinstance(error, DeadlineReached):
+                raise error
+        if len(done) < len(futures) or errors:
+            answered = len(done) - len(errors)
+            count = f", with {answered} of {len(futures)} queries answered"
+            raise DeadlineReached(self._url, deadline.reached() + (count if batch else ""))
         return {key: future.result() for key, future in futures.items()}
 
     def detect(self, engine: Engine, selector: Selector, at: datetime) -> Detection:

@@ -18,8 +18,12 @@ unknown with the reason, by these rules:
 
 Counter resets need no handling here: every counter is read through ``rate()``, which
 Prometheus corrects for resets. ``compute_signals`` is pure (results in, snapshot out), so
-it is tested without HTTP; ``gather_signals`` adds the two round trips (detect the
-profile, then the batch).
+it is tested without HTTP; ``gather_signals`` adds the round trips (detect the profile,
+then the batch, then the demand query if any), all within one deadline. A deadline that
+runs out anywhere fails the whole gathering (``DeadlineReached``, a ``PrometheusTimeout``),
+so every signal is unknown with the time spent, never partly read and partly guessed: a
+batch cut short could leave a quantile without the buckets that say whether it is only a
+lower bound, and an evaluation without data decides nothing (``decide`` freezes on it).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cachescale.api.spec import Engine
+from cachescale.gather.deadline import Deadline
 from cachescale.gather.promql import (
     POD_LABEL,
     QUANTILE_BUCKETS,
@@ -115,14 +120,20 @@ class SignalRequest:
 
 
 def gather_signals(
-    client: PrometheusClient, request: SignalRequest, at: datetime | None = None
+    client: PrometheusClient,
+    request: SignalRequest,
+    at: datetime | None = None,
+    deadline: Deadline | None = None,
 ) -> EngineSignals:
-    """Read every signal of ``request`` at ``at`` (default: now).
+    """Read every signal of ``request`` at ``at`` (default: now), all within ``deadline``
+    (default: one of the client's timeout, starting now).
 
-    Raises a ``PrometheusError`` when Prometheus cannot be read and
-    ``AmbiguousSeriesError`` when the selector matches more than one deployment.
+    Raises a ``PrometheusError`` when Prometheus cannot be read (``DeadlineReached`` when
+    the deadline runs out first) and ``AmbiguousSeriesError`` when the selector matches
+    more than one deployment.
     """
     at = at or datetime.now(UTC)
+    client = client.until(deadline or client.deadline())
     detection = client.detect(request.engine, request.selector, at)
     if detection.profile is None:
         return EngineSignals.all_unknown(
@@ -145,11 +156,14 @@ def gather_signals(
 
 
 def _read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
-    """The demand query's answer; a failure of this one query makes only arrivals unknown."""
-    from cachescale.gather.prometheus import PrometheusError  # loaded with the client
+    """The demand query's answer; a failure of this one query makes only arrivals unknown
+    (the deadline running out fails the whole gathering, as it would for any query)."""
+    from cachescale.gather.prometheus import DeadlineReached, PrometheusError  # with the client
 
     try:
         series = client.query(promql, at)
+    except DeadlineReached:
+        raise
     except PrometheusError as error:
         return _unknown(f"{DEMAND_QUERY_FIELD} failed: {error}", Unit.REQUESTS_PER_SECOND)
     return demand_from_result(series)
