@@ -8,9 +8,15 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/cachescalingpolicies.cachescale.dev.yaml
+# The demo's own virtualenv: the package alone, without the operator and dev extras.
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
+# The operator image, tagged as the chart expects it (its appVersion).
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/cachescale/Chart.yaml)
+IMAGE ?= ghcr.io/cachescale/cachescale:$(APP_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps tools lint types imports unit test e2e envtest generate demo clean
+.PHONY: help setup system-deps tools lint types imports unit test e2e envtest generate demo image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -70,8 +76,17 @@ generate: setup ## regenerate the CRD from the API models, and the chart's copie
 	cp deploy/prometheus/cachescale-rules.yaml charts/cachescale/files/prometheus/
 	cp deploy/grafana/cachescale-dashboard.json charts/cachescale/files/grafana/
 
-demo: setup ## set up and run the main job: the simulator on its default (the incident)
-	$(BIN)/cachescale simulate
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP) ## set up and run the main job: the simulator on its default (the incident); installs the package alone
+	$(DEMO_VENV)/bin/cachescale simulate
+
+image: ## build the operator image as the chart names it (IMAGE=...); push it, then --set image.repository
+	docker build -t $(IMAGE) .
 
 clean: ## remove the virtualenv, the downloaded tools and caches
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -13,20 +13,10 @@ SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
-
-import kopf
-from aiohttp import web
-from prometheus_client import start_http_server
+import sys
 
 from cachescale.api.exit_codes import ExitCode
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Runtime
-from cachescale.controller.kube import KubeApi, load_config
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
-
-log = logging.getLogger("cachescale.operator")
 
 
 def _allowed_url(entry: str) -> str:
@@ -91,69 +81,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the operator and block until it stops."""
-    from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
-
-    if args.kubeconfig:
-        path = args.kubeconfig
-
-        @kopf.on.login(id="kubeconfig")
-        def _login(**_: object) -> kopf.ConnectionInfo:
-            return kubeconfig_login(path)
-
-    kopf.configure(
-        verbose=args.verbose,
-        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
-    )
-    allowed = args.allowed_prometheus_url
-    if not allowed:
-        log.warning(
-            "no --allowed-prometheus-url: any policy author can make the operator connect "
-            "to any address (docs/security.md)"
-        )
-    operator = Operator(
-        KubeApi(load_config(args.kubeconfig)),
-        allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
-    )
-    runtime = Runtime(operator, scanning=not args.no_scanning)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
-    asyncio.run(_main(args, runtime))
-    return ExitCode.OK
-
-
-async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
-    health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    """Start the operator (``controller/serve.py``); its dependencies are imported only
+    now, so the rest of the CLI works without the ``operator`` extra."""
     try:
-        await kopf.operator(
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            memo=kopf.Memo(runtime=runtime),
+        from cachescale.controller.serve import serve
+    except ImportError as error:
+        print(
+            f"cachescale run: needs {error.name}: pip install 'cachescale[operator]'",
+            file=sys.stderr,
         )
-    finally:
-        if health is not None:
-            await health.cleanup()
-
-
-async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
-    """``/healthz``: the event loop answers; ``/readyz``: startup finished (standby peers
-    included, so a rollout of several replicas never waits on the one that acts)."""
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_: web.Request) -> web.Response:
-        if runtime.ready.is_set():
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="starting\n")
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()  # probes come from the kubelet
-    log.info("health on :%d, metrics ready", port)
-    return runner
+        return ExitCode.INVALID
+    return serve(args)

@@ -133,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
     """Handle ``cachescale init``; return the exit code."""
     try:
         print(draft(args), end="")
+    except ImportError as error:  # the Kubernetes and HTTP clients are the operator extra's
+        print(
+            f"cachescale init: needs {error.name}: pip install 'cachescale[operator]'",
+            file=sys.stderr,
+        )
+        return ExitCode.INVALID
     except DraftError as error:
         print(f"cachescale init: {error}", file=sys.stderr)
         return error.code

@@ -1,0 +1,93 @@
+"""The running operator behind ``cachescale run``: kopf, the probes and ``/metrics``.
+
+Split from ``controller/command.py`` (the flags) so that building the CLI's parser
+imports no operator dependency: ``cachescale simulate``, ``validate`` and ``emulate`` run
+from a plain ``pip install cachescale``, and only ``run`` needs the ``operator`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+import kopf
+from aiohttp import web
+from prometheus_client import start_http_server
+
+from cachescale.api.exit_codes import ExitCode
+from cachescale.controller.evaluation import Operator
+from cachescale.controller.handlers import Runtime
+from cachescale.controller.kube import KubeApi, load_config
+from cachescale.gather.egress import AllowedUrls
+
+log = logging.getLogger("cachescale.operator")
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Start the operator and block until it stops."""
+    from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
+
+    if args.kubeconfig:
+        path = args.kubeconfig
+
+        @kopf.on.login(id="kubeconfig")
+        def _login(**_: object) -> kopf.ConnectionInfo:
+            return kubeconfig_login(path)
+
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    allowed = args.allowed_prometheus_url
+    if not allowed:
+        log.warning(
+            "no --allowed-prometheus-url: any policy author can make the operator connect "
+            "to any address (docs/security.md)"
+        )
+    operator = Operator(
+        KubeApi(load_config(args.kubeconfig)),
+        allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
+    )
+    runtime = Runtime(operator, scanning=not args.no_scanning)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
+    asyncio.run(_main(args, runtime))
+    return ExitCode.OK
+
+
+async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
+    health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    try:
+        await kopf.operator(
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            standalone=args.peering is None,
+            peering_name=args.peering,
+            memo=kopf.Memo(runtime=runtime),
+        )
+    finally:
+        if health is not None:
+            await health.cleanup()
+
+
+async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
+    """``/healthz``: the event loop answers; ``/readyz``: startup finished (standby peers
+    included, so a rollout of several replicas never waits on the one that acts)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if runtime.ready.is_set():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="starting\n")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()  # probes come from the kubelet
+    log.info("health on :%d, metrics ready", port)
+    return runner
