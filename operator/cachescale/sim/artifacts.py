@@ -49,13 +49,14 @@ def write_plots(
     slo_ttft_p95_s: float,
     budget_gpu_s_per_1k: float | None,
 ) -> None:
-    """A four-panel PNG: hit rates, TTFT hit vs miss, replicas, GPU-s/1k (per autoscaler)."""
+    """A five-panel PNG: hit rates; TTFT p95 overall and for hits vs misses; offered vs
+    served req/s; replicas; GPU-s/1k (per autoscaler). ``title`` says what happened."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(4, 1, figsize=(11, 13), sharex=True)
+    figure, axes = plt.subplots(5, 1, figsize=(11, 16), sharex=True)
     for name, timeline in runs.items():
         minutes = [row["t_s"] / 60 for row in timeline]
 
@@ -66,17 +67,20 @@ def write_plots(
         axes[0].plot(
             minutes, series("request_hit_share"), "--", label=f"{name}: request full-hit share"
         )
+        axes[1].plot(minutes, series("ttft_p95_s"), linewidth=2, label=f"{name}: p95, all")
         axes[1].plot(minutes, series("ttft_p95_hit_s"), label=f"{name}: p95, full hits")
         axes[1].plot(minutes, series("ttft_p95_miss_s"), label=f"{name}: p95, misses")
         axes[1].plot(minutes, series("ttft_p99_s"), ":", label=f"{name}: p99, all")
-        axes[2].plot(minutes, series("replicas"), label=f"{name}: replicas")
-        axes[3].plot(minutes, series("gpu_s_per_1k"), label=f"{name}: GPU-s per 1k requests")
+        axes[2].plot(minutes, series("req_per_s"), label=f"{name}: served req/s")
+        axes[2].plot(minutes, series("offered_req_per_s"), "--", label=f"{name}: offered req/s")
+        axes[3].plot(minutes, series("replicas"), label=f"{name}: replicas")
+        axes[4].plot(minutes, series("gpu_s_per_1k"), label=f"{name}: GPU-s per 1k requests")
     axes[1].axhline(slo_ttft_p95_s, color="red", linewidth=0.8, label="TTFT p95 SLO")
     if budget_gpu_s_per_1k is not None:
-        axes[3].axhline(budget_gpu_s_per_1k, color="red", linewidth=0.8, label="budget")
+        axes[4].axhline(budget_gpu_s_per_1k, color="red", linewidth=0.8, label="budget")
     axes[0].set_ylim(0, 1)
     axes[1].set_yscale("log")
-    labels = ("hit rate", "TTFT (s)", "replicas", "GPU-s / 1k req")
+    labels = ("hit rate", "TTFT (s)", "req/s", "replicas", "GPU-s / 1k req")
     for axis, label in zip(axes, labels, strict=True):
         if change_at_s is not None:
             axis.axvline(change_at_s / 60, color="grey", linestyle="--", linewidth=1)
@@ -84,7 +88,7 @@ def write_plots(
         axis.grid(alpha=0.3)
         axis.legend(loc="best", fontsize=8)
     axes[-1].set_xlabel("simulated minutes (dashed line: the change)")
-    figure.suptitle(title)
+    figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

@@ -8,6 +8,7 @@ what changed and what the autoscaler did about it, with the numbers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cachescale.sim.report import Signals, Windows, rounded, signals_dict
@@ -41,6 +42,11 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m"
+
+
+def _window_length(seconds: float) -> str:
+    """``30 s``, ``1 min``, ``5 min``."""
+    return f"{seconds:g} s" if seconds < 60 else f"{seconds / 60:g} min"
 
 
 def signal_cells(signals: Signals) -> list[str]:
@@ -107,7 +113,6 @@ def verdict(result: RunResult) -> str:
     windows = Windows(result)
     (b0, b1), (a0, a1) = before_after(result)
     before, after = windows.signals(b0, b1), windows.signals(a0, a1)
-    slo = result.scenario.report.slo_ttft_p95_s
     parts = [
         f"Before the change the token-weighted hit rate was {_fmt(before.token_hit_rate, '.2f')}"
         f" (request hit share {_fmt(before.request_hit_share, '.2f')}); in the last third of "
@@ -135,11 +140,7 @@ def verdict(result: RunResult) -> str:
             )
         )
     if after.ttft_p95_s is not None:
-        state = "within" if after.ttft_p95_s <= slo else "above"
-        parts.append(
-            f"TTFT p95 ended at {after.ttft_p95_s:.2f} s, {state} the {slo:g} s SLO"
-            + (", so a latency alert alone would have stayed silent." if state == "within" else ".")
-        )
+        parts.append(_latency_sentence(result, after.ttft_p95_s))
     if result.autoscaler == "hpa" and _bought_replicas_for_a_collapse(before, after):
         parts.append(
             "The HPA raised no alert and bought replicas: it cannot tell more traffic from "
@@ -154,11 +155,8 @@ def run_json(result: RunResult) -> dict[str, Any]:
     """One autoscaler's entry of the ``--json`` object."""
     windows = Windows(result)
     (b0, b1), (a0, a1) = before_after(result)
-    step = result.scenario.report.timeline_s
     timeline: list[dict[str, Any]] = []
-    start = 0.0
-    while start < result.scenario.duration_s:
-        end = min(start + step, result.scenario.duration_s)
+    for start, end in timeline_windows(result):
         detail = windows.detail(start, end)
         timeline.append(
             rounded(
@@ -171,7 +169,6 @@ def run_json(result: RunResult) -> dict[str, Any]:
                 }
             )
         )
-        start = end
     return {
         "change_at_s": result.scenario.change_at_s,
         "before": signals_dict(windows.signals(b0, b1)),
@@ -226,6 +223,79 @@ def envelope_changes(result: RunResult) -> list[dict[str, Any]]:
     return changes
 
 
+def headline(runs: dict[str, RunResult]) -> str:
+    """What happened, for a plot's title: the workload's change (hit rate and traffic,
+    before → last third), then per run its replicas, cost and SLO breaches."""
+    first = next(iter(runs.values()))
+    scenario = first.scenario
+    (b0, b1), (a0, a1) = before_after(first)
+    windows = Windows(first)
+    before, after = windows.signals(b0, b1), windows.signals(a0, a1)
+    lines = [
+        f"{scenario.name} (seed {scenario.seed}): token hit rate "
+        f"{_fmt(before.token_hit_rate, '.2f')} → {_fmt(after.token_hit_rate, '.2f')} while "
+        f"offered traffic went {before.offered_req_per_s:.1f} → {after.offered_req_per_s:.1f} req/s"
+    ]
+    for name, result in runs.items():
+        windows = Windows(result)
+        (b0, b1), (a0, a1) = before_after(result)
+        before, after = windows.signals(b0, b1), windows.signals(a0, a1)
+        breaches = slo_breaches(result)
+        slo = f"{result.scenario.report.slo_ttft_p95_s:g} s SLO"
+        latency = (
+            f"TTFT p95 above the {slo} in {len(breaches)} windows "
+            f"(peak {max(p for _, p in breaches):,.1f} s)"
+            if breaches
+            else f"TTFT p95 never above the {slo}"
+        )
+        lines.append(
+            f"{name}: replicas {_fmt(before.replicas, '.1f')} → {_fmt(after.replicas, '.1f')}, "
+            f"GPU-s/1k {_fmt(before.gpu_s_per_1k, ',.0f')} → {_fmt(after.gpu_s_per_1k, ',.0f')}, "
+            + latency
+        )
+    return "\n".join(lines)
+
+
+def slo_breaches(result: RunResult) -> list[tuple[float, float]]:
+    """``(window start, TTFT p95)`` of every timeline window whose p95 is above the SLO."""
+    windows = Windows(result)
+    slo = result.scenario.report.slo_ttft_p95_s
+    found = []
+    for start, end in timeline_windows(result):
+        p95 = windows.signals(start, end).ttft_p95_s
+        if p95 is not None and p95 > slo:
+            found.append((start, p95))
+    return found
+
+
+def timeline_windows(result: RunResult) -> list[tuple[float, float]]:
+    """The report's timeline windows, ``report.timeline_s`` long, over the whole run."""
+    step, duration = result.scenario.report.timeline_s, result.scenario.duration_s
+    starts = [index * step for index in range(math.ceil(duration / step - 1e-9))]
+    return [(start, min(start + step, duration)) for start in starts]
+
+
+def _latency_sentence(result: RunResult, final_p95: float) -> str:
+    """Where TTFT p95 ended against the SLO, and every window on the way that breached it:
+    a p95 back under the SLO at the end says nothing about the spike before."""
+    slo = result.scenario.report.slo_ttft_p95_s
+    state = "within" if final_p95 <= slo else "above"
+    ended = f"TTFT p95 ended at {final_p95:.2f} s, {state} the {slo:g} s SLO"
+    breaches = slo_breaches(result)
+    if not breaches:
+        return (
+            ended
+            + ", and no window of the run was above it: a latency alert would have stayed silent."
+        )
+    step = result.scenario.report.timeline_s
+    first, last = breaches[0][0], breaches[-1][0] + step
+    peak = max(p95 for _, p95 in breaches)
+    return (
+        f"{ended}; {len(breaches)} of the run's {_window_length(step)} windows were above it, "
+        f"between {_minutes(first)} and {_minutes(last)} (peak {peak:,.1f} s)."
+    )
+
+
 def policy_story(result: RunResult) -> str:
     """What cachescale did, line by line: alerts raised and cleared, ceiling changes."""
     if not result.policy:
@@ -258,7 +328,66 @@ def comparison(runs: dict[str, RunResult]) -> str:
             f"{_fmt(after.gpu_s_per_1k, ',.0f')}, TTFT p95 {_fmt(after.ttft_p95_s, '.2f')} s, "
             f"alerts: {', '.join(alerts) if alerts else 'none'}"
         )
-    return "\n".join(["side by side (before → last third of the run):", *rows])
+    lines = ["side by side (before → last third of the run):", *rows]
+    if {"hpa", "cachescale"} <= runs.keys():
+        lines.append(who_served_better(runs["hpa"], runs["cachescale"]))
+    return "\n".join(lines)
+
+
+SAME_LATENCY_SHARE = 0.2
+"""Two TTFT p95s within 20% (or ``SAME_LATENCY_S``) of each other serve users alike."""
+SAME_LATENCY_S = 0.2
+KEEPS_UP_SHARE = 0.95
+"""A run that serves at least 95% of what arrives keeps up with its demand."""
+
+
+def who_served_better(hpa: RunResult, cachescale: RunResult) -> str:
+    """In plain words, over the last third: which run served users better (keeping up
+    with demand first, then TTFT p95) and what it cost against the other."""
+    alone, with_policy = _after(hpa), _after(cachescale)
+    latency = _latency_comparison(alone, with_policy)
+    cost = _cost_words(alone.gpu_s_per_1k, with_policy.gpu_s_per_1k)
+    return (
+        f"Over the last third, cachescale {latency} (TTFT p95 "
+        f"{_fmt(with_policy.ttft_p95_s, '.2f')} s against {_fmt(alone.ttft_p95_s, '.2f')} s; "
+        f"{with_policy.req_per_s:.1f} against {alone.req_per_s:.1f} of "
+        f"{with_policy.offered_req_per_s:.1f} req/s served), at {cost} "
+        f"({_fmt(with_policy.gpu_s_per_1k, ',.0f')} against {_fmt(alone.gpu_s_per_1k, ',.0f')} "
+        f"GPU-s/1k; {_fmt(with_policy.replicas, '.1f')} against {_fmt(alone.replicas, '.1f')} "
+        "replicas)."
+    )
+
+
+def _cost_words(alone: float | None, with_policy: float | None) -> str:
+    """``9% less GPU time per request`` (or more, or the same)."""
+    if alone is None or with_policy is None or alone == 0:
+        return "an unknown GPU time per request"
+    change = (with_policy - alone) / alone
+    if round(change, 2) == 0:
+        return "the same GPU time per request"
+    return f"{abs(change):.0%} {'less' if change < 0 else 'more'} GPU time per request"
+
+
+def _after(result: RunResult) -> Signals:
+    _, (start, end) = before_after(result)
+    return Windows(result).signals(start, end)
+
+
+def _latency_comparison(alone: Signals, with_policy: Signals) -> str:
+    keeps_up = [
+        s.offered_req_per_s <= 0 or s.req_per_s >= KEEPS_UP_SHARE * s.offered_req_per_s
+        for s in (alone, with_policy)
+    ]
+    if keeps_up[1] and not keeps_up[0]:
+        return "served users better than the HPA alone, which fell behind its demand"
+    if keeps_up[0] and not keeps_up[1]:
+        return "served users worse than the HPA alone: it fell behind its demand"
+    a, b = alone.ttft_p95_s, with_policy.ttft_p95_s
+    if a is None or b is None:
+        return "served users at a latency that cannot be compared (TTFT unknown)"
+    if abs(a - b) <= max(SAME_LATENCY_S, SAME_LATENCY_SHARE * min(a, b)):
+        return "served users as well as the HPA alone"
+    return "served users " + ("better" if b < a else "worse") + " than the HPA alone"
 
 
 def sweep_json(points: list[tuple[dict[str, object], RunResult]]) -> list[dict[str, Any]]:

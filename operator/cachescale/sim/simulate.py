@@ -19,6 +19,7 @@ from cachescale.sim.hpa import HPAModel
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
 from cachescale.sim.present import (
     comparison,
+    headline,
     on_call_table,
     policy_story,
     run_json,
@@ -137,7 +138,7 @@ class SimulationOutcome:
         if timelines:
             write_plots(
                 folder / f"{self.scenario.name}.png",
-                f"{self.scenario.name} (seed {self.scenario.seed})",
+                headline(self.runs),
                 timelines,
                 self.scenario.change_at_s,
                 self.scenario.report.slo_ttft_p95_s,
