@@ -28,12 +28,28 @@ def _apply_defaults(value: Any, schema: Schema) -> Any:
     return value
 
 
+def _typed(value: Any, schema: Schema) -> Any:
+    """Integers in ``type: number`` fields become doubles, as the API server's CEL sees
+    them (``weightsGiB: 16`` is 16.0, so it compares with ``memoryGiB * 0.9``)."""
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        return {key: _typed(item, properties.get(key, {})) for key, item in value.items()}
+    return value
+
+
 def _cel_errors(value: Any, schema: Schema, path: str) -> list[str]:
     errors: list[str] = []
     for rule in schema.get("x-kubernetes-validations", ()):
         env = celpy.Environment()
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(value)}):
+        try:
+            holds = program.evaluate({"self": celpy.json_to_cel(_typed(value, schema))})
+        except celpy.CELEvalError as error:  # e.g. a duration past Go's range: rejected
+            errors.append(f"{path}: {rule['message']} ({error.args[0]})")
+            continue
+        if not holds:
             errors.append(f"{path}: {rule['message']}")
     if isinstance(value, dict):
         for name, prop in schema.get("properties", {}).items():
