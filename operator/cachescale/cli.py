@@ -29,28 +29,58 @@ def _cmd_crd(_args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _cmd_validate(args: argparse.Namespace) -> int:
-    from cachescale.api.validation import validate_yaml
+def _policy_files(argument: Path) -> list[Path]:
+    """The YAML files an argument names: itself, or every ``.yaml``/``.yml`` under a folder
+    (hidden files and folders left out, in a stable order)."""
+    if not argument.is_dir():
+        return [argument]
+    return sorted(
+        path
+        for path in argument.rglob("*")
+        if path.suffix in (".yaml", ".yml")
+        and path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(argument).parts)
+    )
 
-    failed = False
-    for path in args.files:
+
+def _validate_argument(argument: str) -> bool:
+    """Check one FILE or folder argument, print what was found; True when all is well."""
+    from cachescale.api.validation import Checked, check_text, decode, no_policy_message
+
+    files = _policy_files(Path(argument))
+    if not files:
+        print(f"{argument}: no .yaml or .yml files in this folder", file=sys.stderr)
+        return False
+    read: list[Checked] = []
+    ok = True
+    for path in files:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            checked = check_text(decode(path.read_bytes()))
         except OSError as error:
             print(f"{path}: cannot read: {error.strerror}", file=sys.stderr)
-            failed = True
+            ok = False
             continue
-        problems = validate_yaml(text)
-        for problem in problems:
-            print(problem.render(path), file=sys.stderr)
-        if problems:
-            failed = True
-        elif not text.strip():
-            print(f"{path}: no documents", file=sys.stderr)
-            failed = True
-        else:
+        except ValueError as error:  # not UTF-8
+            print(f"{path}: {error}", file=sys.stderr)
+            ok = False
+            continue
+        read.append(checked)
+        for note in checked.skipped:
+            print(note.render(str(path)))
+        for problem in checked.problems:
+            print(problem.render(str(path)), file=sys.stderr)
+        ok = ok and not checked.problems
+        if checked.policies and not checked.problems:
             print(f"{path}: valid")
-    return ExitCode.INVALID if failed else ExitCode.OK
+    if read and not any(one.policies or one.problems for one in read):
+        print(f"{argument}: {no_policy_message(read)}", file=sys.stderr)
+        ok = False
+    return ok
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    results = [_validate_argument(argument) for argument in args.files]
+    return ExitCode.OK if all(results) else ExitCode.INVALID
 
 
 def _progress_bar() -> Callable[[float], None] | None:
@@ -116,11 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         help="check CacheScalingPolicy YAML files and explain every problem",
         description=(
-            "Validate policy files (multi-document YAML) against the API. Prints each "
-            "problem as FILE: document N (name): field.path: message. Exit 1 on any problem."
+            "Validate policy files (multi-document YAML) against the API, as strictly as "
+            "the API server does. Prints each problem as FILE: document N (name): "
+            "field.path: message. Documents of other kinds are skipped with a note, so a "
+            "whole GitOps folder can be checked; a FILE or folder with no policy at all is "
+            "an error. Exit 1 on any problem."
         ),
     )
-    validate.add_argument("files", nargs="+", metavar="FILE", help="policy YAML file")
+    validate.add_argument(
+        "files", nargs="+", metavar="FILE", help="policy YAML file, or a folder of them"
+    )
     validate.set_defaults(handler=_cmd_validate)
 
     simulate = commands.add_parser(

@@ -41,4 +41,3 @@ def parse_duration_seconds(text: str) -> float:
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{text!r} is too long to be a duration (at most about 2562047h)")
     return seconds
-
