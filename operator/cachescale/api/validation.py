@@ -125,7 +125,8 @@ def decode(data: bytes) -> str:
         ) from None
 
 
-def _field_path(location: tuple[int | str, ...]) -> str:
+def field_path(location: tuple[int | str, ...]) -> str:
+    """Pydantic's error location as a dotted path: ``spec.metrics.selector[0]``."""
     parts: list[str] = []
     for item in location:
         if isinstance(item, int):
@@ -143,7 +144,8 @@ _EXPECTED = {
 }
 
 
-def _plain_message(error: ErrorDetails) -> str:
+def plain_message(error: ErrorDetails) -> str:
+    """One pydantic error in a user's words, without JSON-schema keywords or a URL."""
     kind = error["type"]
     given = error.get("input")
     if kind == "missing":
@@ -199,7 +201,7 @@ def problems_in_document(document: Any, index: int) -> list[Problem]:
         CacheScalingPolicy.model_validate(document)
     except ValidationError as error:
         return [
-            Problem(index, name, _field_path(detail["loc"]), _plain_message(detail))
+            Problem(index, name, field_path(detail["loc"]), plain_message(detail))
             for detail in error.errors(include_url=False)
         ]
     return []
@@ -249,6 +251,14 @@ def check_text(text: str) -> Checked:
             continue
         checked.problems.extend(problems_in_document(document, index))
     return checked
+
+
+def error_lines(error: ValidationError, source: str, prefix: str = "") -> list[str]:
+    """``SOURCE: prefix.field.path: message``, one line per problem in ``error``."""
+    return [
+        f"{source}: {prefix}{field_path(detail['loc'])}: {plain_message(detail)}"
+        for detail in error.errors(include_url=False)
+    ]
 
 
 def validate_yaml(text: str) -> list[Problem]:

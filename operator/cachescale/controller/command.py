@@ -8,6 +8,10 @@ kopf it serves ``/metrics`` (Prometheus exposition) and ``/healthz`` / ``/readyz
 SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
 ``--allowed-prometheus-url`` (repeatable) limits where policies may make it connect
 (``cachescale.gather.egress``, ``docs/security.md``); without it, anywhere, with a warning.
+
+Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
+ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
+operator that half started.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
+import sys
 
 import kopf
+import yaml
 from aiohttp import web
+from kubernetes.client import ApiClient
+from kubernetes.config import ConfigException
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
@@ -27,6 +36,27 @@ from cachescale.controller.kube import KubeApi, load_config
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
 
 log = logging.getLogger("cachescale.operator")
+PROG = "cachescale run"
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _port_or_off(text: str) -> int:
+    """``--metrics-port`` / ``--health-port``: a TCP port, or 0 for off."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1 to 65535, or 0: off)")
+    return value
+
+
+def _namespace(text: str) -> str:
+    if len(text) > 63 or not _NAMESPACE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (lowercase letters, digits and '-')"
+        )
+    return text
 
 
 def _allowed_url(entry: str) -> str:
@@ -52,12 +82,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--namespace",
         action="append",
         default=[],
+        type=_namespace,
         metavar="NS",
         help="watch only this namespace (repeatable; default: all namespaces)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
-    parser.add_argument("--metrics-port", type=int, default=9090, help="/metrics port (0: off)")
-    parser.add_argument("--health-port", type=int, default=8080, help="/healthz, /readyz port")
+    parser.add_argument(
+        "--metrics-port", type=_port_or_off, default=9090, help="/metrics port (0: off)"
+    )
+    parser.add_argument(
+        "--health-port", type=_port_or_off, default=8080, help="/healthz, /readyz port (0: off)"
+    )
     peering = parser.add_mutually_exclusive_group()
     peering.add_argument(
         "--peering", metavar="NAME", help="kopf peering object shared by replicas (HA)"
@@ -90,9 +125,30 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(handler=run)
 
 
+def _api_client(kubeconfig: str | None) -> ApiClient | str:
+    """The cluster's API client, or why there is none (one line, naming the source)."""
+    source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig"
+    try:
+        return load_config(kubeconfig)
+    except OSError as error:
+        return f"{source}: cannot read: {error.strerror}"
+    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        # the kubernetes client reports a malformed file as any of these
+        return f"{source}: not a usable kubeconfig: {str(error).splitlines()[0]}"
+
+
+def _invalid(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return ExitCode.INVALID
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
     from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
+
+    api_client = _api_client(args.kubeconfig)
+    if isinstance(api_client, str):
+        return _invalid(api_client)
 
     if args.kubeconfig:
         path = args.kubeconfig
@@ -112,18 +168,31 @@ def run(args: argparse.Namespace) -> int:
             "to any address (docs/security.md)"
         )
     operator = Operator(
-        KubeApi(load_config(args.kubeconfig)),
+        KubeApi(api_client),
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
     )
     runtime = Runtime(operator, scanning=not args.no_scanning)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
-    asyncio.run(_main(args, runtime))
+    try:
+        if args.metrics_port:
+            start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
+    except OSError as error:  # the port is taken
+        return _invalid(f"--metrics-port {args.metrics_port}: {error.strerror}")
+    try:
+        asyncio.run(_main(args, runtime))
+    except _PortTakenError as error:
+        return _invalid(str(error))
     return ExitCode.OK
 
 
+class _PortTakenError(Exception):
+    """The health port could not be bound (raised before kopf starts)."""
+
+
 async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
-    health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    try:
+        health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    except OSError as error:
+        raise _PortTakenError(f"--health-port {args.health_port}: {error.strerror}") from None
     try:
         await kopf.operator(
             clusterwide=not args.namespace,

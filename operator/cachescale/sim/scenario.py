@@ -4,7 +4,9 @@ A scenario fixes everything a run depends on — workload, fleet, engine profile
 autoscaler, perturbations, duration and seed — so the same file and seed give the same
 bytes of output. Built-in scenarios ship inside the package (``sim/scenarios/*.yaml``) and
 are copied under ``examples/scenarios/`` for users to start from; a test keeps the two in
-sync. The schema is pydantic, documented field by field, and rejects unknown keys.
+sync. The schema is pydantic, documented field by field, and rejects unknown keys. A file
+that cannot be used is a :class:`ScenarioError` whose every line names the file and what
+is wrong, never a stack trace or a raw validation dump.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cachescale.api.validation import decode, error_lines, yaml_error_line
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.profiles import PROFILES
@@ -34,6 +37,10 @@ from cachescale.sim.workload import (
 
 BUILTIN_PACKAGE = "cachescale.sim.scenarios"
 DEFAULT_SCENARIO = "rag-rechunk"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run: one line per problem, each naming its source."""
 
 
 class _Model(BaseModel):
@@ -219,8 +226,23 @@ def load_builtin(name: str) -> Scenario:
 
 
 def load_file(path: Path) -> Scenario:
-    """A scenario from a YAML file."""
-    return parse_scenario(path.read_text(encoding="utf-8"))
+    """A scenario from a YAML file; ``ScenarioError`` naming the file when it cannot be
+    read, is not UTF-8 or YAML, or does not describe a valid scenario."""
+    try:
+        document = yaml.safe_load(decode(path.read_bytes()))
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: not valid YAML: {yaml_error_line(error)}") from None
+    except ValueError as error:  # not UTF-8
+        raise ScenarioError(f"{path}: {error}") from None
+    if not isinstance(document, dict):
+        found = "nothing" if document is None else f"a YAML {type(document).__name__}"
+        raise ScenarioError(f"{path}: expected a scenario (a YAML mapping), found {found}")
+    try:
+        return Scenario.model_validate(document)
+    except ValidationError as error:
+        raise ScenarioError("\n".join(error_lines(error, str(path)))) from None
 
 
 def parse_scenario(text: str) -> Scenario:
