@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.cli import main
+from cachescale.sim.simulate import SimulationRequest
 
 
 def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,3 +111,42 @@ def test_scenario_and_file_are_exclusive() -> None:
     with pytest.raises(SystemExit) as raised:
         main(["simulate", "--scenario", "steady", "--scenario-file", "x.yaml"])
     assert raised.value.code == 2
+
+
+def test_a_duration_that_ends_before_the_change_is_warned_about(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", "--scenario", "rechunk-heals", "--duration", "5m", "--json"]
+    assert main(argv) == ExitCode.OK
+    err = capsys.readouterr().err
+    assert err == (
+        "cachescale simulate: warning: --duration ends at 300 s, before the scenario's "
+        "first change at 1800 s: the run shows only the time before it\n"
+    )
+
+
+@pytest.mark.parametrize(("duration_s", "warned"), [(1800.0, True), (1801.0, False), (None, False)])
+def test_the_warning_needs_a_duration_at_or_before_the_change(
+    duration_s: float | None, warned: bool
+) -> None:
+    request = SimulationRequest.from_cli("rechunk-heals", None, "hpa", None, duration_s)
+    assert bool(request.warnings) == warned
+
+
+def test_an_invalid_policy_fails_before_any_simulation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "loop.yaml"
+    good = (
+        Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "batch-pressure-loop.yaml"
+    )
+    scenario.write_text(
+        good.read_text().replace("gpuSecondsPer1kRequests: 3000", "gpuSecondsPer1kRequests: -1")
+    )
+    started = time.monotonic()
+    assert main(["simulate", "--scenario-file", str(scenario), "--autoscaler", "both"]) == 1
+    assert time.monotonic() - started < 5  # not after a simulation
+    assert capsys.readouterr().err == (
+        f"cachescale simulate: {scenario}: policy.budget.gpuSecondsPer1kRequests: "
+        "Input should be greater than 0 (got -1)\n"
+    )
