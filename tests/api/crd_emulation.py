@@ -1,8 +1,9 @@
 """A small stand-in for the API server's CRD validation, for tests only.
 
-It does what the API server does with a structural schema, in the same order: apply
-defaults, check the OpenAPI v3.0 schema (types, bounds, patterns, enums, required), then
-evaluate every ``x-kubernetes-validations`` CEL rule where its object is present. It lets
+It does what the API server does with a structural schema, in the same order: prune the
+nulls of fields not marked nullable, apply defaults, check the OpenAPI v3.0 schema (types,
+bounds, patterns, enums, required), then evaluate every ``x-kubernetes-validations`` CEL
+rule where its object is present. It lets
 the tests check that the generated CRD rejects the same policies pydantic rejects, without
 a cluster (e2e/ does the real thing when one is available).
 """
@@ -16,6 +17,16 @@ import celpy
 import jsonschema
 
 Schema = dict[str, Any]
+
+
+def _prune_nulls(value: Any, schema: Schema) -> Any:
+    if isinstance(value, dict) and "properties" in schema:
+        for name, prop in schema["properties"].items():
+            if name in value and value[name] is None and not prop.get("nullable"):
+                del value[name]
+            elif name in value:
+                value[name] = _prune_nulls(value[name], prop)
+    return value
 
 
 def _apply_defaults(value: Any, schema: Schema) -> Any:
@@ -61,7 +72,7 @@ def _cel_errors(value: Any, schema: Schema, path: str) -> list[str]:
 def crd_errors(crd: Schema, document: Schema) -> list[str]:
     """Messages the API server would give for ``document``; empty when it is accepted."""
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    document = _apply_defaults(copy.deepcopy(document), schema)
+    document = _apply_defaults(_prune_nulls(copy.deepcopy(document), schema), schema)
     validator = jsonschema.Draft4Validator(schema)
     errors = [
         f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -66,6 +66,15 @@ class SpecModel(ApiModel):
     so that their wire strings, ``Enforce`` or ``vllm``, are accepted."""
 
     model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, data: Any) -> Any:
+        """``field: null`` counts as not written, as in the API server, which prunes the
+        nulls of fields not marked nullable (none is) before applying defaults."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class Mode(StrEnum):
