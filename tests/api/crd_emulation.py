@@ -3,9 +3,9 @@
 It does what the API server does with a structural schema, in the same order: prune the
 nulls of fields not marked nullable, apply defaults, check the OpenAPI v3.0 schema (types,
 bounds, patterns, enums, required), then evaluate every ``x-kubernetes-validations`` CEL
-rule where its object is present. It lets
-the tests check that the generated CRD rejects the same policies pydantic rejects, without
-a cluster (e2e/ does the real thing when one is available).
+rule where its object is present. It lets the tests check that the generated CRD rejects
+the same policies pydantic rejects, without a cluster (e2e/ does the real thing when one
+is available).
 """
 
 from __future__ import annotations
