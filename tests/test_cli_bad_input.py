@@ -11,8 +11,10 @@ must fail before starting any of them, within seconds.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,7 @@ FILES: dict[str, str | bytes] = {
     "gpt9.yaml": SCENARIO.replace("profile: llama2-7b-a100", "profile: gpt-9"),
     "bad-policy.yaml": _bad_policy_scenario(),
     "a-file": "not a folder\n",
+    "typo.yaml": SCENARIO + "sead: 7\n",
 }
 
 # (id, argv with {tmp} for the prepared folder, exit code, what the one line must name)
@@ -131,6 +134,12 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         ["simulate", "--scenario-file", "{tmp}/gpt9.yaml"],
         ExitCode.INVALID,
         "gpt9.yaml",
+    ),
+    (
+        "simulate-unknown-field",
+        ["simulate", "--scenario-file", "{tmp}/typo.yaml"],
+        ExitCode.INVALID,
+        "typo.yaml: sead: unknown field (scenario fields are snake_case",
     ),
     (
         "simulate-invalid-policy",
@@ -260,6 +269,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("run-metrics-port", ["run", "--metrics-port", "-1"], ExitCode.USAGE, "--metrics-port"),
     ("run-health-port", ["run", "--health-port", "http"], ExitCode.USAGE, "--health-port"),
     ("run-namespace", ["run", "--namespace", "Bad_NS"], ExitCode.USAGE, "--namespace"),
+    ("run-peering", ["run", "--peering", "two words"], ExitCode.USAGE, "--peering"),
     ("run-log-format", ["run", "--log-format", "xml"], ExitCode.USAGE, "--log-format"),
     (
         "run-allowed-url-regex",
@@ -328,3 +338,18 @@ def test_bad_input_is_one_line_and_a_documented_code(
     lines = finished.stderr.splitlines()
     assert len(lines) == 1, finished.stderr
     assert named in lines[0], lines[0]
+
+
+def test_ctrl_c_in_a_simulation_is_exit_130_without_a_traceback() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cachescale.cli", "simulate", "--scenario", "rag-rechunk"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # past the imports, inside the simulation (it runs for about a minute)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    assert "Traceback" not in out + err
+    assert err.strip() == "cachescale: interrupted"

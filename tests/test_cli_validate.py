@@ -176,6 +176,20 @@ def test_anchors_in_a_policy_are_one_line(
     assert ": *target)" in err
 
 
+def test_merge_keys_in_other_documents_are_read_as_kubectl_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+        "x: &base {a: 1}\ndata:\n  <<: *base\n  b: '2'\n---\n" + EXAMPLE
+    )
+    assert run_validate(capsys, path)[:2] == (
+        ExitCode.OK,
+        f"{path}: document 1: skipped, not a CacheScalingPolicy: v1/ConfigMap\n{path}: valid\n",
+    )
+
+
 def test_anchors_in_other_documents_are_left_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -193,6 +207,7 @@ def test_anchors_in_other_documents_are_left_alone(
         ("a:\n\tb: 1\n", "not valid YAML: line 2, column 1: found character '\\t' that cannot"),
         ("a: 1\na: 2\n", "not valid YAML: line 2, column 1: key 'a' is written twice"),
         ("spec: [unclosed\n", "not valid YAML: line 2, column 1: expected ',' or ']'"),
+        ("? [a, b]\n: 1\n", "not valid YAML: line 1, column 3: found unhashable key"),
     ],
 )
 def test_yaml_errors_are_one_line(

@@ -80,8 +80,12 @@ class _KubectlLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults`, resolved by PyYAML as kubectl resolves it
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
+            if not isinstance(key, str | int | float | bool):
+                continue  # PyYAML itself refuses an unhashable key, with its line
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} is written twice", key_node.start_mark
                 )
@@ -144,17 +148,19 @@ _EXPECTED = {
 }
 
 
-def plain_message(error: ErrorDetails) -> str:
-    """One pydantic error in a user's words, without JSON-schema keywords or a URL."""
+POLICY_FIELDS_HINT = "fields are camelCase; check the spelling against `kubectl explain csp.spec`"
+"""What to check when a policy has an unknown field."""
+
+
+def plain_message(error: ErrorDetails, fields_hint: str = POLICY_FIELDS_HINT) -> str:
+    """One pydantic error in a user's words, without JSON-schema keywords or a URL;
+    ``fields_hint`` says where the right field names are."""
     kind = error["type"]
     given = error.get("input")
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
-        return (
-            "unknown field (fields are camelCase; check the spelling against "
-            "`kubectl explain csp.spec`)"
-        )
+        return f"unknown field ({fields_hint})"
     if kind == "string_pattern_mismatch":
         return (
             f"{error['input']!r} has the wrong form (expected to match {error['ctx']['pattern']})"
@@ -253,10 +259,15 @@ def check_text(text: str) -> Checked:
     return checked
 
 
-def error_lines(error: ValidationError, source: str, prefix: str = "") -> list[str]:
+def error_lines(
+    error: ValidationError,
+    source: str,
+    prefix: str = "",
+    fields_hint: str = POLICY_FIELDS_HINT,
+) -> list[str]:
     """``SOURCE: prefix.field.path: message``, one line per problem in ``error``."""
     return [
-        f"{source}: {prefix}{field_path(detail['loc'])}: {plain_message(detail)}"
+        f"{source}: {prefix}{field_path(detail['loc'])}: {plain_message(detail, fields_hint)}"
         for detail in error.errors(include_url=False)
     ]
 

@@ -37,7 +37,7 @@ from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
 
 log = logging.getLogger("cachescale.operator")
 PROG = "cachescale run"
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _port_or_off(text: str) -> int:
@@ -51,10 +51,11 @@ def _port_or_off(text: str) -> int:
     return value
 
 
-def _namespace(text: str) -> str:
-    if len(text) > 63 or not _NAMESPACE.fullmatch(text):
+def _object_name(text: str) -> str:
+    """``--namespace`` / ``--peering``: a Kubernetes name (a DNS label)."""
+    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a namespace name (lowercase letters, digits and '-')"
+            f"{text!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)"
         )
     return text
 
@@ -82,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--namespace",
         action="append",
         default=[],
-        type=_namespace,
+        type=_object_name,
         metavar="NS",
         help="watch only this namespace (repeatable; default: all namespaces)",
     )
@@ -95,7 +96,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     peering = parser.add_mutually_exclusive_group()
     peering.add_argument(
-        "--peering", metavar="NAME", help="kopf peering object shared by replicas (HA)"
+        "--peering",
+        type=_object_name,
+        metavar="NAME",
+        help="kopf peering object shared by replicas (HA)",
     )
     peering.add_argument(
         "--standalone", action="store_true", help="no peering: a single replica (default)"

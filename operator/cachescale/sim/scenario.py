@@ -39,6 +39,12 @@ BUILTIN_PACKAGE = "cachescale.sim.scenarios"
 DEFAULT_SCENARIO = "rag-rechunk"
 
 
+SCENARIO_FIELDS_HINT = (
+    "scenario fields are snake_case; see examples/scenarios/ and docs/simulator.md"
+)
+"""What to check when a scenario file has an unknown field."""
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot be run: one line per problem, each naming its source."""
 
@@ -242,7 +248,8 @@ def load_file(path: Path) -> Scenario:
     try:
         return Scenario.model_validate(document)
     except ValidationError as error:
-        raise ScenarioError("\n".join(error_lines(error, str(path)))) from None
+        lines = error_lines(error, str(path), fields_hint=SCENARIO_FIELDS_HINT)
+        raise ScenarioError("\n".join(lines)) from None
 
 
 def parse_scenario(text: str) -> Scenario:
