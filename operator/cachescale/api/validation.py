@@ -193,13 +193,17 @@ def _what_it_is(document: Any) -> str:
     return f"{document.get('apiVersion')}/{document.get('kind')}"
 
 
+def _name_of(document: dict[Any, Any]) -> str | None:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def problems_in_document(document: Any, index: int) -> list[Problem]:
     """All problems with one parsed YAML document (an empty list when it is valid)."""
     if not isinstance(document, dict):
         return [Problem(index, None, "-", "expected a mapping (a Kubernetes object)")]
-    metadata = document.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    name = name if isinstance(name, str) else None
+    name = _name_of(document)
     if document.get("kind") != KIND or document.get("apiVersion") != API_VERSION:
         found = _what_it_is(document)
         return [Problem(index, name, "kind", f"expected {API_VERSION} {KIND}, found {found}")]
@@ -248,7 +252,7 @@ def check_text(text: str) -> Checked:
             checked.problems.append(
                 Problem(
                     index,
-                    None,
+                    _name_of(document),
                     "-",
                     f"YAML anchors and aliases are not accepted in a policy ({aliases[index]}); "
                     "write the values out",
