@@ -79,6 +79,22 @@ def test_what_the_api_server_refuses_validate_refuses(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [("20.0", ExitCode.OK), ("2e1", ExitCode.OK), ("20.5", ExitCode.INVALID)],
+)
+def test_a_whole_float_is_an_integer_as_in_kubectl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, status: ExitCode
+) -> None:
+    # kubectl turns YAML into JSON through a float, and writes a whole one as an integer.
+    path = tmp_path / "policy.yaml"
+    path.write_text(edited("maxReplicas: 20", f"maxReplicas: {value}"))
+    outcome, _, err = run_validate(capsys, path)
+    assert outcome == status, err
+    if status == ExitCode.INVALID:
+        assert "spec.budget.maxReplicas: expected an integer, got 20.5" in err
+
+
 def test_an_exponent_without_a_dot_is_a_number_as_in_kubectl(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,15 +6,18 @@ problem — which document, which field, what is wrong — so a user can fix a f
 reading a stack trace or a JSON-schema keyword.
 
 It reads YAML the way ``kubectl`` does where PyYAML would differ, so that a file passes
-here only if the API server can take it: ``1e3`` is a number (YAML 1.2, as in Go), a key
-written twice in one mapping is an error, and the bytes must be UTF-8. Documents that are
-not CacheScalingPolicies (a Deployment beside the policy in a GitOps folder) are skipped
-with a note; a policy that uses YAML anchors or aliases is refused with one line, since an
-alias can expand a small file into a huge object before any field is checked.
+here only if the API server can take it: ``1e3`` is a number (YAML 1.2, as in Go), a
+whole float such as ``4.0`` is the integer 4 (kubectl's YAML-to-JSON step writes it as
+``4``), a key written twice in one mapping is an error, and the bytes must be UTF-8.
+Documents that are not CacheScalingPolicies (a Deployment beside the policy in a GitOps
+folder) are skipped with a note; a policy that uses YAML anchors or aliases is refused
+with one line, since an alias can expand a small file into a huge object before any field
+is checked.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +94,18 @@ class _KubectlLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float | int:
+        value: float = super().construct_yaml_float(node)
+        if math.isfinite(value) and value.is_integer() and abs(value) < _GO_PLAIN_FLOAT_LIMIT:
+            return int(value)
+        return value
+
+
+_GO_PLAIN_FLOAT_LIMIT = 1e21
+"""Go's JSON encoder writes a whole float below this without an exponent, so the API
+server reads it as an integer; from here on it writes ``1e+21``, a float."""
+_KubectlLoader.add_constructor("tag:yaml.org,2002:float", _KubectlLoader.construct_yaml_float)
 
 
 # YAML 1.2 (and Go's YAML) floats with an exponent and no dot or exponent sign: 1e3, 2.5e10.
