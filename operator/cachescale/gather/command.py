@@ -79,7 +79,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
     value = float(text)
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
@@ -155,11 +155,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
     )
     parser.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        default=10.0,
-        metavar="SECONDS",
-        help="per-query timeout",
+        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="per-query timeout"
     )
     parser.add_argument(
         "--at",
