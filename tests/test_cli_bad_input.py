@@ -53,6 +53,8 @@ FILES: dict[str, str | bytes] = {
     "gpt9.yaml": SCENARIO.replace("profile: llama2-7b-a100", "profile: gpt-9"),
     "bad-policy.yaml": _bad_policy_scenario(),
     "a-file": "not a folder\n",
+    "deep.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n",
+    "two-documents.yaml": SCENARIO + "---\n" + SCENARIO,
     "typo.yaml": SCENARIO + "sead: 7\n",
 }
 
@@ -77,6 +79,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("validate-window", ["validate", "{tmp}/window.yaml"], ExitCode.INVALID, "metrics.window"),
     ("validate-anchors", ["validate", "{tmp}/anchors.yaml"], ExitCode.INVALID, "anchors.yaml"),
     ("validate-empty-folder", ["validate", "{tmp}/empty-dir"], ExitCode.INVALID, "empty-dir"),
+    ("validate-too-deep", ["validate", "{tmp}/deep.yaml"], ExitCode.INVALID, "deep.yaml"),
     # simulate: flags
     ("simulate-seed-negative", ["simulate", "--seed", "-1"], ExitCode.USAGE, "--seed"),
     ("simulate-seed-word", ["simulate", "--seed", "abc"], ExitCode.USAGE, "--seed"),
@@ -128,6 +131,18 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         ["simulate", "--scenario-file", "{tmp}/empty-dir"],
         ExitCode.INVALID,
         "empty-dir",
+    ),
+    (
+        "simulate-file-too-deep",
+        ["simulate", "--scenario-file", "{tmp}/deep.yaml"],
+        ExitCode.INVALID,
+        "deep.yaml: not valid YAML: nested too deeply",
+    ),
+    (
+        "simulate-two-documents",
+        ["simulate", "--scenario-file", "{tmp}/two-documents.yaml"],
+        ExitCode.INVALID,
+        "two-documents.yaml: 2 YAML documents",
     ),
     (
         "simulate-unknown-profile",

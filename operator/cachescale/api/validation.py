@@ -118,7 +118,10 @@ _KubectlLoader.add_implicit_resolver(
 def load_documents(text: str) -> list[Any]:
     """Every document of a (multi-document) YAML text, read as ``kubectl`` would;
     raises ``yaml.YAMLError``."""
-    return list(yaml.load_all(text, Loader=_KubectlLoader))
+    try:
+        return list(yaml.load_all(text, Loader=_KubectlLoader))
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise yaml.YAMLError("nested too deeply to read") from None
 
 
 def yaml_error_line(error: yaml.YAMLError) -> str:

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from cachescale.api.validation import decode, error_lines, yaml_error_line
+from cachescale.api.validation import decode, error_lines, load_documents, yaml_error_line
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.profiles import PROFILES
@@ -232,16 +232,20 @@ def load_builtin(name: str) -> Scenario:
 
 
 def load_file(path: Path) -> Scenario:
-    """A scenario from a YAML file; ``ScenarioError`` naming the file when it cannot be
-    read, is not UTF-8 or YAML, or does not describe a valid scenario."""
+    """A scenario from a YAML file, read as policy files are (``load_documents``: a key
+    written twice is an error); ``ScenarioError`` naming the file when it cannot be read,
+    is not UTF-8 or YAML, holds more than one document, or is not a valid scenario."""
     try:
-        document = yaml.safe_load(decode(path.read_bytes()))
+        documents = load_documents(decode(path.read_bytes()))
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
     except yaml.YAMLError as error:
         raise ScenarioError(f"{path}: not valid YAML: {yaml_error_line(error)}") from None
     except ValueError as error:  # not UTF-8
         raise ScenarioError(f"{path}: {error}") from None
+    if len(documents) > 1:
+        raise ScenarioError(f"{path}: {len(documents)} YAML documents; a scenario is one")
+    document = documents[0] if documents else None
     if not isinstance(document, dict):
         found = "nothing" if document is None else f"a YAML {type(document).__name__}"
         raise ScenarioError(f"{path}: expected a scenario (a YAML mapping), found {found}")
