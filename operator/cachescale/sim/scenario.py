@@ -45,6 +45,12 @@ SCENARIO_FIELDS_HINT = (
 """What to check when a scenario file has an unknown field."""
 
 
+MAX_DURATION_S = 7 * 86_400.0
+"""The longest scenario: a simulated week already takes the better part of an hour."""
+MAX_PODS = 1_000
+"""The most pods at the start: every one is simulated request by request."""
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot be run: one line per problem, each naming its source."""
 
@@ -103,10 +109,17 @@ class FleetSpec(_Model):
     """The Deployment: engine profile, batch ceiling, pods and the router in front."""
 
     profile: str = Field(description=f"Engine profile, one of: {', '.join(sorted(PROFILES))}.")
-    max_num_seqs: int = Field(default=64, ge=1, description="vLLM --max-num-seqs per pod.")
-    replicas: int = Field(default=10, ge=1, description="Pods at t=0 (ready, caches empty).")
+    max_num_seqs: int = Field(
+        default=64, ge=1, le=65_536, description="vLLM --max-num-seqs per pod."
+    )
+    replicas: int = Field(
+        default=10, ge=1, le=MAX_PODS, description="Pods at t=0 (ready, caches empty)."
+    )
     pod_start_delay_s: float = Field(
-        default=120.0, ge=0, description="Seconds from pod creation to ready (weights, graphs)."
+        default=120.0,
+        ge=0,
+        le=86_400,
+        description="Seconds from pod creation to ready (weights, graphs).",
     )
     router: RouterKind = Field(
         default=RouterKind.ROUND_ROBIN, description="round_robin, least_loaded or prefix_aware."
@@ -176,7 +189,9 @@ class Scenario(_Model):
     name: str = Field(pattern=r"^[a-z0-9][-a-z0-9]*$", description="Scenario name.")
     description: str = Field(description="What it shows, in a sentence or two.")
     seed: int = Field(default=7, ge=0, description="Seed for every random draw.")
-    duration_s: float = Field(gt=0, description="Simulated seconds.")
+    duration_s: float = Field(
+        gt=0, le=MAX_DURATION_S, description="Simulated seconds (at most a week)."
+    )
     fleet: FleetSpec = Field(description="Pods, profile and router.")
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="Request stream.")
     autoscaler: HPASpec | None = Field(

@@ -37,6 +37,7 @@ from cachescale.sim.present import (
 from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run
 from cachescale.sim.scenario import (
     DEFAULT_SCENARIO,
+    MAX_DURATION_S,
     Scenario,
     ScenarioError,
     builtin_names,
@@ -53,8 +54,6 @@ AUTOSCALER_CHOICES = {
 """``--autoscaler`` values and the runs each one makes (same seed, same requests)."""
 MAX_SEED = 2**32 - 1
 """The largest seed every random generator in the simulator accepts."""
-MAX_SIMULATED = "168h"
-"""The longest ``--duration``: a simulated week already takes the better part of an hour."""
 
 
 def seed_flag(text: str) -> int:
@@ -69,13 +68,13 @@ def seed_flag(text: str) -> int:
 
 
 def duration_flag(text: str) -> float:
-    """``--duration``: a duration up to ``MAX_SIMULATED``, in seconds."""
+    """``--duration``: a duration up to ``MAX_DURATION_S`` (a week), in seconds."""
     try:
         seconds = parse_duration_seconds(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    if seconds > parse_duration_seconds(MAX_SIMULATED):
-        raise argparse.ArgumentTypeError(f"{text} is longer than {MAX_SIMULATED}")
+    if seconds > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text} is longer than a week (168h)")
     return seconds
 
 
