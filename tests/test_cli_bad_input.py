@@ -182,6 +182,12 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("emulate-linger", ["emulate", "--linger", "-1"], ExitCode.USAGE, "--linger"),
     ("emulate-engine", ["emulate", "--engine", "tgi"], ExitCode.USAGE, "--engine"),
     (
+        "emulate-ports-past-65535",
+        ["emulate", "--scenario", "steady", "--base-port", "65530"],
+        ExitCode.INVALID,
+        "--base-port 65530: a pod's port is past 65535",
+    ),
+    (
         "emulate-file-tabs",
         ["emulate", "--scenario-file", "{tmp}/tabs.yaml"],
         ExitCode.INVALID,
