@@ -5,8 +5,8 @@ interpreter's last words included) and checks three things: the exit code is the
 ``api/exit_codes.py`` and README.md's "Exit codes" table give for that kind of mistake (2:
 the command line itself is wrong; 1: what it points at is; 3: Prometheus cannot be
 reached), stderr is exactly one line naming the flag or the file, and no "Traceback"
-appears anywhere. No case reaches a simulation, a cluster or a listening Prometheus: each
-must fail before starting any of them, within seconds.
+appears anywhere. No case reaches a cluster or a listening Prometheus, and none gets past
+the first simulated second: each fails within seconds.
 """
 
 from __future__ import annotations
