@@ -2,9 +2,11 @@
 
 Exit codes are part of the interface (scripts and CI rely on them); every subcommand
 returns one of ``api.exit_codes.ExitCode``: 0 success, 1 invalid input (a bad policy, a bad
-scenario), 2 usage error (argparse's own convention), 3 Prometheus could not be read
-(``cachescale signals``). Each subcommand is a small function that parses nothing itself
-and returns its exit code.
+scenario, an unusable output path), 2 usage error (the command line itself: a flag that is
+unknown, missing, malformed or out of range), 3 Prometheus could not be read
+(``cachescale signals``), 130 interrupted. Flag values are checked by argparse types, so
+a bad one is a one-line usage error before anything runs. Each subcommand is a small
+function that parses nothing itself and returns its exit code.
 
 A reader that stops early (``cachescale signals ... | head -1``) is handled here, once, for
 every subcommand: the closed pipe is not an error of the command, so it exits 0 with no
@@ -18,6 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from cachescale.api.exit_codes import ExitCode
 
@@ -29,28 +32,58 @@ def _cmd_crd(_args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _cmd_validate(args: argparse.Namespace) -> int:
-    from cachescale.api.validation import validate_yaml
+def _policy_files(argument: Path) -> list[Path]:
+    """The YAML files an argument names: itself, or every ``.yaml``/``.yml`` under a folder
+    (hidden files and folders left out, in a stable order)."""
+    if not argument.is_dir():
+        return [argument]
+    return sorted(
+        path
+        for path in argument.rglob("*")
+        if path.suffix in (".yaml", ".yml")
+        and path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(argument).parts)
+    )
 
-    failed = False
-    for path in args.files:
+
+def _validate_argument(argument: str) -> bool:
+    """Check one FILE or folder argument, print what was found; True when all is well."""
+    from cachescale.api.validation import Checked, check_text, decode, no_policy_message
+
+    files = _policy_files(Path(argument))
+    if not files:
+        print(f"{argument}: no .yaml or .yml files in this folder", file=sys.stderr)
+        return False
+    read: list[Checked] = []
+    ok = True
+    for path in files:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            checked = check_text(decode(path.read_bytes()))
         except OSError as error:
             print(f"{path}: cannot read: {error.strerror}", file=sys.stderr)
-            failed = True
+            ok = False
             continue
-        problems = validate_yaml(text)
-        for problem in problems:
-            print(problem.render(path), file=sys.stderr)
-        if problems:
-            failed = True
-        elif not text.strip():
-            print(f"{path}: no documents", file=sys.stderr)
-            failed = True
-        else:
+        except ValueError as error:  # not UTF-8
+            print(f"{path}: {error}", file=sys.stderr)
+            ok = False
+            continue
+        read.append(checked)
+        for note in checked.skipped:
+            print(note.render(str(path)))
+        for problem in checked.problems:
+            print(problem.render(str(path)), file=sys.stderr)
+        ok = ok and not checked.problems
+        if checked.policies and not checked.problems:
             print(f"{path}: valid")
-    return ExitCode.INVALID if failed else ExitCode.OK
+    if read and not any(one.policies or one.problems for one in read):
+        print(f"{argument}: {no_policy_message(read)}", file=sys.stderr)
+        ok = False
+    return ok
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    results = [_validate_argument(argument) for argument in args.files]
+    return ExitCode.OK if all(results) else ExitCode.INVALID
 
 
 def _progress_bar() -> Callable[[float], None] | None:
@@ -68,9 +101,21 @@ def _progress_bar() -> Callable[[float], None] | None:
     return show
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+def _output_folder(out: str) -> str | None:
+    """Make ``--out``'s folder now, before the run; why not, when it cannot be used."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        return f"--out {out}: exists and is not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"--out {out}: cannot create the folder: {error.strerror}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"--out {out}: the folder is not writable"
+    return None
 
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
     from cachescale.sim.simulate import SimulationRequest, simulate
 
     try:
@@ -79,11 +124,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             scenario_file=args.scenario_file,
             autoscaler=args.autoscaler,
             seed=args.seed,
-            duration=args.duration,
+            duration_s=args.duration,
         )
-    except (ValueError, ValidationError, OSError) as error:
+    except ValueError as error:  # ScenarioError: one line per problem, naming the file
         print(f"cachescale simulate: {error}", file=sys.stderr)
         return ExitCode.INVALID
+    if args.out is not None and (problem := _output_folder(args.out)) is not None:
+        print(f"cachescale simulate: {problem}", file=sys.stderr)
+        return ExitCode.INVALID
+    for warning in request.warnings:
+        print(f"cachescale simulate: warning: {warning}", file=sys.stderr)
     outcome = simulate(request, progress=_progress_bar())
     if args.out is not None:
         outcome.write_artifacts(Path(args.out))
@@ -94,13 +144,24 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors on one line (``PROG: message (see PROG --help)``)
+    instead of a usage block, like every other error of the CLI."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    from cachescale.sim.simulate import duration_flag, scenario_flag, seed_flag
+
+    parser: argparse.ArgumentParser = _Parser(
         prog="cachescale",
         description=(
             "Prefix-cache-aware autoscaling for vLLM and SGLang on Kubernetes. "
-            "Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 Prometheus unreadable."
+            "Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 Prometheus unreadable, "
+            "130 interrupted."
         ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -116,11 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         help="check CacheScalingPolicy YAML files and explain every problem",
         description=(
-            "Validate policy files (multi-document YAML) against the API. Prints each "
-            "problem as FILE: document N (name): field.path: message. Exit 1 on any problem."
+            "Validate policy files (multi-document YAML) against the API, as strictly as "
+            "the API server does. Prints each problem as FILE: document N (name): "
+            "field.path: message. Documents of other kinds are skipped with a note, so a "
+            "whole GitOps folder can be checked; a FILE or folder with no policy at all is "
+            "an error. Exit 1 on any problem."
         ),
     )
-    validate.add_argument("files", nargs="+", metavar="FILE", help="policy YAML file")
+    validate.add_argument(
+        "files", nargs="+", metavar="FILE", help="policy YAML file, or a folder of them"
+    )
     validate.set_defaults(handler=_cmd_validate)
 
     simulate = commands.add_parser(
@@ -132,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     source = simulate.add_mutually_exclusive_group()
-    source.add_argument("--scenario", metavar="NAME", help="built-in scenario name")
+    source.add_argument(
+        "--scenario", type=scenario_flag, metavar="NAME", help="built-in scenario name"
+    )
     source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
     simulate.add_argument(
         "--autoscaler",
@@ -141,9 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="hpa: the HPA alone; cachescale: the same HPA with cachescale reshaping its "
         "envelope and --max-num-seqs; both: the two runs side by side (same requests)",
     )
-    simulate.add_argument("--seed", type=int, help="override the scenario's seed")
-    simulate.add_argument("--duration", metavar="D", help="override the duration, e.g. 30m, 2h")
-    simulate.add_argument("--out", metavar="DIR", help="write CSV time series and PNG plots")
+    simulate.add_argument(
+        "--seed", type=seed_flag, metavar="N", help="override the scenario's seed (0 or more)"
+    )
+    simulate.add_argument(
+        "--duration",
+        type=duration_flag,
+        metavar="D",
+        help="override the duration, e.g. 30m, 2h (at most 168h)",
+    )
+    simulate.add_argument(
+        "--out", metavar="DIR", help="write CSV time series and PNG plots into this folder"
+    )
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.set_defaults(handler=_cmd_simulate)
 
@@ -183,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout went away, e.g. `| head -1`
         _discard_stdout()
         return ExitCode.OK
+    except KeyboardInterrupt:  # Ctrl-C: the user knows; a stack trace tells them nothing
+        print("\ncachescale: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     return status
 
 

@@ -1,10 +1,11 @@
 """A small stand-in for the API server's CRD validation, for tests only.
 
-It does what the API server does with a structural schema, in the same order: apply
-defaults, check the OpenAPI v3.0 schema (types, bounds, patterns, enums, required), then
-evaluate every ``x-kubernetes-validations`` CEL rule where its object is present. It lets
-the tests check that the generated CRD rejects the same policies pydantic rejects, without
-a cluster (e2e/ does the real thing when one is available).
+It does what the API server does with a structural schema, in the same order: prune the
+nulls of fields not marked nullable, apply defaults, check the OpenAPI v3.0 schema (types,
+bounds, patterns, enums, required), then evaluate every ``x-kubernetes-validations`` CEL
+rule where its object is present. It lets the tests check that the generated CRD rejects
+the same policies pydantic rejects, without a cluster (e2e/ does the real thing when one
+is available).
 """
 
 from __future__ import annotations
@@ -18,6 +19,16 @@ import jsonschema
 Schema = dict[str, Any]
 
 
+def _prune_nulls(value: Any, schema: Schema) -> Any:
+    if isinstance(value, dict) and "properties" in schema:
+        for name, prop in schema["properties"].items():
+            if name in value and value[name] is None and not prop.get("nullable"):
+                del value[name]
+            elif name in value:
+                value[name] = _prune_nulls(value[name], prop)
+    return value
+
+
 def _apply_defaults(value: Any, schema: Schema) -> Any:
     if isinstance(value, dict) and "properties" in schema:
         for name, prop in schema["properties"].items():
@@ -28,12 +39,28 @@ def _apply_defaults(value: Any, schema: Schema) -> Any:
     return value
 
 
+def _typed(value: Any, schema: Schema) -> Any:
+    """Integers in ``type: number`` fields become doubles, as the API server's CEL sees
+    them (``weightsGiB: 16`` is 16.0, so it compares with ``memoryGiB * 0.9``)."""
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        return {key: _typed(item, properties.get(key, {})) for key, item in value.items()}
+    return value
+
+
 def _cel_errors(value: Any, schema: Schema, path: str) -> list[str]:
     errors: list[str] = []
     for rule in schema.get("x-kubernetes-validations", ()):
         env = celpy.Environment()
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(value)}):
+        try:
+            holds = program.evaluate({"self": celpy.json_to_cel(_typed(value, schema))})
+        except celpy.CELEvalError as error:  # e.g. a duration past Go's range: rejected
+            errors.append(f"{path}: {rule['message']} ({error.args[0]})")
+            continue
+        if not holds:
             errors.append(f"{path}: {rule['message']}")
     if isinstance(value, dict):
         for name, prop in schema.get("properties", {}).items():
@@ -45,7 +72,7 @@ def _cel_errors(value: Any, schema: Schema, path: str) -> list[str]:
 def crd_errors(crd: Schema, document: Schema) -> list[str]:
     """Messages the API server would give for ``document``; empty when it is accepted."""
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    document = _apply_defaults(copy.deepcopy(document), schema)
+    document = _apply_defaults(_prune_nulls(copy.deepcopy(document), schema), schema)
     validator = jsonschema.Draft4Validator(schema)
     errors = [
         f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"

@@ -131,6 +131,60 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ("on-collapse-cap", {"cache.onCollapse": "CapAtBudget"}, True, ""),
     ("on-collapse-unknown", {"cache.onCollapse": "Panic"}, False, "onCollapse"),
     ("cooldown-words", {"batching.cooldown": "half an hour"}, False, "cooldown"),
+    # Strict types: the API server never turns a string into a number, or a number into a bool.
+    ("replicas-quoted", {"budget.maxReplicas": "20"}, False, "maxReplicas"),
+    ("budget-quoted", {"budget.gpuSecondsPer1kRequests": "900"}, False, "gpuSecondsPer1kRequests"),
+    ("ttft-quoted", {"slo.ttftP95Seconds": "1.5"}, False, "ttftP95Seconds"),
+    ("budget-integer-is-a-number", {"budget.gpuSecondsPer1kRequests": 900}, True, ""),
+    ("restore-as-word", {"restoreOnDelete": "yes"}, False, "restoreOnDelete"),
+    ("manage-as-one", {"batching.manageMaxNumSeqs": 1}, False, "manageMaxNumSeqs"),
+    ("selector-number-value", {"metrics.selector": {"namespace": 5}}, False, "selector"),
+    # Finite, bounded numbers (an infinite budget is above every maximum).
+    ("budget-infinite", {"budget.gpuSecondsPer1kRequests": float("inf")}, False, "gpuSeconds"),
+    ("budget-at-maximum", {"budget.gpuSecondsPer1kRequests": 10_000_000}, True, ""),
+    ("budget-above-maximum", {"budget.gpuSecondsPer1kRequests": 1e8}, False, "gpuSeconds"),
+    (
+        "memory-above-maximum",
+        {"batching.gpu": {"memoryGiB": 20_000}},
+        False,
+        "memoryGiB",
+    ),
+    ("reserve-infinite", {"batching.cacheReserveGiB": float("inf")}, False, "cacheReserveGiB"),
+    # Physical sanity: the weights fit in the engine's share of the GPU.
+    (
+        "weights-fit",
+        {"batching.model": {**SHAPE, "weightsGiB": 71.5}, "batching.gpu": GPU},
+        True,
+        "",
+    ),
+    (
+        "weights-above-share",
+        {"batching.model": {**SHAPE, "weightsGiB": 72.5}, "batching.gpu": GPU},
+        False,
+        "weightsGiB",
+    ),
+    (
+        "weights-500-on-80",
+        {"batching.model": {**SHAPE, "weightsGiB": 500}, "batching.gpu": GPU},
+        False,
+        "weightsGiB",
+    ),
+    (
+        "weights-fit-at-full-utilisation",
+        {
+            "batching.model": {**SHAPE, "weightsGiB": 75},
+            "batching.gpu": {"memoryGiB": 80, "gpuMemoryUtilization": 1},
+        },
+        True,
+        "",
+    ),
+    # Bounded durations.
+    ("window-a-day", {"metrics.window": "24h"}, True, ""),
+    ("window-over-a-day", {"metrics.window": "24h1s"}, False, "window"),
+    ("window-past-go-range", {"metrics.window": "99999999999h"}, False, "window"),
+    ("cooldown-a-week", {"batching.cooldown": "168h"}, True, ""),
+    ("cooldown-over-a-week", {"batching.cooldown": "169h"}, False, "cooldown"),
+    ("cooldown-past-go-range", {"batching.cooldown": "9999999h"}, False, "cooldown"),
 ]
 
 
@@ -159,6 +213,13 @@ def test_crd_verdict_matches(
     assert (not errors) == valid, errors
     if not valid:
         assert any(field in error for error in errors), errors
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+def test_numbers_must_be_finite(value: float) -> None:
+    # Not in CASES: JSON cannot carry NaN, so the API server never sees one.
+    problems = problems_in_document(edited({"slo.ttftP95Seconds": value}), 1)
+    assert [p.path for p in problems] == ["spec.slo.ttftP95Seconds"], problems
 
 
 def test_unknown_field_rejected_by_pydantic() -> None:

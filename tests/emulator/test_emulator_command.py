@@ -78,8 +78,11 @@ def test_bad_flags_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "must be > 0" in capsys.readouterr().err
 
 
-def test_an_unknown_scenario_is_invalid_input(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--scenario", "no-such-scenario"]) == 1
+def test_an_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # A flag value (api/exit_codes.py: wrong on the command line itself, exit 2).
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--scenario", "no-such-scenario"])
+    assert exit_info.value.code == 2
     assert "no built-in scenario 'no-such-scenario'" in capsys.readouterr().err
 
 

@@ -80,23 +80,29 @@ def test_a_timeout_that_is_no_positive_number_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("extra", "code", "message"),
     [
-        (["--selector", 'namespace=~"llm"'], "--selector: cannot read"),
-        (["--window", "30s"], "window"),
-        (["--window", "5 minutes"], "not a duration"),
-        (["--gpus-per-pod", "2"], "--gpus-per-pod and --replicas together"),
-        (["--bearer-token-file", "/nonexistent/token"], "/nonexistent/token"),
-        (["--selector", '__name__="up"'], "reserved"),
-        (["--selector", ""], "--selector: select at least one label"),
-        (["--selector", "  "], "--selector: select at least one label"),
-        (["--selector", 'namespace=""'], '--selector: namespace="" is empty'),
+        # Flag values wrong on the command line itself: usage errors (api/exit_codes.py).
+        (["--selector", 'namespace=~"llm"'], ExitCode.USAGE, "--selector: cannot read"),
+        (["--window", "30s"], ExitCode.USAGE, "--window: window 30s is shorter than 1m"),
+        (["--window", "5 minutes"], ExitCode.USAGE, "--window: '5 minutes' is not a duration"),
+        (["--gpus-per-pod", "2"], ExitCode.USAGE, "--gpus-per-pod and --replicas together"),
+        (["--selector", '__name__="up"'], ExitCode.USAGE, "reserved"),
+        (["--selector", ""], ExitCode.USAGE, "--selector: select at least one label"),
+        (["--selector", "  "], ExitCode.USAGE, "--selector: select at least one label"),
+        (["--selector", 'namespace=""'], ExitCode.USAGE, '--selector: namespace="" is empty'),
+        # What a flag points at cannot be used: invalid input.
+        (
+            ["--bearer-token-file", "/nonexistent/token"],
+            ExitCode.INVALID,
+            "/nonexistent/token",
+        ),
     ],
 )
-def test_invalid_input_exits_1_before_any_request(
-    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+def test_bad_input_fails_before_any_request(
+    capsys: pytest.CaptureFixture[str], extra: list[str], code: ExitCode, message: str
 ) -> None:
-    assert run(steady(closed_port_url(), *extra)) == ExitCode.INVALID
+    assert run(steady(closed_port_url(), *extra)) == code
     err = capsys.readouterr().err
     assert err.startswith("cachescale signals: ")
     assert message in err

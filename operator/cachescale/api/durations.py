@@ -5,7 +5,10 @@ the models parse them with this module. The accepted grammar is the subset that 
 ``time.ParseDuration`` (and so the API server's CEL ``duration()``), Prometheus range
 selectors and this parser all agree on: one or more ``<integer><unit>`` groups with units
 ``h``, ``m``, ``s``, ``ms`` in that order, no sign, no spaces, no fractions. Keeping the
-three in agreement is what lets the CRD reject the same strings pydantic rejects.
+three in agreement is what lets the CRD reject the same strings pydantic rejects. Go counts
+a duration in int64 nanoseconds, so anything past about 2,562,047 hours fails there; it
+fails here too, with the same limit, rather than parsing to a number no other part agrees
+with.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
 
 _DURATION_RE = re.compile(DURATION_PATTERN)
 _UNIT_SECONDS = (3600.0, 60.0, 1.0, 0.001)
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
+"""The longest duration Go (and so the API server's CEL) can represent: int64 nanoseconds."""
 
 
 def parse_duration_seconds(text: str) -> float:
@@ -33,4 +38,6 @@ def parse_duration_seconds(text: str) -> float:
             seconds += int(group.rstrip("hms")) * unit_seconds
     if seconds <= 0:
         raise ValueError(f"{text!r} is zero; a duration must be positive")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is too long to be a duration (at most about 2562047h)")
     return seconds

@@ -2,7 +2,14 @@
 
 They are part of the command-line interface: scripts and CI branch on them, so each value
 is fixed and shared by the CLI, ``cachescale emulate``, ``cachescale signals`` and
-``cachescale run``. It lives in the API layer because every layer may import it.
+``cachescale run``. It lives in the API layer because every layer may import it. The
+table is documented for users in README.md ("Exit codes"); a test runs every subcommand
+against a matrix of bad inputs and checks each one lands in its row.
+
+The line between 2 and 1: anything wrong with the command line itself, decidable without
+opening a file or a connection, is a usage error (2); anything wrong with what the command
+line points at (a file's contents, an output path, a port, a kubeconfig) is invalid input
+(1).
 """
 
 from __future__ import annotations
@@ -16,9 +23,14 @@ class ExitCode(IntEnum):
     OK = 0
     """Success; also when the reader of stdout stopped early (``| head -1``)."""
     INVALID = 1
-    """Invalid input: a bad policy or scenario, an unreadable file, a port already taken."""
+    """Invalid input: a bad policy or scenario file, an unreadable file, an ``--out`` that
+    cannot be written, a port already taken, an unusable kubeconfig."""
     USAGE = 2
-    """A usage error, reported by argparse itself (its own convention)."""
+    """A usage error: an unknown subcommand or flag, a missing flag, a malformed or
+    out-of-range flag value (``--seed -1``, ``--duration soon``, a URL without a scheme,
+    an unknown scenario name), or flags that need each other."""
     PROMETHEUS_UNAVAILABLE = 3
     """``cachescale signals`` could not read Prometheus: distinct from 1 and 2 so scripts
     can tell "Prometheus down" apart."""
+    INTERRUPTED = 130
+    """Stopped by Ctrl-C (SIGINT) before finishing, as shells report it (128 + 2)."""

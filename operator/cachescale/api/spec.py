@@ -6,13 +6,18 @@ written twice on purpose: as pydantic validators (used by ``cachescale validate`
 the operator) and as CEL ``x-kubernetes-validations`` on the same model (used by the API
 server, so ``kubectl apply`` rejects a bad policy before the operator ever sees it). The
 tests evaluate both against the same cases.
+
+Types are strict, as the API server's are: ``maxReplicas: "20"`` is a string, not 20, and
+``true`` is not 1. Numbers must be finite, and every number and duration has an upper
+bound, so an infinite budget (``.inf``) or a window of a million hours fails here and, by
+the published ``maximum`` or CEL rule, in the API server too.
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +35,14 @@ MIN_WINDOW_SECONDS = 60.0
 """Rates over less than a minute are dominated by scrape jitter."""
 MIN_INTERVAL_SECONDS = 10.0
 """Evaluating faster than Prometheus scrapes only re-reads the same samples."""
+MAX_WINDOW = "24h"
+"""A rate over more than a day no longer describes the present, and costs Prometheus."""
+MAX_COOLDOWN = "168h"
+"""A week: past that, the ceiling is effectively never changed; turn management off instead."""
+MAX_GIB = 16_384.0
+"""Upper bound for a replica's GiB figures (16 TiB: far above any node today)."""
+MAX_GPU_SECONDS_PER_1K = 10_000_000.0
+"""Upper bound for the budget: 10,000 GPU-seconds per request."""
 
 
 def _check_duration(text: str) -> str:
@@ -45,6 +58,23 @@ Duration = Annotated[
     Field(json_schema_extra={"pattern": DURATION_PATTERN, "minLength": 2, "maxLength": 32}),
 ]
 """A duration string such as ``30s``, ``5m`` or ``1h30m``."""
+
+
+class SpecModel(ApiModel):
+    """An ``ApiModel`` with the API server's strictness: no string-to-number or
+    number-to-bool coercion, no Inf or NaN. Enum fields opt back out (``strict=False``)
+    so that their wire strings, ``Enforce`` or ``vllm``, are accepted."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, data: Any) -> Any:
+        """``field: null`` counts as not written, as in the API server, which prunes the
+        nulls of fields not marked nullable (none is) before applying defaults."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class Mode(StrEnum):
@@ -74,7 +104,7 @@ class CollapseAction(StrEnum):
     """Leave the envelope alone; only alert."""
 
 
-class TargetSpec(ApiModel):
+class TargetSpec(SpecModel):
     """The serving workload this policy manages, in the policy's namespace."""
 
     deployment_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
@@ -83,11 +113,11 @@ class TargetSpec(ApiModel):
     """Container in that Deployment whose args carry the engine flags."""
     hpa_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
     """HorizontalPodAutoscaler (autoscaling/v2) that scales the Deployment."""
-    engine: Engine = Engine.VLLM
+    engine: Engine = Field(default=Engine.VLLM, strict=False)
     """Inference engine: vllm or sglang."""
 
 
-class SecretKeyRef(ApiModel):
+class SecretKeyRef(SpecModel):
     """A key in a Secret in the policy's namespace. The operator uses the Secret only if it
     carries the label cachescale.dev/prometheus-credentials: "true" (docs/security.md)."""
 
@@ -97,7 +127,7 @@ class SecretKeyRef(ApiModel):
     """Key within the Secret."""
 
 
-class PrometheusAuth(ApiModel):
+class PrometheusAuth(SpecModel):
     """How to authenticate to Prometheus and verify its certificate."""
 
     bearer_token_secret_ref: SecretKeyRef | None = None
@@ -128,7 +158,7 @@ def _check_selector(selector: dict[str, str]) -> dict[str, str]:
     return selector
 
 
-class MetricsSpec(ApiModel):
+class MetricsSpec(SpecModel):
     """Where the engine's metrics live and over which window they are read."""
 
     model_config = ConfigDict(
@@ -147,6 +177,10 @@ class MetricsSpec(ApiModel):
                 {
                     "rule": "duration(self.window) >= duration('1m')",
                     "message": "window must be at least 1m; shorter rates are scrape noise",
+                },
+                {
+                    "rule": f"duration(self.window) <= duration('{MAX_WINDOW}')",
+                    "message": f"window must be at most {MAX_WINDOW}",
                 },
                 {
                     "rule": "duration(self.interval) >= duration('10s')",
@@ -172,7 +206,7 @@ class MetricsSpec(ApiModel):
     must not be empty. Left out or {}, it is {namespace: <the policy's namespace>}: a policy
     never reads every engine in Prometheus."""
     window: Duration = "5m"
-    """Window over which rates and quantiles are computed (at least 1m)."""
+    """Window over which rates and quantiles are computed (at least 1m, at most 24h)."""
     interval: Duration = "30s"
     """How often the policy is evaluated (at least 10s, at most the window)."""
     demand_query: str | None = Field(default=None, min_length=1, max_length=4096)
@@ -193,6 +227,8 @@ class MetricsSpec(ApiModel):
     def _window_long_enough(cls, window: str) -> str:
         if parse_duration_seconds(window) < MIN_WINDOW_SECONDS:
             raise ValueError(f"window {window} is shorter than 1m; rates would be noise")
+        if parse_duration_seconds(window) > parse_duration_seconds(MAX_WINDOW):
+            raise ValueError(f"window {window} is longer than {MAX_WINDOW}")
         return window
 
     @field_validator("interval")
@@ -221,7 +257,7 @@ class MetricsSpec(ApiModel):
         return parse_duration_seconds(self.interval)
 
 
-class SLOSpec(ApiModel):
+class SLOSpec(SpecModel):
     """The latency objective the serving Deployment must meet."""
 
     model_config = ConfigDict(
@@ -251,7 +287,7 @@ class SLOSpec(ApiModel):
         return self
 
 
-class BudgetSpec(ApiModel):
+class BudgetSpec(SpecModel):
     """The cost envelope: GPU-seconds per 1k requests and the replica range."""
 
     model_config = ConfigDict(
@@ -265,7 +301,7 @@ class BudgetSpec(ApiModel):
         }
     )
 
-    gpu_seconds_per_1k_requests: float = Field(gt=0)
+    gpu_seconds_per_1k_requests: float = Field(gt=0, le=MAX_GPU_SECONDS_PER_1K)
     """Most GPU-seconds the fleet may spend per 1,000 successful requests."""
     min_replicas: int = Field(default=1, ge=1, le=10_000)
     """Fewest replicas the HPA may run."""
@@ -282,7 +318,7 @@ class BudgetSpec(ApiModel):
         return self
 
 
-class CacheSpec(ApiModel):
+class CacheSpec(SpecModel):
     """When a prefix-cache hit-rate drop counts as a collapse, and what to do about it."""
 
     collapse_relative_drop: float = Field(default=0.5, gt=0, lt=1)
@@ -296,11 +332,11 @@ class CacheSpec(ApiModel):
     """Consecutive evaluation windows the drop must persist before it is a collapse."""
     pod_warmup_seconds: int = Field(default=600, ge=0, le=86_400)
     """Pods younger than this are warming up: excluded from the collapse test."""
-    on_collapse: CollapseAction = CollapseAction.HOLD
+    on_collapse: CollapseAction = Field(default=CollapseAction.HOLD, strict=False)
     """Hold, CapAtBudget or ScaleAsUsual; an alert is raised in every case."""
 
 
-class ModelShape(ApiModel):
+class ModelShape(SpecModel):
     """The served model's attention shape: sizes the KV cache (values from config.json)."""
 
     layers: int = Field(ge=1, le=1024)
@@ -311,20 +347,21 @@ class ModelShape(ApiModel):
     """Dimension of one attention head (hidden_size / num_attention_heads)."""
     kv_dtype_bytes: int = Field(default=2, ge=1, le=4)
     """Bytes per KV element: 2 for fp16/bf16, 1 for fp8."""
-    weights_gib: float = Field(gt=0)
-    """Model weights resident per replica, in GiB (summed over tensor-parallel GPUs)."""
+    weights_gib: float = Field(gt=0, le=MAX_GIB)
+    """Model weights resident per replica, in GiB (summed over tensor-parallel GPUs); they
+    must fit in the engine's share of GPU memory (memoryGiB × gpuMemoryUtilization)."""
 
 
-class GpuShape(ApiModel):
+class GpuShape(SpecModel):
     """The memory a replica gives the engine."""
 
-    memory_gib: float = Field(gt=0)
+    memory_gib: float = Field(gt=0, le=MAX_GIB)
     """GPU memory per replica, in GiB (summed over tensor-parallel GPUs)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     """The engine's --gpu-memory-utilization (vLLM default 0.9; 0.92 from vLLM 0.20)."""
 
 
-class BatchingSpec(ApiModel):
+class BatchingSpec(SpecModel):
     """Whether and how the engine's batch ceiling (--max-num-seqs) is managed."""
 
     model_config = ConfigDict(
@@ -337,6 +374,16 @@ class BatchingSpec(ApiModel):
                 {
                     "rule": "!self.manageMaxNumSeqs || (has(self.model) && has(self.gpu))",
                     "message": "manageMaxNumSeqs needs model and gpu to compute the ceiling",
+                },
+                {
+                    "rule": "!has(self.model) || !has(self.gpu) || self.model.weightsGiB < "
+                    "self.gpu.memoryGiB * self.gpu.gpuMemoryUtilization",
+                    "message": "model.weightsGiB must fit in gpu.memoryGiB × "
+                    "gpu.gpuMemoryUtilization (the engine's share of GPU memory)",
+                },
+                {
+                    "rule": f"duration(self.cooldown) <= duration('{MAX_COOLDOWN}')",
+                    "message": f"cooldown must be at most {MAX_COOLDOWN}",
                 },
             ]
         }
@@ -353,10 +400,10 @@ class BatchingSpec(ApiModel):
     """Model shape for the cache-friendly ceiling; required when managing the ceiling."""
     gpu: GpuShape | None = None
     """GPU memory for the cache-friendly ceiling; required when managing the ceiling."""
-    cache_reserve_gib: float = Field(default=0.0, ge=0)
+    cache_reserve_gib: float = Field(default=0.0, ge=0, le=MAX_GIB)
     """KV memory, in GiB, kept for reusable cached prefixes rather than running sequences."""
     cooldown: Duration = "30m"
-    """Least time between two changes of the ceiling (each one empties caches)."""
+    """Least time between two ceiling changes, at most 168h (each change empties caches)."""
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> Self:
@@ -364,6 +411,27 @@ class BatchingSpec(ApiModel):
             raise ValueError(
                 f"minNumSeqs ({self.min_num_seqs}) must be less than or equal to "
                 f"maxNumSeqs ({self.max_num_seqs})"
+            )
+        return self
+
+    @field_validator("cooldown")
+    @classmethod
+    def _cooldown_bounded(cls, cooldown: str) -> str:
+        if parse_duration_seconds(cooldown) > parse_duration_seconds(MAX_COOLDOWN):
+            raise ValueError(f"cooldown {cooldown} is longer than {MAX_COOLDOWN}")
+        return cooldown
+
+    @model_validator(mode="after")
+    def _weights_fit(self) -> Self:
+        if self.model is None or self.gpu is None:
+            return self
+        share = self.gpu.memory_gib * self.gpu.gpu_memory_utilization
+        if self.model.weights_gib >= share:
+            raise ValueError(
+                f"model.weightsGiB ({self.model.weights_gib:g}) does not fit in the engine's "
+                f"share of GPU memory: gpu.memoryGiB ({self.gpu.memory_gib:g}) × "
+                f"gpuMemoryUtilization ({self.gpu.gpu_memory_utilization:g}) = {share:g} GiB, "
+                "and the KV cache needs room too"
             )
         return self
 
@@ -382,10 +450,10 @@ class BatchingSpec(ApiModel):
         return parse_duration_seconds(self.cooldown)
 
 
-class CacheScalingPolicySpec(ApiModel):
+class CacheScalingPolicySpec(SpecModel):
     """Desired state: the SLO and cost budget of one serving Deployment, and how to act."""
 
-    mode: Mode = Mode.ADVISE
+    mode: Mode = Field(default=Mode.ADVISE, strict=False)
     """Enforce changes the HPA and engine flags; Advise (default) only recommends."""
     target: TargetSpec
     """The Deployment, its engine container and its HPA."""

@@ -8,15 +8,43 @@ kopf it serves ``/metrics`` (Prometheus exposition) and ``/healthz`` / ``/readyz
 SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
 ``--allowed-prometheus-url`` (repeatable) limits where policies may make it connect
 (``cachescale.gather.egress``, ``docs/security.md``); without it, anywhere, with a warning.
+
+Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
+ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
+operator that half started.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
+
+PROG = "cachescale run"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _port_or_off(text: str) -> int:
+    """``--metrics-port`` / ``--health-port``: a TCP port, or 0 for off."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1 to 65535, or 0: off)")
+    return value
+
+
+def _object_name(text: str) -> str:
+    """``--namespace`` / ``--peering``: a Kubernetes name (a DNS label)."""
+    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)"
+        )
+    return text
 
 
 def _allowed_url(entry: str) -> str:
@@ -42,15 +70,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--namespace",
         action="append",
         default=[],
+        type=_object_name,
         metavar="NS",
         help="watch only this namespace (repeatable; default: all namespaces)",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
-    parser.add_argument("--metrics-port", type=int, default=9090, help="/metrics port (0: off)")
-    parser.add_argument("--health-port", type=int, default=8080, help="/healthz, /readyz port")
+    parser.add_argument(
+        "--metrics-port", type=_port_or_off, default=9090, help="/metrics port (0: off)"
+    )
+    parser.add_argument(
+        "--health-port", type=_port_or_off, default=8080, help="/healthz, /readyz port (0: off)"
+    )
     peering = parser.add_mutually_exclusive_group()
     peering.add_argument(
-        "--peering", metavar="NAME", help="kopf peering object shared by replicas (HA)"
+        "--peering",
+        type=_object_name,
+        metavar="NAME",
+        help="kopf peering object shared by replicas (HA)",
     )
     peering.add_argument(
         "--standalone", action="store_true", help="no peering: a single replica (default)"
@@ -80,15 +116,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(handler=run)
 
 
+def refused(message: str) -> int:
+    """Say what is wrong in one line, as ``cachescale run``, and return exit code 1."""
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return ExitCode.INVALID
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the operator (``controller/serve.py``); its dependencies are imported only
     now, so the rest of the CLI works without the ``operator`` extra."""
     try:
         from cachescale.controller.serve import serve
     except ImportError as error:
-        print(
-            f"cachescale run: needs {error.name}: pip install 'cachescale[operator]'",
-            file=sys.stderr,
-        )
-        return ExitCode.INVALID
+        return refused(f"needs {error.name}: pip install 'cachescale[operator]'")
     return serve(args)

@@ -30,7 +30,7 @@ from cachescale.api.exit_codes import ExitCode
 from cachescale.api.policy import API_VERSION, KIND
 from cachescale.api.spec import CacheScalingPolicySpec, Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, find_flag
-from cachescale.gather.command import evaluation_time
+from cachescale.gather.command import evaluation_time, prometheus_url
 
 if TYPE_CHECKING:
     from cachescale.controller.kube import KubeApi
@@ -99,10 +99,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--namespace", required=True, help="the Deployment's namespace")
     parser.add_argument("--deployment", required=True, help="the serving Deployment's name")
     parser.add_argument(
-        "--prometheus", required=True, metavar="URL", help="Prometheus base URL (http[s]://…)"
+        "--prometheus",
+        required=True,
+        type=prometheus_url,
+        metavar="URL",
+        help="Prometheus base URL (http[s]://…)",
     )
     parser.add_argument(
         "--policy-prometheus",
+        type=prometheus_url,
         metavar="URL",
         help="the Prometheus URL written into the policy, as the operator reaches it "
         "in-cluster (default: --prometheus), e.g. http://prometheus.monitoring:9090 when "
@@ -112,7 +117,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--container", help="the engine container (default: the one running vllm/sglang)"
     )
     parser.add_argument(
-        "--history", default="1h", help="how much history to measure over (default 1h)"
+        "--history",
+        type=_history,
+        default="1h",
+        help="how much history to measure over (default 1h)",
     )
     parser.add_argument(
         "--at",
@@ -127,6 +135,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="Prometheus timeout"
     )
     parser.set_defaults(handler=run)
+
+
+def _history(text: str) -> str:
+    """``--history``: a duration such as ``1h`` or ``30m`` (exit 2 otherwise)."""
+    try:
+        seconds = parse_duration_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds < 60:
+        raise argparse.ArgumentTypeError(f"{text} is shorter than a minute")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,10 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 def draft(args: argparse.Namespace) -> str:
     """The commented policy for ``args``; raises ``DraftError``."""
-    try:
-        history_seconds = parse_duration_seconds(args.history)
-    except ValueError as error:
-        raise DraftError(f"--history: {error}") from None
+    history_seconds = parse_duration_seconds(args.history)
     api = _kube(args.kubeconfig)
     now = datetime.now(UTC)
     measured_at = args.at or now
@@ -168,14 +184,12 @@ def draft(args: argparse.Namespace) -> str:
 
 
 def _kube(kubeconfig: str | None) -> KubeApi:
-    from kubernetes.config import ConfigException
+    from cachescale.controller.kube import KubeApi, api_client_or_reason
 
-    from cachescale.controller.kube import KubeApi, load_config
-
-    try:
-        return KubeApi(load_config(kubeconfig))
-    except (ConfigException, OSError) as error:
-        raise DraftError(f"no usable kubeconfig: {error}") from None
+    api_client = api_client_or_reason(kubeconfig)
+    if isinstance(api_client, str):
+        raise DraftError(api_client)
+    return KubeApi(api_client)
 
 
 def _read(api: KubeApi, path: str, what: str, namespace: str) -> dict[str, Any]:
@@ -187,11 +201,19 @@ def _read(api: KubeApi, path: str, what: str, namespace: str) -> dict[str, Any]:
         raise DraftError(f"{what} not found in namespace {namespace}") from None
     except KubeError as error:
         raise DraftError(f"{what}: the API server said {error}", _unreachable(error)) from None
-    except OSError as error:  # urllib3's connection errors are OSErrors
+    except _transport_errors() as error:
         raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
 
 
 _UNREACHABLE = ExitCode.PROMETHEUS_UNAVAILABLE
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What the Kubernetes client raises when the API server does not answer (urllib3
+    comes with the operator extra, so it is imported only here)."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, HTTPError)
 
 
 def _unreachable(error: Exception) -> ExitCode:
@@ -271,7 +293,7 @@ def find_hpa(api: KubeApi, namespace: str, deployment: str) -> tuple[dict[str, A
         raise DraftError(
             f"listing HPAs: the API server said {error}", _unreachable(error)
         ) from None
-    except OSError as error:
+    except _transport_errors() as error:
         raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
     scaling = [
         h
@@ -324,7 +346,7 @@ def _workload(
         raise DraftError(error.message) from None
     except KubeError as error:
         raise DraftError(f"the API server said {error}", _unreachable(error)) from None
-    except OSError as error:
+    except _transport_errors() as error:
         raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 
 JsonPatch = Sequence[Mapping[str, Any]]
@@ -55,6 +56,18 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
             pass
     config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     return client.ApiClient()
+
+
+def api_client_or_reason(kubeconfig: str | None) -> client.ApiClient | str:
+    """The cluster's API client, or why there is none (one line, naming the source)."""
+    source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig"
+    try:
+        return load_config(kubeconfig)
+    except OSError as error:
+        return f"{source}: cannot read: {error.strerror}"
+    except (config.ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        # the kubernetes client reports a malformed file as any of these
+        return f"{source}: not a usable kubeconfig: {str(error).splitlines()[0]}"
 
 
 class KubeApi:

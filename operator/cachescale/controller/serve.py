@@ -3,6 +3,7 @@
 Split from ``controller/command.py`` (the flags) so that building the CLI's parser
 imports no operator dependency: ``cachescale simulate``, ``validate`` and ``emulate`` run
 from a plain ``pip install cachescale``, and only ``run`` needs the ``operator`` extra.
+The kubeconfig and the two ports are checked before kopf starts (exit 1, one line).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from aiohttp import web
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.controller.command import refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
-from cachescale.controller.kube import KubeApi, load_config
+from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.gather.egress import AllowedUrls
 
 log = logging.getLogger("cachescale.operator")
@@ -27,6 +29,10 @@ log = logging.getLogger("cachescale.operator")
 def serve(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
     from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
+
+    api_client = api_client_or_reason(args.kubeconfig)
+    if isinstance(api_client, str):
+        return refused(api_client)
 
     if args.kubeconfig:
         path = args.kubeconfig
@@ -46,18 +52,31 @@ def serve(args: argparse.Namespace) -> int:
             "to any address (docs/security.md)"
         )
     operator = Operator(
-        KubeApi(load_config(args.kubeconfig)),
+        KubeApi(api_client),
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
     )
     runtime = Runtime(operator, scanning=not args.no_scanning)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
-    asyncio.run(_main(args, runtime))
+    try:
+        if args.metrics_port:
+            start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
+    except OSError as error:  # the port is taken
+        return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
+    try:
+        asyncio.run(_main(args, runtime))
+    except _PortTakenError as error:
+        return refused(str(error))
     return ExitCode.OK
 
 
+class _PortTakenError(Exception):
+    """The health port could not be bound (raised before kopf starts)."""
+
+
 async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
-    health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    try:
+        health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    except OSError as error:
+        raise _PortTakenError(f"--health-port {args.health_port}: {error.strerror}") from None
     try:
         await kopf.operator(
             clusterwide=not args.namespace,

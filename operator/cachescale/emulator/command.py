@@ -7,14 +7,17 @@ It stops at the scenario's end (after ``--linger``) or on SIGINT/SIGTERM, and al
 every server down and empties the file_sd file on the way out, so a Prometheus watching
 it drops the targets instead of scraping closed ports.
 
-Exit codes follow the CLI's: 0 success (including a stop by signal), 1 invalid input (bad
-scenario, a port already taken), 2 usage error.
+Exit codes follow the CLI's (``api.exit_codes``): 0 success (including a stop by signal),
+1 invalid input (bad scenario, an output path that cannot be written, a port already
+taken or past 65535), 2 usage error (flags are checked as ``cachescale simulate`` checks
+them, before anything starts).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -41,22 +44,28 @@ from cachescale.emulator.targets import scrape_config_yaml, write_file_sd
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
-from cachescale.sim.simulate import SimulationRequest, build_autoscaler
+from cachescale.sim.simulate import (
+    SimulationRequest,
+    build_autoscaler,
+    duration_flag,
+    scenario_flag,
+    seed_flag,
+)
 
 PROG = "cachescale emulate"
 
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text}")
     return value
 
 
@@ -87,10 +96,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--scenario", metavar="NAME", help="built-in scenario name")
+    source.add_argument(
+        "--scenario", type=scenario_flag, metavar="NAME", help="built-in scenario name"
+    )
     source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
-    parser.add_argument("--seed", type=int, help="override the scenario's seed")
-    parser.add_argument("--duration", metavar="D", help="override the duration, e.g. 10m")
+    parser.add_argument(
+        "--seed", type=seed_flag, metavar="N", help="override the scenario's seed (0 or more)"
+    )
+    parser.add_argument(
+        "--duration", type=duration_flag, metavar="D", help="override the duration, e.g. 10m"
+    )
     parser.add_argument(
         "--engine", choices=ENGINES, default="vllm", help="exposition: vLLM or SGLang names"
     )
@@ -156,9 +171,6 @@ class _Outputs:
         self._emulator = emulator
         self._file_sd = Path(args.write_file_sd) if args.write_file_sd else None
         self._truth = Path(args.ground_truth) if args.ground_truth else None
-        for path in (self._file_sd, self._truth):
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
         self._truth_every_s: float = args.ground_truth_interval
         self._truth_due = 0.0
 
@@ -226,13 +238,38 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 def _scenario(args: argparse.Namespace) -> Scenario:
     """The scenario with ``--seed``/``--duration`` applied, as ``simulate`` resolves it."""
-    return SimulationRequest.from_cli(
+    request = SimulationRequest.from_cli(
         scenario=args.scenario,
         scenario_file=args.scenario_file,
         autoscaler="hpa",
         seed=args.seed,
-        duration=args.duration,
-    ).scenario
+        duration_s=args.duration,
+    )
+    for warning in request.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    return request.scenario
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    """``OSError``-free start: each output file's folder exists, or can be made, and the
+    path is not a folder itself; ``ValueError`` naming the flag otherwise."""
+    for flag, value in (
+        ("--write-file-sd", args.write_file_sd),
+        ("--ground-truth", args.ground_truth),
+    ):
+        if value is None:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise ValueError(f"{flag} {value}: is a folder; give a file path")
+        if path.parent.exists() and not path.parent.is_dir():
+            raise ValueError(f"{flag} {value}: {path.parent} is not a folder")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(
+                f"{flag} {value}: cannot create its folder: {error.strerror}"
+            ) from None
 
 
 def _emulator(args: argparse.Namespace, scenario: Scenario) -> Emulator:
@@ -275,6 +312,11 @@ def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> i
         except OSError as error:  # a port already taken, an unwritable file
             print(f"{PROG}: {error}", file=sys.stderr)
             status = ExitCode.INVALID
+        except OverflowError:  # --base-port + N went past the last TCP port
+            print(
+                f"{PROG}: --base-port {args.base_port}: a pod's port is past 65535", file=sys.stderr
+            )
+            status = ExitCode.INVALID
         finally:
             closed = emulator.close()
             outputs.write_truth()
@@ -287,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the emulator until the scenario ends (plus ``--linger``) or a signal arrives."""
     disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     try:
+        _check_output_paths(args)
         scenario = _scenario(args)
         emulator = _emulator(args, scenario)
         outputs = _Outputs(emulator, args)

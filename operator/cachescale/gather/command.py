@@ -7,26 +7,31 @@ so nothing can be spliced into PromQL), and Prometheus failures end in one line 
 stderr, never a traceback. ``--timeout`` is one deadline for the whole read, every query
 and retry together (``gather/deadline.py``); the line says how long was actually spent.
 
-Exit codes: 0 the signals were read (some may be unknown), 1 invalid input (including a
-selector that matches more than one deployment, or the operator extra not installed), 2
-usage error (argparse), 3 Prometheus could not be read (unreachable, timed out, bad
-response, query rejected). Only ``run`` imports the HTTP client, so registering the
-subcommand costs the CLI nothing when ``prometheus-api-client`` is not installed.
+Exit codes: 0 the signals were read (some may be unknown), 1 invalid input (an unreadable
+token or CA file, a selector that matches more than one deployment, or the operator extra
+not installed), 2 usage error (a flag missing, malformed or out of range: a URL without a
+scheme, a bad selector or window, each reported with the flag's name), 3 Prometheus could
+not be read (unreachable, timed out, bad response, query rejected). Only ``run`` imports
+the HTTP client, so registering the subcommand costs the CLI nothing when
+``prometheus-api-client`` is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.spec import Engine, MetricsSpec
+from cachescale.api.validation import decode, field_path, plain_message
 from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import (
@@ -75,13 +80,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive, finite number of seconds")
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def _token_count(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text}")
     return value
 
 
@@ -142,14 +151,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--full-hit-max-computed-tokens",
-        type=float,
+        type=_token_count,
         default=DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
         metavar="N",
         help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=_seconds,
         default=10.0,
         metavar="SECONDS",
         help="time allowed for the whole read, all queries and retries together: one "
@@ -170,15 +179,48 @@ def _invalid(message: str) -> int:
     return ExitCode.INVALID
 
 
+def _usage(message: str) -> int:
+    print(f"cachescale signals: {message}", file=sys.stderr)
+    return ExitCode.USAGE
+
+
+def _check_url(url: str) -> None:
+    """``ValueError`` in a user's words when ``--prometheus`` is not an http(s) URL."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsing the port is the check)
+    except ValueError as error:
+        raise ValueError(f"--prometheus {url!r} is not a URL: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"--prometheus {url!r} is not an http:// or https:// URL; write the scheme and "
+            "host, e.g. http://prometheus.monitoring:9090"
+        )
+
+
+def prometheus_url(text: str) -> str:
+    """An argparse type for a ``--prometheus`` flag: an http(s) URL, or exit 2 saying so."""
+    try:
+        _check_url(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--prometheus ")) from None
+    return text
+
+
 def _config(args: argparse.Namespace) -> PrometheusConfig:
     """The client settings; raises ``ValueError`` or ``OSError`` on bad input."""
     from cachescale.gather.prometheus import PrometheusConfig
 
     token = None
     if args.bearer_token_file is not None:
-        token = Path(args.bearer_token_file).read_text(encoding="utf-8").strip()
+        try:
+            token = decode(Path(args.bearer_token_file).read_bytes()).strip()
+        except ValueError as error:
+            raise ValueError(f"{args.bearer_token_file}: {error}") from None
         if not token:
             raise ValueError(f"{args.bearer_token_file} is empty")
+    if args.ca_file is not None:
+        Path(args.ca_file).open("rb").close()  # OSError naming the file, before any request
     return PrometheusConfig(
         url=args.prometheus,
         timeout_seconds=args.timeout,
@@ -190,6 +232,7 @@ def _config(args: argparse.Namespace) -> PrometheusConfig:
 
 def _request(args: argparse.Namespace) -> SignalRequest:
     """The signal request; raises ``ValueError`` (incl. pydantic's) on bad input."""
+    _check_url(args.prometheus)
     selector = Selector.parse(args.selector)
     metrics = MetricsSpec(
         prometheus_url=args.prometheus,
@@ -211,10 +254,22 @@ def _request(args: argparse.Namespace) -> SignalRequest:
     )
 
 
+_FLAGS = {
+    "prometheus_url": "--prometheus",
+    "selector": "--selector",
+    "window": "--window",
+    "demand_query": "--demand-query",
+}
+"""The flag each MetricsSpec field comes from, to name it in an error."""
+
+
 def _validation_message(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-    )
+    messages = []
+    for detail in error.errors(include_url=False):
+        where = field_path(detail["loc"])
+        flag = _FLAGS.get(where.split(".")[0], where)
+        messages.append(f"{flag}: {plain_message(detail)}")
+    return "; ".join(messages)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -225,11 +280,14 @@ def run(args: argparse.Namespace) -> int:
         return _invalid(f"needs {error.name}: pip install 'cachescale[operator]'")
     try:
         request = _request(args)
-        config = _config(args)
     except ValidationError as error:
-        return _invalid(_validation_message(error))
+        return _usage(_validation_message(error))
     except SelectorError as error:
-        return _invalid(f"--selector: {error}")
+        return _usage(f"--selector: {error}")
+    except ValueError as error:
+        return _usage(str(error))
+    try:
+        config = _config(args)
     except OSError as error:
         return _invalid(f"{error.filename}: {error.strerror}")
     except ValueError as error:

@@ -4,7 +4,9 @@ A scenario fixes everything a run depends on — workload, fleet, engine profile
 autoscaler, perturbations, duration and seed — so the same file and seed give the same
 bytes of output. Built-in scenarios ship inside the package (``sim/scenarios/*.yaml``) and
 are copied under ``examples/scenarios/`` for users to start from; a test keeps the two in
-sync. The schema is pydantic, documented field by field, and rejects unknown keys.
+sync. The schema is pydantic, documented field by field, and rejects unknown keys. A file
+that cannot be used is a :class:`ScenarioError` whose every line names the file and what
+is wrong, never a stack trace or a raw validation dump.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cachescale.api.validation import decode, error_lines, load_documents, yaml_error_line
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.profiles import PROFILES
@@ -34,6 +37,22 @@ from cachescale.sim.workload import (
 
 BUILTIN_PACKAGE = "cachescale.sim.scenarios"
 DEFAULT_SCENARIO = "rag-rechunk"
+
+
+SCENARIO_FIELDS_HINT = (
+    "scenario fields are snake_case; see examples/scenarios/ and docs/simulator.md"
+)
+"""What to check when a scenario file has an unknown field."""
+
+
+MAX_DURATION_S = 7 * 86_400.0
+"""The longest scenario: a simulated week already takes the better part of an hour."""
+MAX_PODS = 1_000
+"""The most pods at the start: every one is simulated request by request."""
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run: one line per problem, each naming its source."""
 
 
 class _Model(BaseModel):
@@ -90,10 +109,17 @@ class FleetSpec(_Model):
     """The Deployment: engine profile, batch ceiling, pods and the router in front."""
 
     profile: str = Field(description=f"Engine profile, one of: {', '.join(sorted(PROFILES))}.")
-    max_num_seqs: int = Field(default=64, ge=1, description="vLLM --max-num-seqs per pod.")
-    replicas: int = Field(default=10, ge=1, description="Pods at t=0 (ready, caches empty).")
+    max_num_seqs: int = Field(
+        default=64, ge=1, le=65_536, description="vLLM --max-num-seqs per pod."
+    )
+    replicas: int = Field(
+        default=10, ge=1, le=MAX_PODS, description="Pods at t=0 (ready, caches empty)."
+    )
     pod_start_delay_s: float = Field(
-        default=120.0, ge=0, description="Seconds from pod creation to ready (weights, graphs)."
+        default=120.0,
+        ge=0,
+        le=86_400,
+        description="Seconds from pod creation to ready (weights, graphs).",
     )
     router: RouterKind = Field(
         default=RouterKind.ROUND_ROBIN, description="round_robin, least_loaded or prefix_aware."
@@ -163,7 +189,9 @@ class Scenario(_Model):
     name: str = Field(pattern=r"^[a-z0-9][-a-z0-9]*$", description="Scenario name.")
     description: str = Field(description="What it shows, in a sentence or two.")
     seed: int = Field(default=7, ge=0, description="Seed for every random draw.")
-    duration_s: float = Field(gt=0, description="Simulated seconds.")
+    duration_s: float = Field(
+        gt=0, le=MAX_DURATION_S, description="Simulated seconds (at most a week)."
+    )
     fleet: FleetSpec = Field(description="Pods, profile and router.")
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="Request stream.")
     autoscaler: HPASpec | None = Field(
@@ -219,8 +247,28 @@ def load_builtin(name: str) -> Scenario:
 
 
 def load_file(path: Path) -> Scenario:
-    """A scenario from a YAML file."""
-    return parse_scenario(path.read_text(encoding="utf-8"))
+    """A scenario from a YAML file, read as policy files are (``load_documents``: a key
+    written twice is an error); ``ScenarioError`` naming the file when it cannot be read,
+    is not UTF-8 or YAML, holds more than one document, or is not a valid scenario."""
+    try:
+        documents = load_documents(decode(path.read_bytes()))
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: not valid YAML: {yaml_error_line(error)}") from None
+    except ValueError as error:  # not UTF-8
+        raise ScenarioError(f"{path}: {error}") from None
+    if len(documents) > 1:
+        raise ScenarioError(f"{path}: {len(documents)} YAML documents; a scenario is one")
+    document = documents[0] if documents else None
+    if not isinstance(document, dict):
+        found = "nothing" if document is None else f"a YAML {type(document).__name__}"
+        raise ScenarioError(f"{path}: expected a scenario (a YAML mapping), found {found}")
+    try:
+        return Scenario.model_validate(document)
+    except ValidationError as error:
+        lines = error_lines(error, str(path), fields_hint=SCENARIO_FIELDS_HINT)
+        raise ScenarioError("\n".join(lines)) from None
 
 
 def parse_scenario(text: str) -> Scenario:

@@ -4,17 +4,25 @@ The CLI stays a thin shell around this module: it builds a :class:`SimulationReq
 from flags and prints what the :class:`SimulationOutcome` renders. Tests call the same
 functions, so what they check is what users see. Output is deterministic: the same
 scenario and seed give byte-identical JSON.
+
+Everything a run needs is checked before it starts: the flags (the ``*_flag`` functions
+are argparse types, shared with ``cachescale emulate``), the scenario file, and the policy
+cachescale would run with, so a mistake costs a second, not a simulation.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from cachescale.api.durations import parse_duration_seconds
+from cachescale.api.validation import error_lines
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
 from cachescale.sim.present import (
@@ -28,7 +36,15 @@ from cachescale.sim.present import (
     verdict,
 )
 from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run
-from cachescale.sim.scenario import DEFAULT_SCENARIO, Scenario, load_builtin, load_file
+from cachescale.sim.scenario import (
+    DEFAULT_SCENARIO,
+    MAX_DURATION_S,
+    Scenario,
+    ScenarioError,
+    builtin_names,
+    load_builtin,
+    load_file,
+)
 from cachescale.sim.sweep import run_sweep
 
 AUTOSCALER_CHOICES = {
@@ -37,6 +53,39 @@ AUTOSCALER_CHOICES = {
     "both": ("hpa", "cachescale"),
 }
 """``--autoscaler`` values and the runs each one makes (same seed, same requests)."""
+MAX_SEED = 2**32 - 1
+"""The largest seed every random generator in the simulator accepts."""
+
+
+def seed_flag(text: str) -> int:
+    """``--seed``: a whole number from 0 to ``MAX_SEED``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: 0 to {MAX_SEED}")
+    return value
+
+
+def duration_flag(text: str) -> float:
+    """``--duration``: a duration up to ``MAX_DURATION_S`` (a week), in seconds."""
+    try:
+        seconds = parse_duration_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text} is longer than a week (168h)")
+    return seconds
+
+
+def scenario_flag(text: str) -> str:
+    """``--scenario``: the name of a built-in scenario."""
+    if text not in builtin_names():
+        raise argparse.ArgumentTypeError(
+            f"no built-in scenario {text!r}; choose one of {', '.join(builtin_names())}"
+        )
+    return text
 
 
 @dataclass(frozen=True)
@@ -45,6 +94,9 @@ class SimulationRequest:
 
     scenario: Scenario
     autoscalers: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    """Things the user may not have meant, e.g. a run that ends before the scenario's
+    change; the run goes ahead."""
 
     @classmethod
     def from_cli(
@@ -53,20 +105,45 @@ class SimulationRequest:
         scenario_file: str | None,
         autoscaler: str,
         seed: int | None,
-        duration: str | None,
+        duration_s: float | None,
     ) -> SimulationRequest:
-        """Resolve CLI flags; raises ValueError/ValidationError/OSError on bad input."""
+        """Resolve checked CLI flags (see ``seed_flag``, ``duration_flag``); raises
+        ``ScenarioError`` when the scenario or the policy it runs cachescale with is
+        invalid, or ``ValueError`` for an unknown scenario name."""
         if scenario_file is not None:
             resolved = load_file(Path(scenario_file))
+            source = scenario_file
         else:
             resolved = load_builtin(scenario or DEFAULT_SCENARIO)
+            source = f"scenario {resolved.name}"
         updates: dict[str, Any] = {}
         if seed is not None:
             updates["seed"] = seed
-        if duration is not None:
-            updates["duration_s"] = parse_duration_seconds(duration)
+        if duration_s is not None:
+            updates["duration_s"] = duration_s
+        resolved = resolved.model_copy(update=updates)
         names = AUTOSCALER_CHOICES[autoscaler]
-        return cls(resolved.model_copy(update=updates), names)
+        if "cachescale" in names and resolved.autoscaler is not None:
+            _check_policy(resolved, source)
+        return cls(resolved, names, _warnings(resolved, duration_s))
+
+
+def _check_policy(scenario: Scenario, source: str) -> None:
+    """Fail now, naming the file, if cachescale's policy for ``scenario`` is invalid."""
+    try:
+        scenario_policy(scenario)
+    except ValidationError as error:
+        raise ScenarioError("\n".join(error_lines(error, source, "policy."))) from None
+
+
+def _warnings(scenario: Scenario, duration_s: float | None) -> tuple[str, ...]:
+    change_at_s = scenario.change_at_s
+    if duration_s is None or change_at_s is None or duration_s > change_at_s:
+        return ()
+    return (
+        f"--duration ends at {duration_s:g} s, before the scenario's first change at "
+        f"{change_at_s:g} s: the run shows only the time before it",
+    )
 
 
 def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
