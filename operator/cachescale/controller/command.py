@@ -8,6 +8,8 @@ kopf it serves ``/metrics`` (Prometheus exposition) and ``/healthz`` / ``/readyz
 SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
 ``--allowed-prometheus-url`` (repeatable) limits where policies may make it connect
 (``cachescale.gather.egress``, ``docs/security.md``); without it, anywhere, with a warning.
+The chart names the operator's own Deployment in its environment, and no policy may target
+it (``controller/claims.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 import kopf
 from aiohttp import web
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, load_config
@@ -115,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         KubeApi(load_config(args.kubeconfig)),
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
     )
-    runtime = Runtime(operator, scanning=not args.no_scanning)
+    itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
+    runtime = Runtime(operator, itself=itself, scanning=not args.no_scanning)
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     asyncio.run(_main(args, runtime))
