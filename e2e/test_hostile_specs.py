@@ -49,6 +49,7 @@ from e2e.harness.release import Release
 from e2e.kube_helpers import apply, condition_of, events_for, get, until
 from e2e.operators import operator_process
 from e2e.serving import APP, create_stack
+from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.process_fixture import OperatorProcess
 from tests.gather.gather_fakes import fake_prometheus
 
@@ -62,10 +63,10 @@ PROBLEMS = {str(p) for p in Problem}
 FIELD_PATH = re.compile(r"spec(\.[A-Za-z0-9]+)*|\.spec\b|json|unknown field|decode", re.I)
 
 
-def valid_spec(prometheus_url: str, hpa: str = APP) -> dict[str, Any]:
-    """A policy the API server and the operator both accept (Enforce, 10 s interval)."""
+def valid_spec(prometheus_url: str, hpa: str = APP, mode: str = "Enforce") -> dict[str, Any]:
+    """A policy the API server and the operator both accept (10 s interval)."""
     return {
-        "mode": "Enforce",
+        "mode": mode,
         "target": {"deploymentName": APP, "hpaName": hpa, "containerName": "vllm"},
         "metrics": {
             "prometheusUrl": prometheus_url,
@@ -254,10 +255,13 @@ def hostile(
     kubeconfig = cluster.token_kubeconfig(
         workdir / "operator.kubeconfig", release.namespace, release.service_account
     )
-    create_stack(cluster, namespace, "m", 1)
+    _, pods = create_stack(cluster, namespace, "m", 1)
     user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
     with ExitStack() as stack, pytest.MonkeyPatch.context() as env:
         prometheus = stack.enter_context(fake_prometheus())
+        engines = EngineFake()  # a healthy engine behind every policy's selector
+        engines.set({"model_name": "m"}, EngineNumbers(pods=tuple(pods)))
+        prometheus.respond = engines
         # Who the operator is, as the chart's Deployment tells it (downward API).
         env.setenv(NAMESPACE_ENV, release.namespace)
         env.setenv(DEPLOYMENT_ENV, release.name)
@@ -267,7 +271,8 @@ def hostile(
         hostile = Hostile(cluster, release, namespace, prometheus.url, operator, user, {})
         hostile.before = hostile.writes()
         # Two policies on one HPA: "healthy" is older (or, the same second, first by name).
-        apply(cluster, namespace, body("healthy", valid_spec(prometheus.url)))
+        # It only advises; "late" would enforce, and patch the HPA once its window is full.
+        apply(cluster, namespace, body("healthy", valid_spec(prometheus.url, mode="Advise")))
         apply(cluster, namespace, body("late", valid_spec(prometheus.url)))
         yield hostile
         # While the operator runs: it holds their finalizers.
@@ -381,13 +386,21 @@ def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
         if stamp and (not observed or observed[-1][1] != stamp):
             observed.append((time.monotonic(), stamp))
 
+    def deciding() -> bool:
+        found = get(cluster, "csp", "healthy", "-n", namespace) or {}
+        reason = found.get("status", {}).get("lastDecision", {}).get("reason")
+        return reason not in (None, "WaitingForFullWindow", "FrozenOnMissingMetrics")
+
     def settled() -> bool | None:
         evaluations()
         names = [("late", namespace), ("itself", release.namespace)]
         names += [(name, namespace) for name in fuzzed]
-        return True if all(hostile.ready(n, ns) for n, ns in names) and len(observed) >= 4 else None
+        refused = all(hostile.ready(n, ns) for n, ns in names)
+        return True if refused and len(observed) >= 4 and deciding() else None
 
-    until(settled, "a condition on every refused policy, four healthy evaluations", 90)
+    # Until the healthy policy's window is full and it decides: by then "late", enforcing on
+    # the same HPA with the same data, would have patched it, were it not refused.
+    until(settled, "a condition on every refused policy, the healthy one deciding", 120)
     late = hostile.ready("late")
     assert late is not None
     assert (late["status"], late["reason"]) == ("False", "TargetClaimed"), late
@@ -404,7 +417,9 @@ def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
         assert "\n" not in ready["message"], (name, ready)
     healthy = hostile.ready("healthy")
     assert healthy is not None
-    assert healthy["reason"] not in PROBLEMS, healthy
+    assert (healthy["status"], healthy["reason"]) == ("True", "Evaluated"), healthy
+    found = get(cluster, "csp", "healthy", "-n", namespace)
+    assert condition_of(found, "MetricsAvailable")["status"] == "True", found["status"]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(observed)]
     assert max(gaps) < INTERVAL_S * 1.6, f"evaluations of the healthy policy: gaps {gaps}"
     warnings = events_for(cluster, namespace, "CacheScalingPolicy", "late")
@@ -427,7 +442,8 @@ def test_when_the_holder_is_deleted_the_next_policy_takes_over(hostile: Hostile)
         return ready if ready and ready["reason"] != "TargetClaimed" else None
 
     ready = until(took_over, "the late policy taking over its HPA", INTERVAL_S * 3)
-    assert ready["reason"] not in PROBLEMS, ready
+    at_takeover = hostile.writes()
+    assert (ready["status"], ready["reason"]) == ("True", "Evaluated"), ready
     print(f"\n  taken over {time.monotonic() - gone:.1f}s after the delete: {ready}")
     # Every other policy on that HPA (generated ones, created later) now names the new holder.
     for name in hostile.fuzzed:
@@ -440,5 +456,7 @@ def test_when_the_holder_is_deleted_the_next_policy_takes_over(hostile: Hostile)
             return now if now and f"{namespace}/late" in now["message"] else None
 
         until(renamed, f"{name} naming the new holder", INTERVAL_S * 3)
-    assert hostile.writes() == hostile.before, "frozen on unknown metrics: still no patch"
+    # Until the takeover nothing wrote to the HPA; from there "late" enforces (its first
+    # patch comes after a full window of its own: tests/controller/test_controller_claims.py).
+    assert at_takeover == hostile.before, "no write before the takeover"
     hostile.alive()
