@@ -132,9 +132,17 @@ LEAVES = [
     ("cache", "collapseRelativeDrop"), ("cache", "collapseAbsoluteDrop"),
     ("cache", "collapseWindows"), ("cache", "podWarmupSeconds"), ("cache", "onCollapse"),
     ("batching", "manageMaxNumSeqs"), ("batching", "minNumSeqs"), ("batching", "maxNumSeqs"),
-    ("batching", "cooldown"), ("batching", "cacheReserveGib"),
+    ("batching", "cooldown"), ("batching", "cacheReserveGiB"),
+    ("batching", "gpu", "memoryGiB"), ("batching", "model", "weightsGiB"),
     ("target",), ("metrics",), ("unknownField",),
 ]  # fmt: skip
+
+NUMERIC = {
+    "ttftP95Seconds", "ttftP99Seconds", "gpuSecondsPer1kRequests", "minReplicas",
+    "maxReplicas", "collapseRelativeDrop", "collapseAbsoluteDrop", "collapseWindows",
+    "podWarmupSeconds", "minNumSeqs", "maxNumSeqs", "cacheReserveGiB", "memoryGiB",
+    "weightsGiB",
+}  # fmt: skip
 
 
 @st.composite
@@ -152,8 +160,9 @@ def hostile_specs(draw: st.DrawFn) -> dict[str, Any]:
             parent.pop(path[-1], None)
         elif path[-1] == "selector":
             parent["selector"] = draw(st.dictionaries(TEXT, TEXT, max_size=4))
-        else:
-            parent[path[-1]] = draw(ANYTHING)
+        else:  # mostly the right type at a hostile value, else anything at all
+            kind = NUMBERS if path[-1] in NUMERIC else TEXT
+            parent[path[-1]] = draw(st.one_of(kind, kind, ANYTHING))
     return spec
 
 
