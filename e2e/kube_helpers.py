@@ -60,3 +60,11 @@ def events_for(cluster: Cluster, namespace: str, kind: str, name: str) -> list[d
         for event in get(cluster, "events", "-n", namespace)["items"]
         if event["involvedObject"].get("kind") == kind and event["involvedObject"]["name"] == name
     ]
+
+
+def condition_of(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The status condition of type ``kind`` of an object (None when it has none yet)."""
+    for entry in obj.get("status", {}).get("conditions", []):
+        if entry.get("type") == kind:
+            return dict(entry)
+    return None

@@ -10,6 +10,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from cachescale.controller.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
 from tests.chart.chart_helpers import (
     CHART,
     CHART_CRD_COPY,
@@ -227,6 +228,14 @@ def test_replicas_elect_a_leader_through_kopf_peering() -> None:
     assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     affinity = one(manifests, "Deployment")["spec"]["template"]["spec"]["affinity"]
     assert "podAntiAffinity" in affinity
+
+
+def test_the_operator_is_told_which_deployment_is_its_own() -> None:
+    """No policy may target the operator (cachescale/controller/claims.py): it learns its
+    namespace from the downward API and its Deployment's name from the chart."""
+    env = {e["name"]: e for e in container()["env"]}
+    assert env[NAMESPACE_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env[DEPLOYMENT_ENV]["value"] == one(render(), "Deployment")["metadata"]["name"]
 
 
 def test_namespaced_operator_peers_in_each_namespace() -> None:

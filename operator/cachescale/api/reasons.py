@@ -149,6 +149,11 @@ class Problem(StrEnum):
     """The HPA does not scale the Deployment, or the container or its flag is missing."""
     HPA_MANAGED_BY_KEDA = "HPAManagedByKEDA"
     """The HPA belongs to a KEDA ScaledObject."""
+    TARGET_CLAIMED = "TargetClaimed"
+    """An older policy names the same HPA and manages it (``controller/claims.py``): this
+    one reads, patches and restores nothing."""
+    TARGET_IS_OPERATOR = "TargetIsOperator"
+    """``spec.target`` names the operator's own Deployment: nothing is read or changed."""
     API_ERROR = "ApiError"
     """The Kubernetes API failed while reading the target."""
     CREDENTIALS_NOT_ALLOWED = "CredentialsNotAllowed"

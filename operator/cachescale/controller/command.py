@@ -12,6 +12,8 @@ SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
 Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
 ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
 operator that half started.
+The chart names the operator's own Deployment in its environment, and no policy may target
+it (``controller/claims.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Everything here is one function of the policy object and the world, so a kopf daemon,
 a test and the benchmark run the same code. Any failure ends in a status a human can
 read and at most one Event — an invalid spec (``InvalidSpec``), a missing or foreign
-target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a Prometheus that
+target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a target another
+policy holds or the operator itself (``TargetClaimed``, ``TargetIsOperator``), a Prometheus that
 cannot be read (the decision then freezes: ``MetricsUnavailable``), a Prometheus URL or a
 credentials Secret the operator may not use (``MetricsURLNotAllowed``,
 ``CredentialsNotAllowed``: refused before anything is fetched or sent, see
@@ -41,6 +42,7 @@ from cachescale.api.reasons import Action, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
+from cachescale.controller.claims import Refusal
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
@@ -175,19 +177,22 @@ class Outcome:
     applied: bool = False
 
 
-def evaluate(operator: Operator, policy: PolicyObject) -> Outcome:
-    """One full evaluation of ``policy`` (blocking; run it in a worker thread)."""
+def evaluate(operator: Operator, policy: PolicyObject, refusal: Refusal | None = None) -> Outcome:
+    """One full evaluation of ``policy`` (blocking; run it in a worker thread). With a
+    ``refusal`` (``controller/claims.py``) a valid policy only reports it."""
     started = time.monotonic()
     now = operator.clock()
     try:
-        return _evaluate(operator, policy, now)
+        return _evaluate(operator, policy, now, refusal)
     finally:
         operator.metrics.evaluated(
             policy.namespace, policy.name, time.monotonic() - started, now.timestamp()
         )
 
 
-def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcome:
+def _evaluate(
+    operator: Operator, policy: PolicyObject, now: datetime, refusal: Refusal | None
+) -> Outcome:
     previous = _previous_status(policy)
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
@@ -196,6 +201,8 @@ def _evaluate(operator: Operator, policy: PolicyObject, now: datetime) -> Outcom
         return _problem(
             operator, policy, previous, Problem.INVALID_SPEC, f"invalid spec: {message}", now
         )
+    if refusal is not None:
+        return _problem(operator, policy, previous, refusal.reason, refusal.message, now)
     try:
         target = read_target(operator.api, policy.namespace, spec.target, now)
     except TargetError as error:

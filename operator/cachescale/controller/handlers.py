@@ -28,6 +28,14 @@ from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
 from cachescale.controller.actions import restore_envelope
+from cachescale.controller.claims import (
+    Claimant,
+    ClaimKey,
+    OperatorIdentity,
+    Refusal,
+    index_entry,
+    refusal,
+)
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeError
 
@@ -50,6 +58,8 @@ class Runtime:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     """Per policy (uid): an evaluation and the delete handler's restore never overlap."""
+    itself: OperatorIdentity | None = None
+    """The operator's own Deployment, which no policy may target (``controller/claims.py``)."""
     scanning: bool = True
     """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
     (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
@@ -128,10 +138,19 @@ async def _cleanup(memo: Any, **_: Any) -> None:
     runtime.executor.shutdown(wait=False, cancel_futures=True)
 
 
+@kopf.index(GROUP, VERSION, PLURAL, id="claims")
+def claims(body: kopf.Body, **_: Any) -> dict[ClaimKey, Claimant]:
+    """Every policy by the HPA it names: who holds which (``controller/claims.py``)."""
+    return index_entry(body)
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def policy_loop(
+    body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
+) -> None:
     """Evaluate the policy every interval until it is deleted or the operator stops."""
     runtime: Runtime = memo.runtime
+    claims: kopf.Index[ClaimKey, Claimant] = kwargs["claims"]  # kopf passes indexes by id
     loop = asyncio.get_running_loop()
     # Spread the first evaluations over a third of the interval: 200 policies created (or
     # an operator restarted) at once would otherwise come due together, every round.
@@ -142,8 +161,9 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
             if stopped or body.get("metadata", {}).get("deletionTimestamp"):
                 break  # being deleted: the restore must have the last word
             try:
+                refused = refusal(body, claims, runtime.itself)
                 await loop.run_in_executor(
-                    runtime.executor, _evaluate_and_log, runtime.operator, policy
+                    runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
                 )
             except Exception:  # one policy's bug must not end its loop, nor anyone else's
                 log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
@@ -151,20 +171,23 @@ async def policy_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, *
         await stopped.wait(interval_of(body.get("spec", {})))
 
 
-def _evaluate_and_log(operator: Operator, policy: PolicyObject) -> None:
+def _evaluate_and_log(operator: Operator, policy: PolicyObject, refused: Refusal | None) -> None:
     """One evaluation and its log line, in the worker thread: a daemon paused or cancelled
     mid-evaluation (peering, shutdown) stops waiting, but the worker still writes the
     status, so the line that reports it must come from the worker too."""
-    outcome = evaluate(operator, policy)
+    outcome = evaluate(operator, policy, refused)
     log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def restore_on_delete(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """Put the HPA's original envelope back (unless the policy says keep), forget metrics."""
+async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """Put the HPA's original envelope back (unless the policy says keep, or it never
+    held its target), forget metrics."""
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
     runtime.operator.metrics.forget(policy.namespace, policy.name)
+    if refusal(body, kwargs["claims"], runtime.itself) is not None:
+        return  # the HPA is another policy's (or the operator's own): never touched
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValueError:

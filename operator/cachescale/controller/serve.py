@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 import kopf
 from aiohttp import web
@@ -18,6 +19,7 @@ from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.controller.command import refused
+from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, api_client_or_reason
@@ -55,7 +57,8 @@ def serve(args: argparse.Namespace) -> int:
         KubeApi(api_client),
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
     )
-    runtime = Runtime(operator, scanning=not args.no_scanning)
+    itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
+    runtime = Runtime(operator, itself=itself, scanning=not args.no_scanning)
     try:
         if args.metrics_port:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)

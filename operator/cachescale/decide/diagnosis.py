@@ -41,6 +41,12 @@ from cachescale.decide.thresholds import (
 )
 from cachescale.snapshot import Measured, Snapshot
 
+SPEC_NUMBER_CAP = float(2**80)
+"""Bytes and replica counts computed from a spec are taken as at most this: some of its
+floats have no upper bound (``gpuSecondsPer1kRequests``, the GiB sizes), and ``1e308``
+times anything overflows to infinity, which no integer holds. 2^80 is beyond any GPU's
+bytes and any replica count, so a real value is never changed."""
+
 PRECEDENCE = tuple(Diagnosis)
 """Which diagnosis leads when several hold: ``Diagnosis``'s declaration order. Missing
 data first (nothing else can be trusted), then the cache failures this operator exists
@@ -118,14 +124,20 @@ def batch_ceiling(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | Non
         return None
     model, gpu = batching.model, batching.gpu
     free = free_kv_bytes(
-        int(gpu.memory_gib * GIB), gpu.gpu_memory_utilization, int(model.weights_gib * GIB)
+        max(1, _bytes(gpu.memory_gib)), gpu.gpu_memory_utilization, _bytes(model.weights_gib)
     )
     per_token = kv_bytes_per_token(
         model.layers, model.kv_heads, model.head_dim, model.kv_dtype_bytes
     )
     return cache_friendly_batch_ceiling(
-        free, int(batching.cache_reserve_gib * GIB), context, per_token
+        free, _bytes(batching.cache_reserve_gib), context, per_token
     )
+
+
+def _bytes(gib: float) -> int:
+    """A spec's GiB as whole bytes (at most ``SPEC_NUMBER_CAP``; a GPU's memory, which must
+    be positive, at least 1 even for the smallest float the spec admits)."""
+    return int(min(gib * GIB, SPEC_NUMBER_CAP))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +210,7 @@ def budget_replicas(
     if rps is None or rps <= 0 or gpus <= 0:
         return None
     budget = spec.budget.gpu_seconds_per_1k_requests
-    cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
+    cap = math.floor(min(budget * rps / (1000 * gpus), SPEC_NUMBER_CAP) + 1e-9)
     if need.arrivals:
         return cap
     waiting = signals.waiting_requests_per_pod.value
