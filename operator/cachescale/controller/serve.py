@@ -18,8 +18,8 @@ from aiohttp import web
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
-from cachescale.controller.command import refused
 from cachescale.controller.claims import OperatorIdentity
+from cachescale.controller.command import refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, api_client_or_reason
