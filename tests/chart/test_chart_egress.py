@@ -68,3 +68,12 @@ def test_secrets_are_readable_only_by_name_and_never_cluster_wide(values: dict[s
             if "secrets" in rule["resources"]:
                 assert rule["verbs"] == ["get"]
                 assert rule["resourceNames"], "a Secret rule without resourceNames"
+
+
+def test_prometheus_url_becomes_the_operators_default() -> None:
+    url = "http://prometheus-operated.monitoring:9090"
+    rendered = args({"prometheus": {"url": url}})
+    assert f"--default-prometheus-url={url}" in rendered
+    assert build_parser().parse_args(rendered).default_prometheus_url == url
+    assert build_parser().parse_args(args({})).default_prometheus_url is None
+    assert "prometheus" in render_error({"prometheus": {"url": "prometheus:9090"}})

@@ -205,3 +205,71 @@ def test_the_flag_is_repeatable_and_rejects_an_entry_that_is_no_url(
         build_parser().parse_args(["run", flag, "prom:9090"])
     assert caught.value.code == 2
     assert "'prom:9090' is neither an http(s) URL prefix nor re:<regex>" in capsys.readouterr().err
+
+
+def without_url(cluster: FakeCluster) -> None:
+    """Take ``prometheusUrl`` out of the stack's policy (it reads the operator's default)."""
+    body = cluster.get(POLICIES, "vllm")
+    del body["spec"]["metrics"]["prometheusUrl"]
+    cluster.put(POLICIES, body)
+
+
+def test_a_policy_without_a_url_reads_the_operators_default_and_says_so(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    without_url(cluster)
+    # The default is the cluster owner's choice: an allow list that omits it does not apply.
+    operator = Operator(
+        cluster.api,
+        clock=clock,
+        allowed_urls=AllowedUrls.parse(["http://elsewhere:9090"]),
+        default_prometheus_url=prometheus.url,
+    )
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+    signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
+    assert signals["prometheus"] == f"{prometheus.url} (the operator's default)"
+
+
+def test_a_policys_own_url_wins_over_the_default_and_is_named_as_its_own(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    operator = Operator(cluster.api, clock=clock, default_prometheus_url="http://unused:9090")
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
+    assert signals["prometheus"] == f"{prometheus.url} (the policy's)"
+
+
+def test_no_url_anywhere_is_one_clear_refusal_and_nothing_fetched(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    without_url(cluster)
+    (outcome,) = run(operator, cluster, clock)
+    assert prometheus.queries == []
+    assert outcome.reason == Problem.NO_PROMETHEUS_URL
+    reason, message = refusal(cluster)
+    assert reason == Problem.NO_PROMETHEUS_URL
+    assert "prometheus.url" in message
+    assert "--default-prometheus-url" in message
+
+
+def test_the_default_url_flag_is_checked_when_parsed() -> None:
+    parsed = build_parser().parse_args(["run", "--default-prometheus-url", "http://prom:9090"])
+    assert parsed.default_prometheus_url == "http://prom:9090"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--default-prometheus-url", "prom:9090"])

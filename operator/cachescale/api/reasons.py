@@ -162,6 +162,10 @@ class Problem(StrEnum):
     METRICS_URL_NOT_ALLOWED = "MetricsURLNotAllowed"
     """``spec.metrics.prometheusUrl`` is outside ``--allowed-prometheus-url``: nothing is
     fetched, and ``MetricsAvailable=False`` carries the same reason."""
+    NO_PROMETHEUS_URL = "NoPrometheusURL"
+    """Neither ``spec.metrics.prometheusUrl`` nor the operator's ``--default-prometheus-url``
+    (chart value ``prometheus.url``) is set: nothing is read, and ``MetricsAvailable=False``
+    carries the same reason."""
     API_CONFLICT = "ApiConflict"
     """The decision could not be applied (a conflicting writer); a Warning Event and the
     error counter only, the status is still written."""

@@ -194,8 +194,10 @@ class MetricsSpec(SpecModel):
         }
     )
 
-    prometheus_url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2048)
-    """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090."""
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=2048)
+    """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090. Left
+    out, the operator's default (``--default-prometheus-url``, chart value
+    ``prometheus.url``); status.signals.prometheus says which was used."""
     auth: PrometheusAuth | None = None
     """Optional bearer token and CA bundle, both read from Secrets."""
     selector: Annotated[dict[str, str], AfterValidator(_check_selector)] = Field(

@@ -118,6 +118,9 @@ class ObservedSignals(ApiModel):
     """The engine's current batch ceiling as found in the container args."""
     observed_at: datetime | None = None
     """When these signals were read."""
+    prometheus: str | None = Field(default=None, max_length=2100)
+    """Where they were read: the Prometheus URL (no credentials, no query) and whether it
+    is the policy's ``prometheusUrl`` or the operator's default."""
     unknown_signals: list[UnknownSignal] = Field(default_factory=list, max_length=32)
     """Signals that could not be read, each with the reason."""
     qualified_signals: list[QualifiedSignal] = Field(default_factory=list, max_length=8)

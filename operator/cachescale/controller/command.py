@@ -23,6 +23,7 @@ import re
 import sys
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.gather.command import prometheus_url
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
 
 PROG = "cachescale run"
@@ -112,6 +113,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             f"{REGEX_PREFIX}<regex> matched against the whole URL (repeatable; a policy "
             "outside them is refused with MetricsURLNotAllowed; default: any URL)"
         ),
+    )
+    parser.add_argument(
+        "--default-prometheus-url",
+        type=prometheus_url,
+        metavar="URL",
+        help="the Prometheus a policy reads when it gives no spec.metrics.prometheusUrl "
+        "(chart value prometheus.url; the allow list does not apply to it)",
     )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", action="store_true", help="debug logging")

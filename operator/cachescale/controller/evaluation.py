@@ -125,6 +125,9 @@ class Operator:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
     allowed_urls: AllowedUrls | None = None
     """``--allowed-prometheus-url``: where policies may make it connect (None: anywhere)."""
+    default_prometheus_url: str | None = None
+    """``--default-prometheus-url``: read when a policy gives no ``prometheusUrl``. The
+    cluster owner chose it, so the allow list does not apply to it."""
     # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
     # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
@@ -233,6 +236,7 @@ def _evaluate(
         now=now,
         applied=applied,
         warmup_seconds=float(spec.cache.pod_warmup_seconds),
+        prometheus=prometheus_source(operator, spec),
     )
     _write_status(operator, policy, status)
     _announce(operator, policy, decision, applied, now)
@@ -304,9 +308,16 @@ def _prometheus_config(
 ) -> PrometheusConfig:
     """How to read this policy's Prometheus; ``EgressRefused`` when its URL is outside the
     allow list (checked first: no Secret is even read) or a Secret has not opted in."""
-    url = spec.metrics.prometheus_url
+    url = prometheus_url(operator, spec)
+    if url is None:
+        raise EgressRefused(
+            Problem.NO_PROMETHEUS_URL,
+            "spec.metrics.prometheusUrl is not set and the operator has no default: set "
+            "prometheusUrl, or ask the operator's admin to set the chart value prometheus.url "
+            "(--default-prometheus-url)",
+        )
     allowed = operator.allowed_urls
-    if allowed is not None and not allowed.allows(url):
+    if spec.metrics.prometheus_url is not None and allowed is not None and not allowed.allows(url):
         raise EgressRefused(
             Problem.METRICS_URL_NOT_ALLOWED,
             f"prometheusUrl {redact_url(url)} is outside the operator's allowed Prometheus "
@@ -322,6 +333,22 @@ def _prometheus_config(
         ca_file = _ca_file(_secret(operator.api, namespace, auth.ca_secret_ref))
     verify = not (auth is not None and auth.insecure_skip_verify)
     return PrometheusConfig(url=url, bearer_token=token, ca_file=ca_file, verify_tls=verify)
+
+
+def prometheus_url(operator: Operator, spec: CacheScalingPolicySpec) -> str | None:
+    """The Prometheus a policy reads: its own ``prometheusUrl``, else the operator's
+    default (None: neither is set)."""
+    return spec.metrics.prometheus_url or operator.default_prometheus_url
+
+
+def prometheus_source(operator: Operator, spec: CacheScalingPolicySpec) -> str | None:
+    """Where the signals were read, for the status: the URL without credentials or query,
+    and whether it is the policy's or the operator's default."""
+    url = prometheus_url(operator, spec)
+    if url is None:
+        return None
+    origin = "the policy's" if spec.metrics.prometheus_url is not None else "the operator's default"
+    return f"{redact_url(url)} ({origin})"
 
 
 def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:

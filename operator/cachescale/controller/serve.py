@@ -56,6 +56,7 @@ def serve(args: argparse.Namespace) -> int:
     operator = Operator(
         KubeApi(api_client),
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
+        default_prometheus_url=args.default_prometheus_url,
     )
     itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
     runtime = Runtime(operator, itself=itself, scanning=not args.no_scanning)

@@ -77,8 +77,10 @@ def render(
     now: datetime,
     applied: bool,
     warmup_seconds: float,
+    prometheus: str | None = None,
 ) -> dict[str, Any]:
-    """The status after an evaluation that reached a decision."""
+    """The status after an evaluation that reached a decision (``prometheus``: where the
+    signals were read, ``evaluation.prometheus_source``)."""
     ready = ConditionVerdict(
         ConditionType.READY,
         ConditionStatus.TRUE,
@@ -95,7 +97,7 @@ def render(
         conditions=merge_conditions(
             previous.conditions, [ready, *decision.conditions], generation, now
         ),
-        signals=_signals(snapshot, now, warmup_seconds),
+        signals=_signals(snapshot, now, warmup_seconds, prometheus),
         baseline=_baseline(decision),
         last_decision=record,
         history=history,
@@ -154,7 +156,9 @@ def _record(decision: Decision, now: datetime, applied: bool) -> DecisionRecord:
     )
 
 
-def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> ObservedSignals:
+def _signals(
+    snapshot: Snapshot, now: datetime, warmup_seconds: float, prometheus: str | None
+) -> ObservedSignals:
     signals = snapshot.signals
     measured = signals.signals()
     values: dict[str, Any] = {}
@@ -181,6 +185,7 @@ def _signals(snapshot: Snapshot, now: datetime, warmup_seconds: float) -> Observ
             "warmReplicas": workload.warm_replicas(warmup_seconds),
             "maxNumSeqs": workload.max_num_seqs,
             "observedAt": now,
+            "prometheus": prometheus,
             "unknownSignals": [u.to_wire() for u in unknown[:32]],
             "qualifiedSignals": [q.to_wire() for q in qualified],
         }
