@@ -28,7 +28,7 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, get, until
 from e2e.serving import APP, Metrics, create_stack, emulated_metrics
-from tests.controller.process_fixture import cachescale_command, run_operator
+from tests.controller.process_fixture import cachescale_command, start_operator
 from tests.prometheus_fixture import free_port_block
 
 HISTORY = "2m"
@@ -69,10 +69,12 @@ def init(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def drafted(serving: Serving) -> subprocess.CompletedProcess[str]:
+    """The draft for a chart installed with ``prometheus.url``: no URL in the policy."""
     return init(
         serving.cluster,
         "--namespace", serving.namespace, "--deployment", APP,
         "--prometheus", serving.metrics.prometheus.url, "--history", HISTORY,
+        "--operator-default-prometheus",
     )  # fmt: skip
 
 
@@ -91,6 +93,7 @@ def test_init_drafts_a_policy_the_api_server_takes_and_the_operator_only_advises
     }  # fmt: skip
     # The narrowest selector that returns this Deployment's series: namespace + model.
     assert spec["metrics"]["selector"] == {"namespace": namespace, "model_name": scenario.MODEL}
+    assert "prometheusUrl" not in spec["metrics"]
     assert spec["budget"]["minReplicas"] == serving.hpa_spec["minReplicas"]
     assert spec["budget"]["maxReplicas"] == serving.hpa_spec["maxReplicas"]
     # The numbers the comments quote are the ones the proposal was made from.
@@ -103,7 +106,11 @@ def test_init_drafts_a_policy_the_api_server_takes_and_the_operator_only_advises
     )
     hpa_before = get(cluster, "hpa", APP, "-n", namespace)["spec"]
     deployment_before = get(cluster, "deployment", APP, "-n", namespace)["spec"]
-    with run_operator(serving.workdir, kubeconfig, namespace):
+    url = serving.metrics.prometheus.url
+    with start_operator(
+        serving.workdir, kubeconfig, "--namespace", namespace, "--standalone",
+        "--default-prometheus-url", url,
+    ):  # fmt: skip
         applied = cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=result.stdout)
         assert applied.returncode == 0, applied.stderr
 
@@ -114,6 +121,7 @@ def test_init_drafts_a_policy_the_api_server_takes_and_the_operator_only_advises
 
         text = until(described, "describe showing signals and a decision", 90)
     assert "Advise" in text
+    assert f"{url} (the operator's default)" in text
     user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
     plane = cluster.plane
     if plane is not None:  # the server's own audit log: nothing written to the workload

@@ -105,13 +105,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="URL",
         help="Prometheus base URL (http[s]://…)",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--policy-prometheus",
         type=prometheus_url,
         metavar="URL",
         help="the Prometheus URL written into the policy, as the operator reaches it "
         "in-cluster (default: --prometheus), e.g. http://prometheus.monitoring:9090 when "
         "--prometheus is a port-forward on this machine",
+    )
+    where.add_argument(
+        "--operator-default-prometheus",
+        action="store_true",
+        help="write no prometheusUrl: the policy reads the operator's default (chart value "
+        "prometheus.url)",
     )
     parser.add_argument(
         "--container", help="the engine container (default: the one running vllm/sglang)"
@@ -470,10 +477,7 @@ def render(
             "containerName": container.name,
             "engine": container.engine.value,
         },
-        "metrics": {
-            "prometheusUrl": args.policy_prometheus or args.prometheus,
-            "selector": measured.selector,
-        },
+        "metrics": _metrics(args, measured.selector),
         "slo": {"ttftP95Seconds": slo},
         "budget": {
             "gpuSecondsPer1kRequests": budget,
@@ -521,7 +525,12 @@ def render(
         f"{SLO_FLOOR_S:g} s; set it to what your users need.",
         "  budget:": f"  # The measured {cost.value:,.0f} GPU-s per 1k requests + "
         f"{BUDGET_HEADROOM - 1:.0%}; the replica range is the HPA's own.",
-        "  metrics:": "  # The selector was checked to return this Deployment's series alone.",
+        "  metrics:": "  # The selector was checked to return this Deployment's series alone."
+        + (
+            "\n  # No prometheusUrl: the operator's default (chart value prometheus.url) is read."
+            if args.operator_default_prometheus
+            else ""
+        ),
     }
     out = []
     for line in body.splitlines():
@@ -529,6 +538,14 @@ def render(
             out.append(comments[line])
         out.append(line)
     return "\n".join(lines + out) + "\n" + _batching_note(container) + "\n"
+
+
+def _metrics(args: argparse.Namespace, selector: dict[str, str]) -> dict[str, Any]:
+    """``spec.metrics``: the selector, and the URL the operator reaches unless the
+    operator's default is to be read."""
+    if args.operator_default_prometheus:
+        return {"selector": selector}
+    return {"prometheusUrl": args.policy_prometheus or args.prometheus, "selector": selector}
 
 
 def _batching_note(container: EngineContainer) -> str:
