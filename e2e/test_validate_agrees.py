@@ -34,7 +34,7 @@ from cachescale.api.policy import KIND
 from cachescale.api.validation import check_text, load_documents
 from e2e.harness.cluster import REPO, Cluster
 from e2e.harness.release import Release
-from tests.api.mutations import FULL_POLICY, mutated_policies
+from tests.api.mutations import FULL_POLICY, STRICTER_THAN_THE_SERVER, mutated_policies
 
 EXAMPLES = REPO / "examples"
 
@@ -51,12 +51,7 @@ class Case:
 
 
 STRICTER: dict[str, str] = {
-    "metrics.selector.namespace-3": (
-        "a selector value left empty (`namespace:` with nothing after it, a YAML null): "
-        "the API server drops null map values before it validates, so no CRD rule can "
-        "see it, and it stores the selector without that label, which widens what the "
-        "policy reads; validate refuses it as it refuses an empty string there"
-    ),
+    **STRICTER_THAN_THE_SERVER,
     "text:duplicate-key": (
         "a key written twice in one mapping: kubectl's YAML-to-JSON step keeps the last "
         "value without a word, so the server never sees the first; validate refuses the "
