@@ -181,6 +181,11 @@ def test_validate_rejects_whatever_the_api_server_rejects(
         f"validate rejects, the API server accepts: {stricter}; documented: {list(STRICTER)}"
     )
 
+    # The README's validate section states these numbers; keep it true.
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    stated = f"{len(cases)} documents", f"All {refused} that", f"of the {len(cases) - refused} it"
+    assert all(words in readme for words in stated), f"README.md should say {stated}"
+
     # The examples say what they are: the server takes every valid one, and refuses each
     # file of examples/invalid/ (p99-below-p95.yaml holds a fine policy beside its bad one).
     examples = [case for case in cases if case.origin.startswith("examples/")]
