@@ -12,9 +12,9 @@ CRD cannot express, with the reason; an entry that no longer applies fails the t
 
 Speed: all documents go to kubectl as one multi-document stream. kubectl stops reading a
 stream at the first document it cannot turn into JSON (an infinite number), so that one
-is sent alone and the stream goes on after it: about twenty kubectl runs in all. Validate
-runs in process on the same text, and once more as the real command over a folder that
-holds every document as its own file.
+is sent alone and the stream goes on after it: some forty kubectl runs, about five
+seconds on two cores. Validate runs in process on the same text, and once more as the real
+command over a folder that holds every document as its own file.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def test_validate_rejects_whatever_the_api_server_rejects(
         f"{agreed} verdicts agreed, {len(stricter)} stricter in validate; "
         f"{runs} kubectl runs, {seconds:.1f}s"
     )
-    assert len(cases) >= 100 + len(_full_policy_edits())
+    assert sum(not case.origin.startswith(("examples/", "text:")) for case in cases) >= 100
     assert missed == [], "the API server refused, cachescale validate accepted:\n" + "\n".join(
         missed
     )
