@@ -20,12 +20,19 @@ Schema = dict[str, Any]
 
 
 def _prune_nulls(value: Any, schema: Schema) -> Any:
+    """Drop nulls the schema does not allow, in fields and in map values alike (the real
+    server stores ``selector: {namespace: null}`` as ``selector: {}``)."""
     if isinstance(value, dict) and "properties" in schema:
         for name, prop in schema["properties"].items():
             if name in value and value[name] is None and not prop.get("nullable"):
                 del value[name]
             elif name in value:
                 value[name] = _prune_nulls(value[name], prop)
+    elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        items = schema["additionalProperties"]
+        for name in [key for key, item in value.items() if item is None]:
+            if not items.get("nullable"):
+                del value[name]
     return value
 
 

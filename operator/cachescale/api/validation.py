@@ -8,7 +8,9 @@ reading a stack trace or a JSON-schema keyword.
 It reads YAML the way ``kubectl`` does where PyYAML would differ, so that a file passes
 here only if the API server can take it: ``1e3`` is a number (YAML 1.2, as in Go), a
 whole float such as ``4.0`` is the integer 4 (kubectl's YAML-to-JSON step writes it as
-``4``), a key written twice in one mapping is an error, and the bytes must be UTF-8.
+``4``), and the bytes must be UTF-8. A key written twice in one mapping is an error here,
+though kubectl keeps the last value without a word: one of the author's two values would
+be lost (e2e/test_validate_agrees.py lists where validate is stricter than the server).
 Documents that are not CacheScalingPolicies (a Deployment beside the policy in a GitOps
 folder) are skipped with a note; a policy that uses YAML anchors or aliases is refused
 with one line, since an alias can expand a small file into a huge object before any field
