@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.controller.draft import (
-    DraftError,
-    EngineContainer,
-    engine_container,
-    proposed_budget,
-    proposed_slo,
-    selector_candidates,
-)
+from cachescale.controller.draft import proposed_budget, proposed_slo, selector_candidates
+from cachescale.controller.draft_target import DraftError, EngineContainer, engine_container
 
 
 def deployment(*containers: dict[str, Any]) -> dict[str, Any]:

@@ -28,12 +28,19 @@ from pydantic import ValidationError
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.policy import API_VERSION, KIND
-from cachescale.api.spec import CacheScalingPolicySpec, Engine, TargetSpec
-from cachescale.controller.engine_flags import FlagError, find_flag
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.controller.draft_target import (
+    DraftError,
+    EngineContainer,
+    engine_container,
+    find_hpa,
+    kube_api,
+    read_object,
+    workload_state,
+)
 from cachescale.gather.command import evaluation_time, prometheus_url
 
 if TYPE_CHECKING:
-    from cachescale.controller.kube import KubeApi
     from cachescale.gather.prometheus import PrometheusClient
     from cachescale.snapshot import EngineSignals, WorkloadState
 
@@ -47,30 +54,6 @@ SLO_FLOOR_S = 0.5
 would page on ordinary queueing."""
 SLO_CEILING_S = 600.0
 """The API's own upper bound on ``slo.ttftP95Seconds``."""
-
-_ENGINE_WORDS = {Engine.SGLANG: ("sglang",), Engine.VLLM: ("vllm",)}
-_MODEL_FLAGS = {Engine.VLLM: ("--model",), Engine.SGLANG: ("--model-path", "--model")}
-
-
-class DraftError(Exception):
-    """What stops the draft, in one line, and the exit code it maps to."""
-
-    def __init__(self, message: str, code: ExitCode = ExitCode.INVALID) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class EngineContainer:
-    """The serving container and what its command line says."""
-
-    name: str
-    engine: Engine
-    model: str | None
-    served_name: str | None
-    """``--served-model-name``: the ``model_name`` label the engine's series carry."""
-    max_num_seqs: int | None
-    block_size: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +157,10 @@ def run(args: argparse.Namespace) -> int:
 def draft(args: argparse.Namespace) -> str:
     """The commented policy for ``args``; raises ``DraftError``."""
     history_seconds = parse_duration_seconds(args.history)
-    api = _kube(args.kubeconfig)
+    api = kube_api(args.kubeconfig)
     now = datetime.now(UTC)
     measured_at = args.at or now
-    deployment = _read(
+    deployment = read_object(
         api,
         f"/apis/apps/v1/namespaces/{args.namespace}/deployments/{args.deployment}",
         f"Deployment {args.deployment}",
@@ -185,176 +168,9 @@ def draft(args: argparse.Namespace) -> str:
     )
     container = engine_container(deployment, args.container)
     hpa, keda_owner = find_hpa(api, args.namespace, args.deployment)
-    state = _workload(api, args.namespace, args.deployment, hpa, container, now)
+    state = workload_state(api, args.namespace, args.deployment, hpa, container, now)
     measured = measure(args, container, state, history_seconds, measured_at)
     return render(args, container, hpa, keda_owner, state, measured)
-
-
-def _kube(kubeconfig: str | None) -> KubeApi:
-    from cachescale.controller.kube import KubeApi, api_client_or_reason
-
-    api_client = api_client_or_reason(kubeconfig)
-    if isinstance(api_client, str):
-        raise DraftError(api_client)
-    return KubeApi(api_client)
-
-
-def _read(api: KubeApi, path: str, what: str, namespace: str) -> dict[str, Any]:
-    from cachescale.controller.kube import KubeError, NotFoundError
-
-    try:
-        return api.get(path)
-    except NotFoundError:
-        raise DraftError(f"{what} not found in namespace {namespace}") from None
-    except KubeError as error:
-        raise DraftError(f"{what}: the API server said {error}", _unreachable(error)) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
-
-
-_UNREACHABLE = ExitCode.PROMETHEUS_UNAVAILABLE
-
-
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """What the Kubernetes client raises when the API server does not answer (urllib3
-    comes with the operator extra, so it is imported only here)."""
-    from urllib3.exceptions import HTTPError
-
-    return (OSError, HTTPError)
-
-
-def _unreachable(error: Exception) -> ExitCode:
-    status = getattr(error, "status", 0)
-    return _UNREACHABLE if status >= 500 else ExitCode.INVALID
-
-
-def engine_container(deployment: dict[str, Any], name: str | None) -> EngineContainer:
-    """The container that runs the engine: ``name`` when given, else the first whose
-    name, image, command or args name vLLM or SGLang."""
-    containers = deployment.get("spec", {}).get("template", {}).get("spec", {})
-    containers = containers.get("containers", [])
-    names = ", ".join(c.get("name", "?") for c in containers) or "none"
-    for container in containers:
-        words = " ".join(
-            [
-                container.get("name", ""),
-                container.get("image", ""),
-                *container.get("command", []),
-                *container.get("args", []),
-            ]
-        ).lower()
-        engine = next((e for e, w in _ENGINE_WORDS.items() if any(x in words for x in w)), None)
-        if name is not None and container.get("name") != name:
-            continue
-        if engine is None and name is None:
-            continue
-        return _parse_container(container, engine or Engine.VLLM)
-    if name is not None:
-        raise DraftError(f"the Deployment has no container {name!r} (it has: {names})")
-    raise DraftError(
-        f"no container of the Deployment runs vLLM or SGLang (it has: {names}); "
-        "name it with --container"
-    )
-
-
-def _parse_container(container: dict[str, Any], engine: Engine) -> EngineContainer:
-    tokens = [*container.get("command", []), *container.get("args", [])]
-    try:
-        flag = find_flag(engine, container.get("command"), container.get("args"))
-    except FlagError as error:
-        raise DraftError(f"container {container.get('name')}: {error}") from None
-    model = _flag_value(tokens, _MODEL_FLAGS[engine])
-    if model is None and "serve" in tokens[:-1]:
-        following = tokens[tokens.index("serve") + 1]
-        model = None if following.startswith("-") else following
-    block = _flag_value(tokens, ("--block-size", "--page-size"))
-    return EngineContainer(
-        name=str(container.get("name")),
-        engine=engine,
-        model=model,
-        served_name=_flag_value(tokens, ("--served-model-name",)),
-        max_num_seqs=flag.value if flag is not None else None,
-        block_size=int(block) if block is not None and block.isdigit() else None,
-    )
-
-
-def _flag_value(tokens: list[str], flags: tuple[str, ...]) -> str | None:
-    for index, token in enumerate(tokens):
-        for flag in flags:
-            if token == flag and index + 1 < len(tokens):
-                return tokens[index + 1]
-            if token.startswith(flag + "="):
-                return token.split("=", 1)[1]
-    return None
-
-
-def find_hpa(api: KubeApi, namespace: str, deployment: str) -> tuple[dict[str, Any], str | None]:
-    """The HPA whose scaleTargetRef is the Deployment, and the KEDA ScaledObject that owns
-    it, if one does."""
-    from cachescale.controller.kube import KubeError
-
-    path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
-    try:
-        hpas = api.items(path)
-    except KubeError as error:
-        raise DraftError(
-            f"listing HPAs: the API server said {error}", _unreachable(error)
-        ) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
-    scaling = [
-        h
-        for h in hpas
-        if h.get("spec", {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
-        and h["spec"]["scaleTargetRef"].get("name") == deployment
-    ]
-    if not scaling:
-        raise DraftError(
-            f"no HorizontalPodAutoscaler in namespace {namespace} scales Deployment "
-            f"{deployment}; cachescale reshapes an HPA's envelope, so create one first "
-            "(docs/quickstart-existing-vllm.md)"
-        )
-    if len(scaling) > 1:
-        names = ", ".join(sorted(h["metadata"]["name"] for h in scaling))
-        raise DraftError(f"more than one HPA scales Deployment {deployment} ({names}); keep one")
-    hpa = scaling[0]
-    owner = next(
-        (
-            str(o.get("name"))
-            for o in hpa.get("metadata", {}).get("ownerReferences", [])
-            if o.get("kind") == "ScaledObject"
-        ),
-        None,
-    )
-    return hpa, owner
-
-
-def _workload(
-    api: KubeApi,
-    namespace: str,
-    deployment: str,
-    hpa: dict[str, Any],
-    container: EngineContainer,
-    now: datetime,
-) -> WorkloadState:
-    """The Deployment and its pods as the operator reads them (GPUs, ready pods, ages)."""
-    from cachescale.controller.kube import KubeError
-    from cachescale.controller.workload import TargetError, read_target
-
-    target = TargetSpec(
-        deployment_name=deployment,
-        hpa_name=hpa["metadata"]["name"],
-        container_name=container.name,
-        engine=container.engine,
-    )
-    try:
-        return read_target(api, namespace, target, now, keda_allowed=True).state
-    except TargetError as error:
-        raise DraftError(error.message) from None
-    except KubeError as error:
-        raise DraftError(f"the API server said {error}", _unreachable(error)) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
 
 
 def selector_candidates(namespace: str, container: EngineContainer) -> list[dict[str, str]]:
