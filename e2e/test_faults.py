@@ -15,7 +15,7 @@ says what is wrong while it is wrong. Each case records what it saw and how long
 took; docs/reliability.md holds the table (set ``CACHESCALE_FAULTS_REPORT`` to a path to
 get the rows of a run as JSON).
 
-The tests run in order on one stack (module-scoped), about 4 minutes on 2 cores.
+The tests run in order on one stack (module-scoped), a little over 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -567,7 +567,7 @@ def test_control_plane_component_killed_and_restarted(faults: Faults, fault: str
         faults.plane.compact_etcd()
     faults.plane.restart(component)
     if component == "etcd":  # the API server answers again once it sees etcd
-        faults.plane._wait_serving(faults.plane.component("kube-apiserver"))
+        faults.plane.wait_serving(faults.plane.component("kube-apiserver"))
     serving = time.time()
     first = faults.next_status_write(serving, 6 * INTERVAL_S)
     time.sleep(max(0.0, serving + BURST_WINDOW_S - time.time()))

@@ -287,7 +287,7 @@ class ControlPlane:
         )
 
         self.etcd_url = client_url
-        self._wait_serving(etcd)
+        self.wait_serving(etcd)
         return client_url
 
     def _start_apiserver(self, etcd_url: str) -> None:
@@ -332,9 +332,9 @@ class ControlPlane:
         self.kubeconfig = write_kubeconfig(
             self.directory / "admin.kubeconfig", self.server, certs.ca.cert, "admin", certs.admin
         )
-        self._wait_serving(apiserver)
+        self.wait_serving(apiserver)
 
-    def _wait_serving(self, component: Component) -> None:
+    def wait_serving(self, component: Component) -> None:
         """Until etcd listens or the API server's ``/readyz`` answers (the controller-manager:
         until it is running); :class:`StartError` with its log tail otherwise."""
         if component.name == "etcd":
@@ -391,7 +391,7 @@ class ControlPlane:
         new = self._launch(name, old.args)
         self.components.remove(new)
         self.components.insert(index, new)  # stop() still stops the last started first
-        self._wait_serving(new)
+        self.wait_serving(new)
 
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (etcd's JSON gateway): every
