@@ -15,12 +15,19 @@ kills each group and waits for it.
 
 The API server keeps an audit log of every write (verb, user, object; no bodies) in
 ``audit.log``: tests count an operator's patches and status writes from the server's
-own record (:meth:`ControlPlane.writes`), not from the operator's logs.
+own record (:meth:`ControlPlane.writes`), not from the operator's logs; lists and
+watches of policies are recorded too, so a client's relist after a lost watch shows.
+
+Fault tests crash a component and bring it back as it was (:meth:`ControlPlane.kill`,
+:meth:`ControlPlane.restart`: same ports, certificates and etcd data directory), and
+compact etcd's history (:meth:`ControlPlane.compact_etcd`) so that old resourceVersions
+expire.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import ctypes
 import json
@@ -30,6 +37,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,13 +61,17 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+  - level: Metadata
+    verbs: [list, watch]
+    resources: [{group: cachescale.dev, resources: [cachescalingpolicies]}]
   - level: None
     verbs: [get, list, watch]
   - level: None
     resources: [{group: coordination.k8s.io, resources: [leases]}]
   - level: Metadata
 """
-"""Every write, at Metadata level (who, what, which object, the answer's code)."""
+"""Every write, at Metadata level (who, what, which object, the answer's code), and the
+lists and watches of policies (a client relisting after a lost watch shows up there)."""
 WRITES = ("create", "update", "patch", "delete")
 
 
@@ -138,6 +150,8 @@ class Component:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    args: list[str] = field(default_factory=list)
+    """What it was started with: a restart reuses them (same ports, same data dir)."""
 
     def tail(self, lines: int = 30) -> str:
         """The last lines of its log."""
@@ -172,6 +186,7 @@ class ControlPlane:
     server: str = ""
     certs: Certificates | None = None
     kubeconfig: Path = Path()
+    etcd_url: str = ""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -240,7 +255,7 @@ class ControlPlane:
 
     def _launch(self, name: str, args: list[str]) -> Component:
         log = self.directory / f"{name}.log"
-        with log.open("wb") as stream:
+        with log.open("ab") as stream:
             process = subprocess.Popen(
                 [str(self.assets / name), *args],
                 stdout=stream,
@@ -249,7 +264,7 @@ class ControlPlane:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        component = Component(name, process, log)
+        component = Component(name, process, log, args)
         self.components.append(component)
         return component
 
@@ -271,12 +286,8 @@ class ControlPlane:
             ],
         )
 
-        def listening() -> bool | None:
-            etcd.check_alive()
-            with socket.socket() as probe:
-                return True if probe.connect_ex(("127.0.0.1", client)) == 0 else None
-
-        wait_until(listening, READY_TIMEOUT_S, "etcd to listen")
+        self.etcd_url = client_url
+        self.wait_serving(etcd)
         return client_url
 
     def _start_apiserver(self, etcd_url: str) -> None:
@@ -321,20 +332,85 @@ class ControlPlane:
         self.kubeconfig = write_kubeconfig(
             self.directory / "admin.kubeconfig", self.server, certs.ca.cert, "admin", certs.admin
         )
-        api = self.admin_api()
+        self.wait_serving(apiserver)
 
-        def ready() -> bool | None:
-            apiserver.check_alive()
+    def wait_serving(self, component: Component) -> None:
+        """Until etcd listens or the API server's ``/readyz`` answers (the controller-manager:
+        until it is running); :class:`StartError` with its log tail otherwise."""
+        if component.name == "etcd":
+            port = int(self.etcd_url.rsplit(":", 1)[1])
+
+            def listening() -> bool | None:
+                component.check_alive()
+                with socket.socket() as probe:
+                    return True if probe.connect_ex(("127.0.0.1", port)) == 0 else None
+
+            wait_until(listening, READY_TIMEOUT_S, "etcd to listen")
+        elif component.name == "kube-apiserver":
+            api = self.admin_api()
+
+            def ready() -> bool | None:
+                component.check_alive()
+                try:
+                    api.raw("GET", "/readyz")
+                except (ApiError, OSError):
+                    return None
+                return True
+
             try:
-                api.raw("GET", "/readyz")
-            except (ApiError, OSError):
-                return None
-            return True
+                wait_until(ready, READY_TIMEOUT_S, "kube-apiserver /readyz")
+            except StartError as error:
+                raise StartError(f"{error}\n{component.tail()}") from None
+        else:
+            component.check_alive()
 
-        try:
-            wait_until(ready, READY_TIMEOUT_S, "kube-apiserver /readyz")
-        except StartError as error:
-            raise StartError(f"{error}\n{apiserver.tail()}") from None
+    # -- faults -----------------------------------------------------------------------
+
+    def component(self, name: str) -> Component:
+        """The running (or killed) component called ``name``."""
+        for found in self.components:
+            if found.name == name:
+                return found
+        raise KeyError(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one component's process group, as a crash would (no graceful shutdown)."""
+        process = self.component(name).process
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def restart(self, name: str) -> None:
+        """Start a killed component again with its original arguments — same ports, same
+        certificates, same etcd data directory — and wait until it serves."""
+        old = self.component(name)
+        if old.process.poll() is None:
+            raise StartError(f"{name} is still running: kill it first")
+        index = self.components.index(old)
+        self.components.remove(old)
+        new = self._launch(name, old.args)
+        self.components.remove(new)
+        self.components.insert(index, new)  # stop() still stops the last started first
+        self.wait_serving(new)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (etcd's JSON gateway): every
+        older resourceVersion is gone, so a watch resumed from one gets 410 Gone."""
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            request = urllib.request.Request(
+                self.etcd_url + path,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                answer: dict[str, Any] = json.load(response)
+                return answer
+
+        key = base64.b64encode(b"/registry").decode()
+        revision = int(post("/v3/kv/range", {"key": key, "limit": 1})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def _start_controller_manager(self) -> None:
         certs = self.certs

@@ -1,4 +1,5 @@
-"""Patching the HPA and the engine flags: content, preserved fields, conflicts, restore."""
+"""Patching the HPA and the engine flags: content, preserved fields, conflicts, restore
+(and no restore from a tampered record)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import kmock
 import pytest
 
 from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
+from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.actions import (
     apply_envelope,
@@ -16,6 +18,7 @@ from cachescale.controller.actions import (
     restore_envelope,
 )
 from cachescale.controller.engine_flags import FlagError, find_flag
+from cachescale.controller.workload import TargetError
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, FakeCluster, deployment, hpa
 
@@ -143,3 +146,42 @@ def test_restore_puts_the_original_back_and_forgets_it(cluster: FakeCluster) -> 
     assert after["spec"] == before["spec"]
     assert ORIGINAL_ENVELOPE not in after["metadata"].get("annotations", {})
     assert not restore_envelope(cluster.api, NAMESPACE, TARGET)  # nothing recorded any more
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ('{"minReplicas": 2, "maxRepl', "not JSON"),
+        ('["minReplicas", 2]', "not a JSON object"),
+        ('{"minReplicas": 2}', "has keys"),
+        ('{"minReplicas": 2, "maxReplicas": 40, "replicas": 7}', "has keys"),
+        ('{"minReplicas": 0, "maxReplicas": 40}', "whole numbers from 1"),
+        ('{"minReplicas": 2.5, "maxReplicas": 40}', "whole numbers from 1"),
+        ('{"minReplicas": 9, "maxReplicas": 3}', "minReplicas 9 is above maxReplicas 3"),
+        ('{"minReplicas": 2, "maxReplicas": 40, "metricIndex": 1}', "go together"),
+        (
+            '{"minReplicas": 2, "maxReplicas": 40, "metricIndex": 0, "averageValue": "24"}',
+            "not the HPA's queue metric",
+        ),
+        (
+            '{"minReplicas": 2, "maxReplicas": 40, "metricIndex": 1, "averageValue": "lots"}',
+            "not a quantity",
+        ),
+    ],
+)
+def test_a_tampered_record_is_refused_and_nothing_restored(
+    cluster: FakeCluster, record: str, problem: str
+) -> None:
+    cluster.put(HPAS, hpa())
+    apply_envelope(cluster.api, NAMESPACE, TARGET, Envelope(4, 12, 19.2), "llm/vllm")
+    tampered = cluster.get(HPAS, "vllm")
+    tampered["metadata"]["annotations"][ORIGINAL_ENVELOPE] = record
+    cluster.put(HPAS, tampered)
+    patches = len(cluster.requests("patch"))
+    with pytest.raises(TargetError) as refused:
+        restore_envelope(cluster.api, NAMESPACE, TARGET)
+    assert refused.value.reason is Problem.TARGET_MISMATCH
+    assert ORIGINAL_ENVELOPE in refused.value.message
+    assert problem in refused.value.message
+    assert len(cluster.requests("patch")) == patches  # the HPA is left alone
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12

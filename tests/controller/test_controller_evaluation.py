@@ -533,3 +533,35 @@ def test_a_policy_without_a_selector_reads_only_its_own_namespace(
     assert prometheus.queries
     for query in prometheus.queries:
         assert f'namespace="{NAMESPACE}"' in query, query
+
+
+def test_a_tampered_original_envelope_stops_every_change_and_says_so(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    numbers = stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=SETTLE)
+    capped = cluster.get(HPAS, "vllm")
+    assert capped["spec"]["maxReplicas"] == 12
+    capped["metadata"]["annotations"][ORIGINAL_ENVELOPE] = '{"minReplicas": 2, "maxRepl'
+    cluster.put(HPAS, capped)
+    numbers.requests_per_second = 48.0  # the budget now allows 19: a raise is wanted
+    patches = len(cluster.requests("patch"))
+    outcomes = run(operator, cluster, clock, rounds=3)
+    assert {o.reason for o in outcomes} == {Problem.TARGET_MISMATCH}
+    assert conditions(cluster)["Ready"] == ("False", Problem.TARGET_MISMATCH)
+    message = next(
+        c["message"]
+        for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    assert ORIGINAL_ENVELOPE in message
+    assert "remove the annotation" in message
+    hpa_patches = [r for r in cluster.requests("patch")[patches:] if "horizontalpod" in str(r.url)]
+    assert hpa_patches == []
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
+    assert warnings.count(Problem.TARGET_MISMATCH) == 1

@@ -7,7 +7,8 @@ user set stays as it was. Each patch carries a ``test`` of the resourceVersion i
 built from: if someone else changed the object in between, the API server refuses it,
 and we re-read and rebuild (a bounded number of times). Before the first change the
 HPA's original envelope is recorded in an annotation on the HPA itself; deleting the
-policy puts it back. Blocking calls: run in a worker thread.
+policy puts it back, unless the record no longer reads as the one written
+(``workload.recorded_envelope``): then nothing is restored. Blocking calls: run in a worker thread.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from cachescale.controller.workload import (
     engine_container,
     hpa_path,
     queue_metric,
+    recorded_envelope,
 )
 from cachescale.decide.envelope import Envelope
 
@@ -93,13 +95,13 @@ def _original(hpa: Mapping[str, Any], metric_index: int | None) -> dict[str, Any
     return original
 
 
-def restore_ops(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON-patch ops putting back the recorded original envelope (empty: none recorded)."""
+def restore_ops(hpa: Mapping[str, Any], target: TargetSpec) -> list[dict[str, Any]]:
+    """JSON-patch ops putting back the recorded original envelope (empty: none recorded);
+    ``TargetError`` when the record is not one the operator wrote for this HPA."""
     annotations = hpa.get("metadata", {}).get("annotations", {})
-    recorded = annotations.get(ORIGINAL_ENVELOPE)
-    if recorded is None:
+    original = recorded_envelope(hpa, target)
+    if original is None:
         return []
-    original = json.loads(recorded)
     ops: list[dict[str, Any]] = [
         resource_version_test(hpa),
         {"op": "add", "path": "/spec/minReplicas", "value": original["minReplicas"]},
@@ -107,7 +109,7 @@ def restore_ops(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
     index = original.get("metricIndex")
     metrics = hpa.get("spec", {}).get("metrics", [])
-    if index is not None and index < len(metrics):
+    if index is not None:  # checked: the HPA's queue metric
         source = "pods" if metrics[index]["type"] == "Pods" else "external"
         path = f"/spec/metrics/{index}/{source}/target/averageValue"
         ops.append({"op": "replace", "path": path, "value": original["averageValue"]})
@@ -176,9 +178,9 @@ def apply_max_num_seqs(
 
 def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
     """Put the HPA's recorded original envelope back; False when none was recorded or the
-    HPA is gone."""
+    HPA is gone; ``TargetError`` (nothing written) when the record was tampered with."""
     path = hpa_path(namespace, target.hpa_name)
     try:
-        return _with_retries(lambda: api.get(path), restore_ops, path, api)
+        return _with_retries(lambda: api.get(path), lambda hpa: restore_ops(hpa, target), path, api)
     except NotFoundError:
         return False

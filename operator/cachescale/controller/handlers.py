@@ -38,6 +38,7 @@ from cachescale.controller.claims import (
 )
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeError
+from cachescale.controller.workload import TargetError
 
 DEFAULT_INTERVAL: Final[str] = MetricsSpec.model_fields["interval"].default
 """``spec.metrics.interval`` when a policy leaves it out: the spec model's default."""
@@ -179,6 +180,19 @@ def _evaluate_and_log(operator: Operator, policy: PolicyObject, refused: Refusal
     log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
 
 
+def _refused_restore(runtime: Runtime, policy: PolicyObject, error: TargetError) -> None:
+    """Say, in the log and a Warning Event on the policy, that the HPA was not restored
+    and why (the policy still goes: holding its finalizer would only block its namespace)."""
+    message = f"deleted without restoring: {error.message}"
+    log.warning("%s/%s %s", policy.namespace, policy.name, message)
+    operator = runtime.operator
+    assert operator.events is not None
+    try:
+        operator.events.record(policy.ref, "Warning", error.reason, message, operator.clock())
+    except KubeError as failure:
+        log.warning("event for %s/%s not posted: %s", policy.namespace, policy.name, failure)
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     """Put the HPA's original envelope back (unless the policy says keep, or it never
@@ -208,6 +222,9 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
             raise kopf.TemporaryError(
                 f"restoring HPA {spec.target.hpa_name}: {error}", delay=10
             ) from error
+        except TargetError as error:  # a tampered record: the HPA is left as it is
+            restored = False
+            await loop.run_in_executor(runtime.executor, _refused_restore, runtime, policy, error)
     runtime.locks.pop(policy.uid, None)
     if restored:
         log.info(

@@ -5,7 +5,8 @@ Secrets, its own policies' status, Events). Raw dicts keep those paths and patch
 explicit and let one client serve built-in kinds and the CRD alike; the official
 ``kubernetes`` client does the transport, authentication and TLS (kubeconfig or
 in-cluster). Errors are typed so callers can tell "not there" from "someone else
-changed it" from "the API server is struggling"; 429 and 5xx are retried with backoff.
+changed it" from "the API server is struggling"; 429, 5xx and requests that got no answer
+at all (a restarting API server) are retried with backoff.
 Every call blocks: the evaluation loop runs them in worker threads.
 """
 
@@ -18,12 +19,18 @@ from typing import Any
 
 import yaml
 from kubernetes import client, config
+from urllib3.exceptions import HTTPError as TransportError
 
 JsonPatch = Sequence[Mapping[str, Any]]
 
 RETRIES = 3
 BACKOFF_S = 0.5
 TIMEOUT_S = 10.0
+UNREACHABLE = 599
+"""The status given to a request that got no HTTP answer at all (connection refused or
+reset, TLS failure, timeout): the API server restarting, or etcd behind it. Retried like
+a 5xx, then a :class:`KubeError` like any other, never an untyped transport exception."""
+RETRIED = (429, 500, 502, 503, 504, UNREACHABLE)
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -106,7 +113,7 @@ class KubeApi:
             status, data = self._send(method, path, query or [], body, content_type)
             if status < 400:
                 return dict(json.loads(data)) if data else {}
-            if status in (429, 500, 502, 503, 504) and attempt < RETRIES:
+            if status in RETRIED and attempt < RETRIES:
                 time.sleep(BACKOFF_S * 2**attempt)
                 continue
             raise _typed(status, _message(data, status))
@@ -127,8 +134,10 @@ class KubeApi:
             response = self._client.call_api(
                 verb, url, header_params=headers, body=payload, _request_timeout=TIMEOUT_S
             )
-        except client.ApiException as error:  # transport failures and Retry-After responses
-            return int(error.status or 599), str(error.body or error.reason or "").encode()
+        except client.ApiException as error:  # Retry-After responses, among others
+            return int(error.status or UNREACHABLE), str(error.body or error.reason or "").encode()
+        except (TransportError, OSError) as error:  # no answer: the server is down or gone
+            return UNREACHABLE, f"no answer from the API server: {type(error).__name__}".encode()
         response.read()  # type: ignore[no-untyped-call]
         return int(response.status), bytes(response.data or b"")
 

@@ -5,12 +5,15 @@ pods and their ages, GPUs per pod, the batch ceiling in the engine's args, the H
 envelope and queue metric, whether a rollout is in progress), or into a named problem
 a human can fix: the Deployment or HPA missing (``TargetNotFound``), an HPA that scales
 something else (``TargetMismatch``), an HPA owned by a KEDA ScaledObject that would
-overwrite every patch (``HPAManagedByKEDA``), a container or flag that is not there
-(``TargetMismatch``). Blocking calls: run in a worker thread.
+overwrite every patch (``HPAManagedByKEDA``), a container or flag that is not there, or
+an original-envelope record on the HPA that the operator did not write as it stands
+(edited by hand, truncated, or naming another metric: ``TargetMismatch``, and nothing is
+changed or restored from it). Blocking calls: run in a worker thread.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +21,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
-from cachescale.api.policy import MAX_NUM_SEQS_CHANGED
+from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
@@ -79,6 +82,7 @@ def read_target(
     deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
     hpa = _get(api, hpa_path(namespace, target.hpa_name), "HorizontalPodAutoscaler", target)
     _check_hpa(hpa, target, keda_allowed)
+    recorded_envelope(hpa, target)
     index, container, flag = engine_container(deployment, target)
     pods = api.items(f"/api/v1/namespaces/{namespace}/pods", _selector(deployment))
     ages = _ready_ages(pods, now)
@@ -160,6 +164,60 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -
             f"HorizontalPodAutoscaler {target.hpa_name} scales {ref.get('kind')} "
             f"{ref.get('name')}, not Deployment {target.deployment_name}",
         )
+
+
+ENVELOPE_KEYS = frozenset({"minReplicas", "maxReplicas", "metricIndex", "averageValue"})
+"""What ``actions.envelope_ops`` records; anything else was not written by the operator."""
+
+
+def recorded_envelope(hpa: Mapping[str, Any], target: TargetSpec) -> dict[str, Any] | None:
+    """The HPA's original envelope as recorded before the first change (None: none).
+
+    A record the operator could not have written for this HPA — not JSON, keys missing or
+    unknown, replicas that are not whole numbers from 1 with min ≤ max, a metric index
+    that is not this HPA's queue metric, a target that is not a quantity — is refused
+    with ``TargetMismatch``: restoring it would write values nobody chose, so the HPA is
+    left alone until the annotation is fixed or removed.
+    """
+    text = hpa.get("metadata", {}).get("annotations", {}).get(ORIGINAL_ENVELOPE)
+    if text is None:
+        return None
+    try:
+        problem = _envelope_problem(json.loads(text), hpa)
+    except ValueError:
+        problem = "it is not JSON"
+    if problem:
+        raise TargetError(
+            Problem.TARGET_MISMATCH,
+            f"HorizontalPodAutoscaler {target.hpa_name}: annotation {ORIGINAL_ENVELOPE} is not "
+            f"the record cachescale wrote ({problem}), so nothing is changed or restored from "
+            "it; put back the original values, or remove the annotation (the current envelope "
+            "is then recorded as the original)",
+        )
+    return dict(json.loads(text))
+
+
+def _envelope_problem(recorded: object, hpa: Mapping[str, Any]) -> str:
+    """What is wrong with a decoded original-envelope record ("" when nothing)."""
+    if not isinstance(recorded, dict):
+        return "it is not a JSON object"
+    if not {"minReplicas", "maxReplicas"} <= recorded.keys() <= ENVELOPE_KEYS:
+        return f"it has keys {sorted(recorded)}, expected minReplicas, maxReplicas"
+    low, high = recorded["minReplicas"], recorded["maxReplicas"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (low, high)):
+        return "minReplicas and maxReplicas must be whole numbers from 1"
+    if low > high:
+        return f"minReplicas {low} is above maxReplicas {high}"
+    if ("metricIndex" in recorded) != ("averageValue" in recorded):
+        return "metricIndex and averageValue go together"
+    if "metricIndex" in recorded:
+        if recorded["metricIndex"] != queue_metric(hpa)[0]:
+            return f"metricIndex {recorded['metricIndex']!r} is not the HPA's queue metric"
+        try:
+            quantity(recorded["averageValue"])
+        except ValueError:
+            return f"averageValue {recorded['averageValue']!r} is not a quantity"
+    return ""
 
 
 def _flag(container: Mapping[str, Any], engine: Engine) -> FlagLocation | None:

@@ -1,0 +1,822 @@
+"""Faults on the real control plane, with one healthy policy in Enforce mode.
+
+What runs where: etcd, the API server and the controllers are the session's envtest
+control plane (the faults kill and restart them, so a cluster from KUBECONFIG is not
+used: these tests skip there); the chart is installed (``release`` fixture) and the
+operator runs as its ServiceAccount, as the real ``cachescale run`` process. The
+"Prometheus" is a real HTTP server in this process that answers the gather layer's
+queries with a healthy fleet (tests/controller/engine_fake.py) and can be switched to
+slow, hanging, killed, or answering garbage.
+
+Every case checks the same things from the API server's own record (the audit log) and
+the objects: the HPA is never scaled down or half-written, no write is repeated, no alert
+is raised that the fleet does not deserve, the learned baseline survives, and the policy
+says what is wrong while it is wrong. Each case records what it saw and how long recovery
+took; docs/reliability.md holds the table (set ``CACHESCALE_FAULTS_REPORT`` to a path to
+get the rows of a run as JSON).
+
+The tests run in order on one stack (module-scoped), a little over 4 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
+from e2e.harness.api import Api, ApiError
+from e2e.harness.cluster import Cluster
+from e2e.harness.control_plane import WRITES, ControlPlane
+from e2e.harness.release import Release
+from e2e.kube_helpers import apply
+from e2e.serving import APP, create_stack
+from tests.controller.cluster import policy as policy_body
+from tests.controller.engine_fake import EngineFake, EngineNumbers
+from tests.controller.process_fixture import OperatorProcess, run_operator
+from tests.prometheus_fixture import free_port_block
+
+T = TypeVar("T")
+
+MODEL = "faults-model"
+PODS = 2
+INTERVAL_S = 10.0
+"""The policy's evaluation interval (the smallest the API allows)."""
+SLOW_S = 12.0
+"""How long the slow Prometheus takes per query: past the client's 10 s read timeout."""
+DOWN_S = 5.0
+"""How long a killed component stays down before it is started again (its own start-up
+time, several seconds for the API server, comes on top)."""
+REPORT_ENV = "CACHESCALE_FAULTS_REPORT"
+UNAVAILABLE = "MetricsUnavailable"
+"""The one alert a Prometheus outage deserves (it says the envelope is held open)."""
+
+
+# -- a Prometheus that can be broken on purpose ------------------------------------------
+
+
+class Mode(StrEnum):
+    """What the switchable Prometheus does with the next query."""
+
+    GOOD = "good"
+    SLOW = "slow"
+    HANG = "hang"
+    MALFORMED = "malformed JSON"
+    HTML = "HTML from a proxy"
+    ERROR = "status: error"
+    NAN = "mixed NaN/Inf"
+
+
+GARBAGE: dict[Mode, tuple[int, str, bytes]] = {
+    Mode.MALFORMED: (
+        200,
+        "application/json",
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"pod"',
+    ),
+    Mode.HTML: (
+        200,
+        "text/html",
+        b"<html><head><title>Sign in</title></head><body>Proxy login required</body></html>",
+    ),
+    Mode.ERROR: (
+        422,
+        "application/json",
+        b'{"status":"error","errorType":"execution","error":"query would load too many samples"}',
+    ),
+}
+NON_FINITE = ("NaN", "+Inf", "-Inf")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (read timeout) leaves a broken pipe: expected here."""
+
+
+@dataclass
+class SwitchablePrometheus:
+    """Real HTTP on a fixed loopback port: healthy answers from ``engines`` in ``GOOD``
+    mode, a fault otherwise; :meth:`kill` closes the port (and every pending query's
+    connection, unanswered), :meth:`start` opens it again."""
+
+    engines: EngineFake
+    port: int = field(default_factory=lambda: free_port_block(1))
+    mode: Mode = Mode.GOOD
+    pending: int = 0
+    first_query_at: float | None = None
+    """When the first query in the current mode arrived (None: none yet)."""
+    _server: _Server | None = None
+    _killed: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self._killed = threading.Event()
+        server = _Server(("127.0.0.1", self.port), self._handler())
+        self._server = server
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def switch(self, mode: Mode) -> None:
+        """Answer the next queries in ``mode``."""
+        self.mode = mode
+        self.first_query_at = None
+
+    def kill(self) -> None:
+        """Stop listening and drop every connection that waits for an answer."""
+        self._killed.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def answer(self, promql: str) -> tuple[int, str, bytes]:
+        mode = self.mode
+        if mode in GARBAGE:
+            return GARBAGE[mode]
+        status, body = self.engines(promql)
+        if mode is Mode.NAN and status == 200:
+            # Every series keeps its labels; values alternate between NaN and ±Inf.
+            data = json.loads(body)
+            for index, series in enumerate(data["data"]["result"]):
+                series["value"][1] = NON_FINITE[index % len(NON_FINITE)]
+            body = json.dumps(data).encode()
+        return status, "application/json", body
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+                with fake._lock:
+                    fake.pending += 1
+                    if fake.first_query_at is None:
+                        fake.first_query_at = time.time()
+                try:
+                    if fake.mode is Mode.HANG:
+                        fake._killed.wait(60)
+                        self.close_connection = True
+                        return  # killed mid-query: the connection closes unanswered
+                    if fake.mode is Mode.SLOW:
+                        time.sleep(SLOW_S)
+                    status, kind, body = fake.answer(query)
+                    self.send_response(status)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                finally:
+                    with fake._lock:
+                        fake.pending -= 1
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        return Handler
+
+
+# -- the API server's record ---------------------------------------------------------------
+
+
+def _when(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["stageTimestamp"]).timestamp()
+
+
+@dataclass
+class AuditTail:
+    """The audit log's new lines since the last read (cheap to poll every few ms)."""
+
+    path: Path
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.offset = self.path.stat().st_size
+
+    def events(self) -> list[dict[str, Any]]:
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [json.loads(line) for line in complete.splitlines()]
+
+
+@dataclass
+class HpaWatch:
+    """Every version of the HPA the API server publishes, from a watch in a thread."""
+
+    plane: ControlPlane
+    namespace: str
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, resource_version: str) -> None:
+        threading.Thread(target=self._run, args=(resource_version,), daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, since: str) -> None:
+        certs = self.plane.certs
+        assert certs is not None
+        context = ssl.create_default_context(cafile=str(certs.ca.cert))
+        context.load_cert_chain(str(certs.admin.cert), str(certs.admin.key))
+        url = (
+            f"{self.plane.server}/apis/autoscaling/v2/namespaces/{self.namespace}/"
+            f"horizontalpodautoscalers?watch=1&fieldSelector=metadata.name%3D{APP}"
+            f"&resourceVersion={since}&timeoutSeconds=120"
+        )
+        with urllib.request.urlopen(url, context=context, timeout=130) as stream:
+            for line in stream:
+                if self._stop.is_set():
+                    return
+                event = json.loads(line)
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self.versions.append(event["object"])
+                elif event["type"] == "ERROR":
+                    self.errors.append(event["object"])
+
+
+# -- the stack -----------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of docs/reliability.md's table."""
+
+    fault: str
+    observed: str
+    recovery_s: float | None
+
+
+@dataclass
+class Faults:
+    """The module's stack: one policy, its HPA, the operator, the switchable Prometheus."""
+
+    cluster: Cluster
+    plane: ControlPlane
+    namespace: str
+    kubeconfig: Path
+    workdir: Path
+    user: str
+    prometheus: SwitchablePrometheus
+    stack: ExitStack
+    operator: OperatorProcess
+    rows: list[Row] = field(default_factory=list)
+    restarts: int = 0
+
+    @property
+    def api(self) -> Api:
+        return self.plane.admin_api()
+
+    def policy(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{APP}"
+        )
+        return found
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.policy().get("status", {}))
+
+    def condition(self, kind: str) -> tuple[str, str, str] | None:
+        for entry in self.status().get("conditions", []):
+            if entry["type"] == kind:
+                return entry["status"], entry["reason"], entry["message"]
+        return None
+
+    def hpa(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get(
+            f"/apis/autoscaling/v2/namespaces/{self.namespace}/horizontalpodautoscalers/{APP}"
+        )
+        return found
+
+    def envelope(self) -> dict[str, Any]:
+        """What the operator manages on the HPA (:func:`managed`)."""
+        return managed(self.hpa())
+
+    def writes(self, resource: str) -> list[dict[str, Any]]:
+        return self.plane.writes(self.user, resource, self.namespace)
+
+    def writes_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        """Every successful write by the operator in the namespace, in [start, end]."""
+        found = []
+        for line in (self.plane.directory / "audit.log").read_text().splitlines():
+            event = json.loads(line)
+            if (
+                event.get("verb") in WRITES
+                and event.get("user", {}).get("username") == self.user
+                and event.get("objectRef", {}).get("namespace") == self.namespace
+                and event.get("responseStatus", {}).get("code", 0) < 300
+                and start <= _when(event) <= end
+            ):
+                found.append(event)
+        return found
+
+    def hpa_patches(self) -> int:
+        return len(self.writes("horizontalpodautoscalers"))
+
+    def status_writes(self) -> list[dict[str, Any]]:
+        return self.writes(f"{PLURAL}/status")
+
+    def warnings(self) -> list[str]:
+        events = self.api.get(f"/api/v1/namespaces/{self.namespace}/events")["items"]
+        return [
+            e["reason"]
+            for e in events
+            if e["involvedObject"].get("name") == APP
+            and e["involvedObject"].get("kind") == "CacheScalingPolicy"
+            and e["type"] == "Warning"
+        ]
+
+    def policy_reads(self, after: float) -> list[dict[str, Any]]:
+        """The operator's lists and watches of policies since ``after`` (audit log; a
+        watch is counted once, when its answer starts)."""
+        found = []
+        for line in (self.plane.directory / "audit.log").read_text().splitlines():
+            event = json.loads(line)
+            if (
+                event.get("verb") in ("list", "watch")
+                and event.get("user", {}).get("username") == self.user
+                and event.get("objectRef", {}).get("resource") == PLURAL
+                and (event["verb"] == "list" or event.get("stage") == "ResponseStarted")
+                and _when(event) > after
+            ):
+                found.append(event)
+        return found
+
+    def next_status_write(self, after: float, timeout_s: float) -> float:
+        """When the operator next wrote the policy's status (server time) after ``after``."""
+
+        def written() -> float | None:
+            later = [_when(e) for e in self.status_writes() if _when(e) > after]
+            return min(later) if later else None
+
+        return wait(written, timeout_s, "a status write by the operator")
+
+    def steady(self) -> Steady:
+        status = self.status()
+        return Steady(
+            envelope=self.envelope(),
+            hpa_patches=self.hpa_patches(),
+            baseline=dict(status.get("baseline") or {}),
+            evaluations=_evaluations(status),
+            warnings=self.warnings(),
+        )
+
+    def check_unharmed(self, before: Steady, what: str, alert: str | None = None) -> None:
+        """Nothing the fault should not have changed did: the HPA (no scale-down, no
+        second patch), the alerts (none but ``alert``), the baseline (kept)."""
+        status = self.status()
+        assert self.envelope() == before.envelope, f"{what}: the HPA changed\n{self.story()}"
+        assert self.hpa_patches() == before.hpa_patches, f"{what}: an HPA patch\n{self.story()}"
+        alerts = {a["reason"] for a in status.get("alerts", [])}
+        assert alerts <= {alert}, f"{what}: a false alert\n{self.story()}"
+        baseline = status.get("baseline") or {}
+        assert baseline.get("tokenHitRate") == pytest.approx(
+            before.baseline.get("tokenHitRate"), rel=0.01
+        ), f"{what}: the baseline moved or was lost\n{self.story()}"
+        assert _evaluations(status) >= before.evaluations, f"{what}: memory reset"
+
+    def start_operator(self) -> OperatorProcess:
+        self.restarts += 1
+        workdir = self.workdir / f"operator-{self.restarts}"
+        workdir.mkdir()
+        self.operator = self.stack.enter_context(
+            run_operator(workdir, self.kubeconfig, self.namespace)
+        )
+        return self.operator
+
+    def record(self, fault: str, observed: str, recovery_s: float | None) -> None:
+        self.rows.append(Row(fault, observed, recovery_s))
+        shown = "-" if recovery_s is None else f"{recovery_s:.1f} s"
+        print(f"\n| {fault} | {observed} | {shown} |")
+
+    def story(self) -> str:
+        status = self.status()
+        brief = {k: status.get(k) for k in ("state", "conditions", "alerts", "baseline")}
+        return "\n".join(
+            [
+                json.dumps(brief, indent=1, default=str),
+                json.dumps(self.envelope(), indent=1),
+                self.operator.tail(30),
+            ]
+        )
+
+
+@dataclass(frozen=True)
+class Steady:
+    """What a healthy, settled policy looks like before a fault."""
+
+    envelope: dict[str, Any]
+    hpa_patches: int
+    baseline: dict[str, Any]
+    evaluations: int
+    warnings: list[str]
+
+
+def managed(hpa: dict[str, Any]) -> dict[str, Any]:
+    """What the operator manages on an HPA: its spec and the two annotations."""
+    annotations = hpa["metadata"].get("annotations", {})
+    return {
+        "spec": hpa["spec"],
+        "annotations": {k: annotations.get(k) for k in (ORIGINAL_ENVELOPE, MANAGED_BY)},
+    }
+
+
+def _evaluations(status: dict[str, Any]) -> int:
+    """The memory's count of evaluations that fed the baseline (0: none or unknown)."""
+    baseline = (status.get("memory") or {}).get("baseline") or {}
+    return int(baseline.get("evaluations", 0) or 0)
+
+
+def wait(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll ``check`` every 0.25 s until it returns something other than None."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = check()
+        except (ApiError, OSError):
+            result = None  # the API server is down or restarting: keep asking
+        if result is not None:
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:g}s waiting for {what}"
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="module")
+def faults(
+    cluster: Cluster, release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Faults]:
+    plane = cluster.plane
+    if plane is None:
+        pytest.skip("the fault tests kill and restart the control plane: envtest only")
+    workdir = tmp_path_factory.mktemp("faults")
+    namespace = f"cachescale-e2e-faults-{int(time.time()) % 100000}"
+    assert cluster.kubectl("create", "namespace", namespace).returncode == 0
+    kubeconfig = cluster.token_kubeconfig(
+        workdir / "operator.kubeconfig", release.namespace, release.service_account
+    )
+    _, pods = create_stack(cluster, namespace, MODEL, PODS)
+    selector = {"namespace": namespace, "model_name": MODEL}
+    engines = EngineFake()
+    engines.set(selector, EngineNumbers(pods=tuple(pods)))
+    prometheus = SwitchablePrometheus(engines)
+    prometheus.start()
+    user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
+    with ExitStack() as stack:
+        stack.callback(prometheus.kill)
+        operator = stack.enter_context(run_operator(workdir, kubeconfig, namespace))
+        found = Faults(
+            cluster, plane, namespace, kubeconfig, workdir, user, prometheus, stack, operator
+        )
+        # A budget that does not bind at the fake's demand (32 req/s × 2000 / 1000 = 64
+        # replicas > maxReplicas 40): the steady state writes nothing to the HPA, and a
+        # higher budget.maxReplicas is a raise the operator applies at once (a lowering
+        # would wait out the 300 s stabilization window).
+        body = policy_body(
+            APP,
+            prometheus_url=prometheus.url,
+            extra={
+                "metrics": {"selector": selector},
+                "budget": {"gpuSecondsPer1kRequests": 2000, "maxReplicas": 40},
+            },
+        )
+        body["metadata"] = {"name": APP}
+        apply(cluster, namespace, body)
+        yield found
+        report = os.environ.get(REPORT_ENV)
+        if report:
+            Path(report).write_text(
+                json.dumps([row.__dict__ for row in found.rows], indent=1), encoding="utf-8"
+            )
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# -- the cases -----------------------------------------------------------------------------
+
+
+def test_a_healthy_policy_settles(faults: Faults) -> None:
+    """The starting point of every case: baseline learned, nothing written to the HPA."""
+
+    def settled() -> bool | None:
+        healthy = faults.condition("CacheHealthy")
+        return True if healthy and healthy[:2] == ("True", "HitRateAtBaseline") else None
+
+    try:
+        wait(settled, 120, "CacheHealthy=True with a baseline")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{faults.story()}") from None
+    steady = faults.steady()
+    assert steady.baseline.get("tokenHitRate"), faults.story()
+    assert steady.hpa_patches == 0, f"the budget does not bind\n{faults.story()}"
+    assert steady.warnings == [], steady.warnings
+    available = faults.condition("MetricsAvailable")
+    assert available, faults.story()
+    assert available[:2] == ("True", "SignalsRead"), faults.story()
+    faults.record(
+        "none (the steady state)",
+        f"baseline hit rate {steady.baseline['tokenHitRate']:.2f}; "
+        f"{steady.hpa_patches} HPA patch(es); no alert",
+        None,
+    )
+
+
+BURST_WINDOW_S = INTERVAL_S
+"""How long after a recovery the operator's writes are counted (a burst shows there)."""
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "kube-apiserver",
+        "etcd",
+        pytest.param("watch-expired", id="watch-expired"),
+    ],
+)
+def test_control_plane_component_killed_and_restarted(faults: Faults, fault: str) -> None:
+    """``watch-expired``: the API server is killed and, while it is down, etcd's history
+    is compacted, so the watch the operator resumes from its last resourceVersion can only
+    be answered 410 Gone: it must list again, and not write more for it."""
+    component = "etcd" if fault == "etcd" else "kube-apiserver"
+    before = faults.steady()
+    quiet = faults.writes_between(time.time() - BURST_WINDOW_S, time.time())
+    killed_at = time.time()
+    faults.plane.kill(component)
+    time.sleep(DOWN_S)
+    if fault == "watch-expired":
+        faults.plane.compact_etcd()
+    faults.plane.restart(component)
+    if component == "etcd":  # the API server answers again once it sees etcd
+        faults.plane.wait_serving(faults.plane.component("kube-apiserver"))
+    serving = time.time()
+    first = faults.next_status_write(serving, 6 * INTERVAL_S)
+    time.sleep(max(0.0, serving + BURST_WINDOW_S - time.time()))
+    burst = faults.writes_between(serving, serving + BURST_WINDOW_S)
+    assert faults.operator.process.poll() is None, faults.operator.tail()
+    # Its evaluations during the outage failed as API errors, none as a crash.
+    assert "Traceback" not in faults.operator.output(), faults.operator.tail()
+    faults.check_unharmed(before, f"{fault} restarted")
+    assert len(burst) <= len(quiet) + 1, (
+        f"a write burst after {fault}: {len(burst)} writes in {BURST_WINDOW_S:g} s against "
+        f"{len(quiet)} before: {[_what(e) for e in burst]}"
+    )
+    reads = faults.policy_reads(killed_at)
+    relisted = any(e["verb"] == "list" for e in reads)
+    if component == "kube-apiserver":  # its connections died with it: a new watch or list
+        assert reads, f"the operator never listed or watched policies again\n{faults.story()}"
+    if fault == "watch-expired":
+        assert relisted, f"no relist after the watch expired: {[_what(e) for e in reads]}"
+    # etcd alone: the API server may keep the operator's watch open across it.
+    how_back = "relisted" if relisted else "resumed its watch" if reads else "kept its watch"
+    how = f"SIGKILL, down {DOWN_S:g} s, restarted"
+    faults.record(
+        {
+            "kube-apiserver": f"API server killed ({how})",
+            "etcd": f"etcd killed ({how})",
+            "watch-expired": "watch expired: API server killed, etcd compacted, restarted",
+        }[fault],
+        f"operator {how_back}; "
+        f"{len(burst)} write(s) in the {BURST_WINDOW_S:g} s after ({len(quiet)} in as long "
+        "before); "
+        "no HPA patch, no alert, baseline kept",
+        first - serving,
+    )
+
+
+def _what(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef", {})
+    sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+    return f"{event.get('verb')} {ref.get('resource')}{sub} {event.get('requestURI', '')[-60:]}"
+
+
+def test_operator_killed_with_sigkill_during_a_patch_sequence(faults: Faults) -> None:
+    """A higher budget.maxReplicas makes the operator raise the HPA's maxReplicas (and
+    record the original envelope); it is killed the moment the API server records that
+    patch (before the status write and Event that follow it), restarted, and every version
+    of the HPA the server published meanwhile is either the old or the new one."""
+    old = faults.envelope()
+    patches = faults.hpa_patches()
+    watch = HpaWatch(faults.plane, faults.namespace)
+    listed = faults.api.get(
+        f"/apis/autoscaling/v2/namespaces/{faults.namespace}/horizontalpodautoscalers"
+    )
+    watch.start(listed["metadata"]["resourceVersion"])  # the list's: newer than a compaction
+    tail = AuditTail(faults.plane.directory / "audit.log")
+    faults.api.patch(
+        f"/apis/{GROUP}/{VERSION}/namespaces/{faults.namespace}/{PLURAL}/{APP}",
+        {"spec": {"budget": {"maxReplicas": 48}}},
+    )
+
+    def patched() -> dict[str, Any] | None:
+        for event in tail.events():
+            ref = event.get("objectRef", {})
+            if (
+                event.get("user", {}).get("username") == faults.user
+                and ref.get("resource") == "horizontalpodautoscalers"
+                and event.get("verb") == "patch"
+            ):
+                return event
+        return None
+
+    deadline = time.monotonic() + 3 * INTERVAL_S
+    found = None
+    while found is None:
+        assert time.monotonic() < deadline, f"no HPA patch after the raise\n{faults.story()}"
+        found = patched()
+        if found is None:
+            time.sleep(0.01)
+    faults.operator.process.kill()
+    faults.operator.process.wait()
+    killed_at = time.time()
+    patched_at = _when(found)
+    # What the killed process still wrote after the patch (status, Event): from the record.
+    after = [e for e in faults.status_writes() if _when(e) >= patched_at]
+    restarted = faults.start_operator()
+    ready = time.time()
+    first = faults.next_status_write(ready, 4 * INTERVAL_S)
+    faults.next_status_write(first, 2 * INTERVAL_S)
+    watch.stop()
+    new = faults.envelope()
+    assert old["spec"]["maxReplicas"] == 40, old
+    assert new["spec"]["maxReplicas"] == 48, faults.story()
+    assert new["annotations"][ORIGINAL_ENVELOPE], "the original envelope is recorded"
+    seen = [managed(version) for version in watch.versions]
+    assert not watch.errors, watch.errors
+    assert seen, "the watch saw no version of the HPA"
+    half = [version for version in seen if version not in (old, new)]
+    assert not half, f"half-applied HPA versions: {half}"
+    assert faults.hpa_patches() == patches + 1, "the restarted operator patched again"
+    assert faults.status().get("alerts", []) == [], faults.story()
+    assert "Traceback" not in restarted.output()
+    faults.record(
+        "operator killed (SIGKILL) right after its HPA patch",
+        f"{len(seen)} HPA version(s) watched, each old or new (maxReplicas "
+        f"{old['spec']['maxReplicas']} → {new['spec']['maxReplicas']}); "
+        f"{'a status write landed before the kill' if after else 'killed before its status write'}"
+        "; no second patch after restart",
+        first - killed_at,
+    )
+
+
+def _tamper(faults: Faults, text: str | None) -> None:
+    """Set (or remove, with None) the HPA's original-envelope annotation, as an admin."""
+    faults.api.patch(
+        f"/apis/autoscaling/v2/namespaces/{faults.namespace}/horizontalpodautoscalers/{APP}",
+        {"metadata": {"annotations": {ORIGINAL_ENVELOPE: text}}},
+    )
+
+
+def test_a_tampered_original_envelope_is_refused_and_the_hpa_left_alone(faults: Faults) -> None:
+    recorded = faults.envelope()["annotations"][ORIGINAL_ENVELOPE]
+    assert recorded, "the previous case left an original envelope on the HPA"
+    patches = faults.hpa_patches()
+    tampered_at = time.time()
+    _tamper(faults, '{"minReplicas": 2, "maxRepl')  # truncated by a hand edit
+    # The policy now wants maxReplicas higher still: it must not act on it.
+    raised = faults.api.patch(
+        f"/apis/{GROUP}/{VERSION}/namespaces/{faults.namespace}/{PLURAL}/{APP}",
+        {"spec": {"budget": {"maxReplicas": 56}}},
+    )
+    generation = raised["metadata"]["generation"]
+    before = faults.envelope()
+
+    def refused() -> str | None:
+        # From an evaluation that read the raise (its generation) and the tampered record.
+        for entry in faults.status().get("conditions", []):
+            if (
+                entry["type"] == "Ready"
+                and (entry["status"], entry["reason"]) == ("False", "TargetMismatch")
+                and entry.get("observedGeneration") == generation
+            ):
+                return str(entry["message"])
+        return None
+
+    message = wait(refused, 3 * INTERVAL_S, "Ready=False TargetMismatch")
+    detected = time.time() - tampered_at
+    assert ORIGINAL_ENVELOPE in message, message
+    assert "not JSON" in message, message
+    assert "TargetMismatch" in faults.warnings(), faults.warnings()
+    assert faults.envelope() == before, "the HPA was touched"
+    assert faults.hpa_patches() == patches, "a patch on a tampered HPA"
+    fixed_at = time.time()
+    _tamper(faults, recorded)
+
+    def accepted() -> bool | None:
+        ready = faults.condition("Ready")
+        raised = faults.hpa()["spec"]["maxReplicas"] == 56
+        return True if raised and ready and ready[:2] == ("True", "Evaluated") else None
+
+    wait(accepted, 3 * INTERVAL_S, "Ready=True and the pending raise once the record is back")
+    assert faults.hpa_patches() == patches + 1, "one patch: the raise held back meanwhile"
+    faults.record(
+        "original-envelope annotation truncated by hand",
+        f"refused within {detected:.1f} s: Ready=False TargetMismatch and a Warning Event "
+        "naming the annotation; no HPA write while it stood (a raise it wanted meanwhile "
+        "was held back, then applied once the record was put back)",
+        time.time() - fixed_at,
+    )
+
+
+def test_prometheus_killed_slow_and_answering_garbage(faults: Faults) -> None:
+    """One fault after another, each held until an evaluation that queried it wrote
+    MetricsAvailable=False; then a healthy Prometheus again. Nothing is lowered meanwhile
+    (the HPA is compared whole), and the only alert is the outage's own."""
+    prometheus = faults.prometheus
+    before = faults.steady()
+
+    def unavailable(fault: str, since: float) -> None:
+        def down() -> str | None:
+            queried = prometheus.first_query_at
+            if queried is None:
+                return None
+            writes = [e for e in faults.status_writes() if _when(e) > queried]
+            available = faults.condition("MetricsAvailable")
+            return available[2] if writes and available and available[0] == "False" else None
+
+        message = wait(down, 4 * INTERVAL_S + SLOW_S, f"MetricsAvailable=False ({fault})")
+        assert "<html" not in message.lower(), f"a response body echoed: {message}"
+        faults.check_unharmed(before, fault, UNAVAILABLE)
+        cause = message.rsplit("until data returns: ", 1)[-1].split("; ")[0]
+        faults.record(
+            f"Prometheus {fault}",
+            f"MetricsAvailable=False after {time.time() - since:.1f} s: {cause[:160]}; "
+            "HPA untouched",
+            None,
+        )
+
+    # Killed mid-query: a query hangs, then the server dies under it and stays down.
+    prometheus.switch(Mode.HANG)
+    wait(lambda: True if prometheus.pending else None, 2 * INTERVAL_S, "a pending query")
+    killed = time.time()
+    prometheus.kill()
+    prometheus.first_query_at = killed  # nothing answers now: any later write saw that
+    unavailable("killed mid-query (and down)", killed)
+    prometheus.switch(Mode.SLOW)
+    prometheus.start()
+    unavailable(f"slow ({SLOW_S:g} s per query)", time.time())
+    for mode in (Mode.MALFORMED, Mode.HTML, Mode.ERROR, Mode.NAN):
+        prometheus.switch(mode)
+        unavailable(f"answering {mode}", time.time())
+    prometheus.switch(Mode.GOOD)
+    healthy = time.time()
+
+    def recovered() -> bool | None:
+        available = faults.condition("MetricsAvailable")
+        return True if available and available[:2] == ("True", "SignalsRead") else None
+
+    wait(recovered, 3 * INTERVAL_S + SLOW_S, "MetricsAvailable=True again")
+    recovery = time.time() - healthy
+    faults.check_unharmed(before, "after recovery")  # the MetricsUnavailable alert cleared
+    warned = faults.warnings().count(UNAVAILABLE) - before.warnings.count(UNAVAILABLE)
+    assert warned == 1, f"{warned} Warning Events {UNAVAILABLE}: one for the whole outage"
+    decision = (faults.status().get("lastDecision") or {}).get("reason")
+    faults.record(
+        "Prometheus healthy again after the faults above",
+        "MetricsAvailable=True, the MetricsUnavailable alert cleared (one Warning Event for "
+        f"the whole outage), HPA untouched, baseline kept; next decision: {decision}",
+        recovery,
+    )
+
+
+def test_deleting_the_policy_with_a_tampered_record_restores_nothing(faults: Faults) -> None:
+    _tamper(faults, '{"minReplicas": 9, "maxReplicas": 3}')
+    before = faults.envelope()
+    patches = faults.hpa_patches()
+    deleted = faults.cluster.kubectl("delete", "csp", APP, "-n", faults.namespace, "--timeout=60s")
+    assert deleted.returncode == 0, deleted.stderr
+    assert faults.envelope() == before, "the HPA was restored from a tampered record"
+    assert faults.hpa_patches() == patches
+    events = faults.api.get(f"/api/v1/namespaces/{faults.namespace}/events")["items"]
+    said = [
+        e["message"]
+        for e in events
+        if e["reason"] == "TargetMismatch" and "deleted without restoring" in e["message"]
+    ]
+    assert said, [e["message"] for e in events]
+    assert "minReplicas 9 is above maxReplicas 3" in said[0], said
+    faults.record(
+        "policy deleted while the record says min 9 > max 3",
+        "HPA not restored, left as it was; Warning Event 'deleted without restoring'; "
+        "the finalizer released",
+        None,
+    )
