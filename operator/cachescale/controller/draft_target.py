@@ -19,7 +19,7 @@ from cachescale.api.spec import Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, find_flag
 
 if TYPE_CHECKING:
-    from cachescale.controller.kube import KubeApi
+    from cachescale.controller.kube import KubeApi, KubeError
     from cachescale.snapshot import WorkloadState
 
 _ENGINE_WORDS = {Engine.SGLANG: ("sglang",), Engine.VLLM: ("vllm",)}
@@ -66,25 +66,20 @@ def read_object(api: KubeApi, path: str, what: str, namespace: str) -> dict[str,
     except NotFoundError:
         raise DraftError(f"{what} not found in namespace {namespace}") from None
     except KubeError as error:
-        raise DraftError(f"{what}: the API server said {error}", _unreachable(error)) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
+        raise _api_failure(f"reading {what}", error) from None
 
 
-_UNREACHABLE = ExitCode.PROMETHEUS_UNAVAILABLE
+def _api_failure(what: str, error: KubeError) -> DraftError:
+    """One line for a failed API call: exit 3 when the server did not answer or failed
+    (5xx), 1 when it refused (RBAC, a bad request)."""
+    from cachescale.controller.kube import UNREACHABLE
 
-
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """What the Kubernetes client raises when the API server does not answer (urllib3
-    comes with the operator extra, so it is imported only here)."""
-    from urllib3.exceptions import HTTPError
-
-    return (OSError, HTTPError)
-
-
-def _unreachable(error: Exception) -> ExitCode:
-    status = getattr(error, "status", 0)
-    return _UNREACHABLE if status >= 500 else ExitCode.INVALID
+    if error.status == UNREACHABLE:
+        return DraftError(
+            f"the API server cannot be reached ({what})", ExitCode.PROMETHEUS_UNAVAILABLE
+        )
+    code = ExitCode.PROMETHEUS_UNAVAILABLE if error.status >= 500 else ExitCode.INVALID
+    return DraftError(f"{what}: the API server said {error}", code)
 
 
 def engine_container(deployment: dict[str, Any], name: str | None) -> EngineContainer:
@@ -156,11 +151,7 @@ def find_hpa(api: KubeApi, namespace: str, deployment: str) -> tuple[dict[str, A
     try:
         hpas = api.items(path)
     except KubeError as error:
-        raise DraftError(
-            f"listing HPAs: the API server said {error}", _unreachable(error)
-        ) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
+        raise _api_failure("listing HPAs", error) from None
     scaling = [
         h
         for h in hpas
@@ -211,6 +202,4 @@ def workload_state(
     except TargetError as error:
         raise DraftError(error.message) from None
     except KubeError as error:
-        raise DraftError(f"the API server said {error}", _unreachable(error)) from None
-    except _transport_errors() as error:
-        raise DraftError(f"the API server cannot be reached: {error}", _UNREACHABLE) from None
+        raise _api_failure(f"reading Deployment {deployment}", error) from None
