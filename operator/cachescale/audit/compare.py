@@ -50,6 +50,8 @@ class Verdict:
     causes: list[dict[str, Any]]
     headline: str
     notes: list[str]
+    cause: str | None
+    """The cause named for a regression: a cause id, or ``"prompt-growth"``."""
 
     @property
     def regression(self) -> bool:
@@ -122,6 +124,7 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
             "boundary shift / cold prefixes: some misses are new content that later requests "
             "reuse; it heals after warm-up and does not fail the build by itself"
         )
+    cause: str | None = None
     if not failures:
         headline = "PASS: no cache regression"
     elif growth > limits.max_prompt_growth and (named is None or len(failures) == 1):
@@ -129,6 +132,7 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
             f"REGRESSION: prompt growth: prompts are {growth:+.0%} longer per request at a "
             f"token hit rate of {cand['token_hit_rate']:.3f}"
         )
+        cause = "prompt-growth"
     elif named is not None:
         example = named["examples"][0] if named["examples"] else None
         where = (
@@ -138,9 +142,10 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
             else ""
         )
         headline = f"REGRESSION: cause: {named['meaning']}{where}"
+        cause = str(named["cause"])
     else:
         headline = "REGRESSION: no single cause found (see the figures)"
-    return Verdict(rows, failures, causes, headline, notes)
+    return Verdict(rows, failures, causes, headline, notes, cause)
 
 
 def _fmt(key: str, value: float) -> str:
@@ -214,6 +219,7 @@ def render_json(verdict: Verdict) -> str:
         json.dumps(
             {
                 "verdict": "regression" if verdict.regression else "pass",
+                "cause": verdict.cause,
                 "headline": verdict.headline,
                 "metrics": [
                     {"metric": key, "baseline": base, "candidate": cand}

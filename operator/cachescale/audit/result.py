@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +171,3 @@ def incompatible(baseline: dict[str, Any], candidate: dict[str, Any]) -> str | N
 def dumps(result: dict[str, Any]) -> str:
     """The result as the file holds it."""
     return json.dumps(result, indent=1) + "\n"
-
-
-def names(entries: Iterable[dict[str, Any]]) -> list[str]:
-    """The cause ids of a cause list, in its order."""
-    return [str(entry["cause"]) for entry in entries]
