@@ -66,6 +66,8 @@ def _record(path: Path, line: int, text: str) -> Record:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise _field_error(path, line, f"not JSON: {error.msg} (column {error.colno})") from None
+    except RecursionError:
+        raise _field_error(path, line, "not a record: nested too deeply") from None
     if not isinstance(data, dict):
         raise _field_error(path, line, "a record must be a JSON object")
     if "prompt_token_ids" not in data:

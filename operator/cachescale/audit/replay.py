@@ -68,10 +68,10 @@ class Divergence:
 
     def describe(self) -> str:
         """``token 496, block 31: [..] where the previous turn has [..]``."""
-        return (
-            f"token {self.position}, block {self.block}: {list(self.tokens)} where the "
-            f"{self.against} has {list(self.reference_tokens)}"
-        )
+        where = f"token {self.position}, block {self.block}: {list(self.tokens)}"
+        if not self.reference_tokens:
+            return f"{where}, past everything the {self.against} holds"
+        return f"{where} where the {self.against} has {list(self.reference_tokens)}"
 
 
 @dataclass(slots=True)

@@ -103,6 +103,19 @@ def _windows(outcomes: list[Outcome]) -> list[float]:
     return series
 
 
+def _tenancy_notes(corpus: Corpus) -> list[str]:
+    """Say when tenants share a cache because some of their requests carry no salt."""
+    tenants = {r.tenant for r in corpus.records if r.tenant is not None}
+    unsalted = {r.tenant for r in corpus.records if r.tenant is not None and not r.cache_salt}
+    if len(tenants) < 2 or not unsalted:
+        return []
+    return [
+        f"{len(unsalted)} of {len(tenants)} tenants send requests without cache_salt: vLLM "
+        "isolates tenants only by cache_salt, so those requests share cached prefixes "
+        "across tenants"
+    ]
+
+
 def build_result(corpus: Corpus, corpus_path: str, replay: Replay) -> dict[str, Any]:
     """The result object of one audit run."""
     passes = {
@@ -124,6 +137,7 @@ def build_result(corpus: Corpus, corpus_path: str, replay: Replay) -> dict[str, 
             "conversations": len(corpus.conversations),
             "warmup_conversations": replay.warmup_conversations,
         },
+        "notes": _tenancy_notes(corpus),
         "passes": {name: _figures(group) for name, group in passes.items()},
         "causes": {name: _causes(group) for name, group in passes.items()},
         "hit_rate_windows": {"requests": WINDOW, "token_hit_rate": _windows(replay.outcomes)},
@@ -145,15 +159,34 @@ def load_result(path: Path) -> dict[str, Any]:
         raise ResultError(f"{path}: not a JSON audit result ({error})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ResultError(f"{path}: not a {FORMAT} result (write one with cachescale audit run)")
-    audit = data.get("passes", {}).get("audit") if isinstance(data.get("passes"), dict) else None
+    passes, causes = data.get("passes"), data.get("causes")
+    audit = passes.get("audit") if isinstance(passes, dict) else None
     if (
         not isinstance(audit, dict)
         or not all(_number(audit.get(key)) for key in METRICS)
         or not isinstance(data.get("settings"), dict)
-        or not isinstance(data.get("causes"), dict)
+        or not isinstance(causes, dict)
+        or not isinstance(causes.get("audit"), list)
+        or not all(_cause_entry(entry) for entry in causes["audit"])
     ):
         raise ResultError(f"{path}: an incomplete {FORMAT} result (passes, settings, causes)")
     return data
+
+
+def _cause_entry(entry: object) -> bool:
+    """True when a cause entry has what ``compare`` reads."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("cause"), str)
+        and isinstance(entry.get("meaning"), str)
+        and all(_number(entry.get(key)) for key in ("requests", "recomputed_tokens"))
+        and isinstance(entry.get("examples"), list)
+        and all(
+            isinstance(example, dict)
+            and {"conversation_id", "turn", "line", "where"} <= example.keys()
+            for example in entry["examples"]
+        )
+    )
 
 
 def incompatible(baseline: dict[str, Any], candidate: dict[str, Any]) -> str | None:

@@ -40,4 +40,5 @@ def render_run(result: dict[str, Any]) -> str:
             f"{ex['where']}"
             for ex in entry["examples"][:1]
         ]
+    lines += [f"note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines) + "\n"
