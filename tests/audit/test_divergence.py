@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from cachescale.audit.divergence import common_prefix, reordered_until
+from cachescale.audit.divergence import Tokens, common_prefix, reordered_until
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
 from tests.audit.helpers import corpus
 
 
-def ids(*values: int) -> np.ndarray:  # type: ignore[type-arg]
+def ids(*values: int) -> Tokens:
     return np.asarray(values, dtype=np.int32)
 
 

@@ -12,8 +12,8 @@ from tests.audit.helpers import corpus, two_conversations
 A32 = list(range(1, 33))
 
 
-def cached(warm: list[list[int]], audited: list[list[int]], **kw: object) -> list[int]:
-    result = replay(two_conversations(warm, audited), **kw)  # type: ignore[arg-type]
+def cached(warm: list[list[int]], audited: list[list[int]], block_size: int = 16) -> list[int]:
+    result = replay(two_conversations(warm, audited), block_size=block_size)
     return [o.cached_tokens for o in result.outcomes if o.pass_name == "audit"]
 
 
