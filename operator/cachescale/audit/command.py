@@ -70,9 +70,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         corpus = read_corpus(Path(args.corpus))
-        outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
     except CorpusError as error:
         return _fail(str(error))
+    try:
+        outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
+    except CorpusError as error:  # about the corpus as a whole: name it
+        return _fail(f"{args.corpus}: {error}")
     result = build_result(corpus, args.corpus, outcome)
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")

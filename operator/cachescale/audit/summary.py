@@ -32,7 +32,8 @@ def render_run(result: dict[str, Any]) -> str:
         lines += ["", "why the audit pass missed:"]
     for entry in causes:
         lines.append(
-            f"  - {entry['cause']}: {entry['requests']:,} requests ({entry['share']:.0%}), "
+            f"  - {entry['cause']}: {entry['requests']:,} request"
+            f"{'' if entry['requests'] == 1 else 's'} ({entry['share']:.0%}), "
             f"{entry['recomputed_tokens']:,} tokens recomputed: {entry['meaning']}"
         )
         lines += [
