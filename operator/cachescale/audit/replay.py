@@ -84,7 +84,9 @@ class Outcome:
     cached_tokens: int
     divergence: Divergence | None = None
     cause: str | None = None
-    _new_block: bytes | None = field(default=None, repr=False)
+    new_block: bytes | None = field(default=None, repr=False)
+    """The first block of new content of a miss, until the run's end decides whether a
+    later request reused it (``boundary-shift``: it heals) or none did (``unique``)."""
 
     @property
     def recomputed_tokens(self) -> int:
@@ -244,7 +246,7 @@ def _explain(
         if outcome.cause is not None:
             return
     if cached_blocks < len(hashes):
-        outcome._new_block = hashes[cached_blocks]
+        outcome.new_block = hashes[cached_blocks]
     else:
         outcome.cause = "unique"  # only a partial last block is new
 
@@ -324,6 +326,6 @@ def replay(
         previous[record.conversation_id] = index
         outcomes.append(outcome)
     for outcome in outcomes:
-        if outcome.cause is None and outcome._new_block is not None:
-            outcome.cause = "boundary-shift" if outcome._new_block in hit_blocks else "unique"
+        if outcome.cause is None and outcome.new_block is not None:
+            outcome.cause = "boundary-shift" if outcome.new_block in hit_blocks else "unique"
     return Replay(outcomes, block_size, kv_blocks, warm_count)
