@@ -94,7 +94,8 @@ def _measure(rerun: bool) -> None:
     print(f"corpus: {len(corpus.records)} requests, {tokens:,} prompt tokens, {size / 1e6:.1f} MB")
     print(f"read + check JSONL   {read - start:6.2f} s")
     print(f"replay               {replayed - read:6.2f} s")
-    print(f"result ({len(text) / 1e3:,.0f} kB)       {done - replayed:6.2f} s")
+    label = f"result ({len(text) / 1e3:,.0f} kB)"
+    print(f"{label:<21}{done - replayed:6.2f} s")
     print(f"total                {total:6.2f} s   (goal < 5 s)")
     audit = outcome.outcomes
     hit = sum(o.cached_tokens for o in audit) / sum(o.prompt_tokens for o in audit)

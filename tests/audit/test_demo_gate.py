@@ -64,6 +64,8 @@ def test_the_gate_passes_a_boundary_shift_and_says_it_heals(
     assert not verdict.regression, verdict.failures
     assert verdict.cause is None
     assert any("heals after warm-up" in note for note in verdict.notes)
+    # The chunks start after the system prompt and the tools: 400 + 8 × 60 tokens.
+    assert any("from block 55 (token 880)" in note for note in verdict.notes), verdict.notes
 
 
 def test_the_baseline_is_cache_friendly(

@@ -17,8 +17,14 @@ growth itself. Pure: it reads two result objects and returns a verdict to render
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+
+from cachescale.audit.result import CHAIN_BYTES
+
+#: Hex characters per block in a result's ``chain``.
+HEX_PER_BLOCK = 2 * CHAIN_BYTES
 
 #: Causes that heal after warm-up or are the workload's own: never named as a regression's
 #: cause while another cause grew.
@@ -91,6 +97,35 @@ def _named_cause(causes: list[dict[str, Any]]) -> dict[str, Any] | None:
     return chosen[0] if chosen else None
 
 
+def _first_different_block(mine: str, other: str) -> int | None:
+    """The first block at which two chains differ, or None when one extends the other."""
+    step = HEX_PER_BLOCK
+    for block in range(min(len(mine), len(other)) // step):
+        if mine[block * step : (block + 1) * step] != other[block * step : (block + 1) * step]:
+            return block
+    return None
+
+
+def _prompt_changes(
+    baseline: dict[str, Any], candidate: dict[str, Any]
+) -> tuple[int, int, int | None]:
+    """Requests matched by conversation and turn, how many of them changed content (not
+    only grew or shrank at the end), and the block where most changes begin."""
+    base = {(r["conversation_id"], r["turn"]): r["chain"] for r in baseline["requests"]}
+    matched = changed = 0
+    starts: Counter[int] = Counter()
+    for request in candidate["requests"]:
+        other = base.get((request["conversation_id"], request["turn"]))
+        if other is None:
+            continue
+        matched += 1
+        first = _first_different_block(request["chain"], other)
+        if first is not None:
+            changed += 1
+            starts[first] += 1
+    return matched, changed, (starts.most_common(1)[0][0] if starts else None)
+
+
 def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresholds) -> Verdict:
     """Gate the candidate's audit pass against the baseline's."""
     base, cand = baseline["passes"]["audit"], candidate["passes"]["audit"]
@@ -119,12 +154,25 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
     causes = _cause_table(baseline, candidate)
     named = _named_cause(causes)
     notes: list[str] = []
-    if not failures and any(
+    matched, changed, block = _prompt_changes(baseline, candidate)
+    if block is not None:
+        block_size = int(candidate["settings"]["block_size"])
+        notes.append(
+            f"the candidate's prompts differ from the baseline's in {changed} of {matched} "
+            f"requests matched by conversation and turn, most often from block {block} "
+            f"(token {block * block_size})"
+        )
+    if not failures and block is not None:
+        notes.append(
+            "boundary shift: the prompts changed, yet the audit pass hits as well as the "
+            "baseline's: the change heals after warm-up and does not fail the build"
+        )
+    elif not failures and any(
         row["cause"] == "boundary-shift" and row["candidate_requests"] for row in causes
     ):
         notes.append(
-            "boundary shift / cold prefixes: some misses are new content that later requests "
-            "reuse; it heals after warm-up and does not fail the build by itself"
+            "cold prefixes: some misses are new content that later requests reuse; it "
+            "heals after warm-up and does not fail the build by itself"
         )
     cause: str | None = None
     if not failures:

@@ -82,6 +82,8 @@ class Outcome:
     pass_name: str
     prompt_tokens: int
     cached_tokens: int
+    chain: list[bytes] = field(repr=False)
+    """The prompt's chained block hashes."""
     divergence: Divergence | None = None
     cause: str | None = None
     new_block: bytes | None = field(default=None, repr=False)
@@ -308,6 +310,7 @@ def replay(
             pass_name=_WARMUP if record.conversation_id in warm_ids else _AUDIT,
             prompt_tokens=length,
             cached_tokens=cached,
+            chain=hashes,
         )
         hit_blocks.update(hashes[: cached // block_size])
         if not outcome.hit:

@@ -6,6 +6,8 @@ are comparable only when their settings are equal, and ``compare`` refuses other
 ``corpus`` names the corpus by its sha256, so a reader can tell which corpus a figure came
 from. ``passes`` holds the figures of the warm-up and the audit pass; the gate reads the
 audit pass. ``causes`` lists, per pass, the classified misses with a few quoted examples.
+``requests`` holds every request's figures and a short prefix of each of its block hashes
+(``chain``), so ``compare`` can say where the candidate's prompts left the baseline's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ FORMAT = "cachescale-audit/v1"
 EXAMPLES = 3
 #: Requests per point of the hit-rate series (replay order, both passes).
 WINDOW = 100
+#: Bytes of each block hash kept per request (hex in the file): enough for ``compare`` to
+#: find the first block where a candidate's prompt leaves the baseline's (a false match
+#: is a 1 in 2**32 chance per block), at 8 characters a block.
+CHAIN_BYTES = 4
 
 #: The figures of a set of requests, and the keys ``compare`` gates on.
 METRICS = (
@@ -142,6 +148,17 @@ def build_result(corpus: Corpus, corpus_path: str, replay: Replay) -> dict[str, 
         "causes": {name: _causes(group) for name, group in passes.items()},
         "hit_rate_windows": {"requests": WINDOW, "token_hit_rate": _windows(replay.outcomes)},
         "conversations": _conversations(replay.outcomes),
+        "requests": [
+            {
+                "conversation_id": o.record.conversation_id,
+                "turn": o.record.turn,
+                "prompt_tokens": o.prompt_tokens,
+                "cached_tokens": o.cached_tokens,
+                "cause": o.cause,
+                "chain": "".join(block[:CHAIN_BYTES].hex() for block in o.chain),
+            }
+            for o in replay.outcomes
+        ],
     }
 
 
@@ -168,9 +185,23 @@ def load_result(path: Path) -> dict[str, Any]:
         or not isinstance(causes, dict)
         or not isinstance(causes.get("audit"), list)
         or not all(_cause_entry(entry) for entry in causes["audit"])
+        or not isinstance(data.get("requests"), list)
+        or not all(_request_entry(entry) for entry in data["requests"])
     ):
-        raise ResultError(f"{path}: an incomplete {FORMAT} result (passes, settings, causes)")
+        raise ResultError(
+            f"{path}: an incomplete {FORMAT} result (passes, settings, causes, requests)"
+        )
     return data
+
+
+def _request_entry(entry: object) -> bool:
+    """True when a request entry has what ``compare`` reads."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("conversation_id"), str)
+        and isinstance(entry.get("turn"), int)
+        and isinstance(entry.get("chain"), str)
+    )
 
 
 def _cause_entry(entry: object) -> bool:
