@@ -239,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cachescale.controller.draft import add_parser as add_init_parser
 
     add_init_parser(commands)
+
+    from cachescale.audit.command import add_parser as add_audit_parser
+
+    add_audit_parser(commands)
     return parser
 
 

@@ -10,6 +10,11 @@ The line between 2 and 1: anything wrong with the command line itself, decidable
 opening a file or a connection, is a usage error (2); anything wrong with what the command
 line points at (a file's contents, an output path, a port, a kubeconfig) is invalid input
 (1).
+
+``cachescale audit`` is a CI gate with its own contract: 0 pass, 1 regression
+(:attr:`ExitCode.REGRESSION`, the same value as ``INVALID``), 2 usage *or* input error. A
+CI step must tell "the change broke the cache" from "the audit could not run", so audit
+reports a bad corpus or result file as 2, never as 1.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ class ExitCode(IntEnum):
     INVALID = 1
     """Invalid input: a bad policy or scenario file, an unreadable file, an ``--out`` that
     cannot be written, a port already taken, an unusable kubeconfig."""
+    REGRESSION = 1
+    """``cachescale audit compare``: the candidate regressed the prefix cache (an alias of
+    ``INVALID``; audit reports invalid input as ``USAGE``)."""
     USAGE = 2
     """A usage error: an unknown subcommand or flag, a missing flag, a malformed or
     out-of-range flag value (``--seed -1``, ``--duration soon``, a URL without a scheme,

@@ -1,0 +1,7 @@
+"""``cachescale audit``: the pre-merge prefix-cache regression gate.
+
+It replays a prompt corpus through the simulator's vLLM block hashing and block pool
+(``sim/hashing.py``, ``sim/replica.py``), reports hit rates and recomputed tokens, says in
+words why prompts miss, and compares a candidate's result against a baseline's. Offline:
+no engine, no network, nothing beyond the core install.
+"""

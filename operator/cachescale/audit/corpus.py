@@ -1,0 +1,154 @@
+"""The audit corpus: JSONL requests as the engine would see them, read and checked.
+
+One record per line: ``conversation_id`` (string or integer), ``turn`` (integer >= 0),
+``prompt_token_ids`` (non-empty list of integers in ``[0, 2**31)``), and optionally
+``tenant`` and ``cache_salt`` (strings). Records are in replay order: a conversation's
+turns rise from line to line. Every problem names its line, because a corpus is usually
+written by a script and the line is what its author can find. Text prompts (``prompt``,
+``messages``) need a pinned tokenizer, which this version does not have: they are refused
+with a message saying so, rather than guessed at.
+
+The fingerprint is a sha256 over what the replay reads (ids, turns, salts, tokens), so two
+results can say whether they came from the same corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+#: Largest token id accepted (token ids travel as int32, as in ``sim/hashing.py``).
+MAX_TOKEN_ID = 2**31 - 1
+
+_TEXT_FIELDS = ("prompt", "messages")
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be audited; the message names the file and, if any, the line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One request of the corpus."""
+
+    line: int
+    conversation_id: str
+    turn: int
+    tokens: npt.NDArray[np.int32]
+    tenant: str | None
+    cache_salt: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Every record, in replay order, and the corpus fingerprint."""
+
+    records: tuple[Record, ...]
+    sha256: str
+
+    @property
+    def conversations(self) -> list[str]:
+        """Conversation ids in order of first appearance."""
+        return list(dict.fromkeys(record.conversation_id for record in self.records))
+
+
+def _field_error(path: Path, line: int, message: str) -> CorpusError:
+    return CorpusError(f"{path}: line {line}: {message}")
+
+
+def _record(path: Path, line: int, text: str) -> Record:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _field_error(path, line, f"not JSON: {error.msg} (column {error.colno})") from None
+    except RecursionError:
+        raise _field_error(path, line, "not a record: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise _field_error(path, line, "a record must be a JSON object")
+    if "prompt_token_ids" not in data:
+        text_field = next((name for name in _TEXT_FIELDS if name in data), None)
+        if text_field is not None:
+            raise _field_error(
+                path,
+                line,
+                f"'{text_field}' needs a tokenizer; this version audits token ids only: "
+                "give 'prompt_token_ids'",
+            )
+        raise _field_error(path, line, "missing 'prompt_token_ids'")
+    conversation = data.get("conversation_id")
+    if isinstance(conversation, bool) or not isinstance(conversation, str | int):
+        raise _field_error(path, line, "'conversation_id' must be a string or an integer")
+    turn = data.get("turn")
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+        raise _field_error(path, line, "'turn' must be an integer >= 0")
+    ids = data["prompt_token_ids"]
+    if not isinstance(ids, list) or not ids:
+        raise _field_error(path, line, "'prompt_token_ids' must be a non-empty list")
+    if not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in ids):
+        raise _field_error(
+            path, line, f"'prompt_token_ids' must hold integers in [0, {MAX_TOKEN_ID}]"
+        )
+    optional: dict[str, str | None] = {}
+    for name in ("tenant", "cache_salt"):
+        value = data.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _field_error(path, line, f"'{name}' must be a string")
+        optional[name] = value
+    return Record(
+        line=line,
+        conversation_id=str(conversation),
+        turn=turn,
+        tokens=np.asarray(ids, dtype=np.int32),
+        tenant=optional["tenant"],
+        cache_salt=optional["cache_salt"],
+    )
+
+
+def parse_corpus(path: Path, text: str) -> Corpus:
+    """Parse and check a corpus's text (``path`` only names it in messages)."""
+    records: list[Record] = []
+    last_turn: dict[str, tuple[int, int]] = {}
+    digest = hashlib.sha256()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        record = _record(path, number, raw)
+        previous = last_turn.get(record.conversation_id)
+        if previous is not None and record.turn <= previous[0]:
+            raise _field_error(
+                path,
+                number,
+                f"turn {record.turn} of conversation {record.conversation_id!r} comes after "
+                f"its turn {previous[0]} (line {previous[1]}): records must be in replay "
+                "order, each conversation's turns rising",
+            )
+        last_turn[record.conversation_id] = (record.turn, number)
+        digest.update(
+            json.dumps(
+                [record.conversation_id, record.turn, record.cache_salt, record.tenant]
+            ).encode()
+        )
+        digest.update(record.tokens.tobytes())
+        records.append(record)
+    if not records:
+        raise CorpusError(f"{path}: the corpus is empty: no records to audit")
+    return Corpus(records=tuple(records), sha256=digest.hexdigest())
+
+
+def read_corpus(path: Path) -> Corpus:
+    """Read and check a corpus file."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise CorpusError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise CorpusError(f"{path}: line {line}: not UTF-8") from None
+    return parse_corpus(path, text)
