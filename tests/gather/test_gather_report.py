@@ -13,7 +13,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from cachescale.gather.promql import Selector
 from cachescale.gather.report import Row, read_report, verdict, windows
 from cachescale.gather.signals import SignalRequest
 from tests.gather import report_dataset as incident
+from tests.gather.gather_dataset import AT
 from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
 
 HOUR = 3600.0
@@ -159,3 +160,23 @@ def test_json_and_csv_parse(prometheus: str, capsys: pytest.CaptureFixture[str])
     assert float(table[-1]["replicas"]) == pytest.approx(18.0)
     markdown = _cli(prometheus, capsys, "--format", "markdown")
     assert "| +36h..+48h | 0.04 | 0.00 | 0.89s | 18.0 | 31.60 | 1,139 |" in markdown
+
+
+def test_sglang_windows_read_through_the_same_signals(synthetic_prometheus: str) -> None:
+    # gather_dataset's SGLang pod: 60% local hits, 3 req/s, one pod all along.
+    spans, _ = windows(AT - timedelta(minutes=10), 300, 300, 600, AT)
+    request = SignalRequest(
+        engine=Engine.SGLANG,
+        selector=Selector.parse('namespace="llm",model_name="sg"'),
+        window_seconds=300,
+        gpus_per_pod=1,
+    )
+    with PrometheusClient(PrometheusConfig(url=synthetic_prometheus)) as client:
+        read = read_report(client, request, spans)
+    assert [r.window.label for r in read] == ["-5m..+0m", "+0m..+5m", "+5m..+10m"]
+    assert column(read, "token_hit_rate") == pytest.approx([0.6] * 3)
+    assert column(read, "replicas") == pytest.approx([1.0] * 3)
+    assert column(read, "gpu_seconds_per_1k") == pytest.approx([1000 / 3] * 3)
+    assert read[0].request_hit_share.reason == (
+        "SGLang exports no per-request computed-token histogram"
+    )

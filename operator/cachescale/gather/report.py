@@ -52,18 +52,23 @@ class Window:
 
     @property
     def label(self) -> str:
-        """``-48h..-36h``, ``+0h..+12h``."""
-        return f"{signed_duration(self.start_offset_s)}..{signed_duration(self.end_offset_s)}"
+        """``-48h..-36h``, ``+0h..+12h``, ``-5m..+0m``: both ends in one unit."""
+        return "..".join(signed_duration(self.start_offset_s, self.end_offset_s))
 
 
-def signed_duration(seconds: float) -> str:
-    """``-12h``, ``+0h``, ``+90m``, ``-45s``: the largest whole unit."""
-    sign = "-" if seconds < 0 else "+"
-    magnitude = abs(seconds)
-    for unit, size in (("h", 3600), ("m", 60)):
-        if magnitude % size == 0:
-            return f"{sign}{magnitude / size:g}{unit}"
-    return f"{sign}{magnitude:g}s"
+def signed_duration(*seconds: float) -> list[str]:
+    """Each of ``seconds`` as ``-12h``, ``+0h``, ``+90m`` or ``-45s``, all in the largest
+    unit that divides every one."""
+    units = (("h", 3600), ("m", 60))
+    unit, size = next(
+        ((u, n) for u, n in units if all(value % n == 0 for value in seconds)), ("s", 1)
+    )
+    return [f"{'-' if value < 0 else '+'}{abs(value) / size:g}{unit}" for value in seconds]
+
+
+def positive_duration(seconds: float) -> str:
+    """A positive duration as ``12h``, ``90m`` or ``45s``."""
+    return signed_duration(seconds)[0][1:]
 
 
 def windows(
@@ -75,13 +80,13 @@ def windows(
     for flag, seconds in (("--before", before_s), ("--after", after_s)):
         if seconds % step_s != 0:
             raise ValueError(
-                f"{flag} {signed_duration(seconds)[1:]} is not a whole number of --step "
-                f"{signed_duration(step_s)[1:]}"
+                f"{flag} {positive_duration(seconds)} is not a whole number of --step "
+                f"{positive_duration(step_s)}"
             )
     count = int((before_s + after_s) // step_s)
     if count > MAX_WINDOWS:
         raise ValueError(
-            f"{count} windows of --step {signed_duration(step_s)[1:]}: at most {MAX_WINDOWS}; "
+            f"{count} windows of --step {positive_duration(step_s)}: at most {MAX_WINDOWS}; "
             "use a longer --step or shorter --before/--after"
         )
     out = []

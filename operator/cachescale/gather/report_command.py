@@ -20,7 +20,6 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.exit_codes import ExitCode
@@ -31,10 +30,18 @@ from cachescale.gather.command import (
     measured_json,
     prometheus_url,
 )
+from cachescale.gather.promql import Selector, SelectorError
+from cachescale.gather.report import (
+    COLUMNS,
+    Row,
+    notes,
+    positive_duration,
+    read_report,
+    verdict,
+    windows,
+)
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import Measured, Unit
-
-if TYPE_CHECKING:
-    from cachescale.gather.report import Row
 
 FORMATS = ("table", "markdown", "json", "csv")
 PNG_NAME = "report.png"
@@ -151,9 +158,6 @@ def run(args: argparse.Namespace) -> int:
         from cachescale.gather.prometheus import PrometheusClient, PrometheusError
     except ImportError as error:
         return _fail(f"needs {error.name}: pip install 'cachescale[operator]'", ExitCode.INVALID)
-    from cachescale.gather.promql import Selector, SelectorError
-    from cachescale.gather.report import read_report, verdict, windows
-    from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 
     try:
         selector = Selector.parse(args.selector)
@@ -219,14 +223,8 @@ def _header(
     left_out = f", {future} ending after now left out" if future else ""
     return (
         f"report for {selector} ({args.engine}) around {around}: {count} windows of "
-        f"{_compact(args.step)}{left_out}, read in {elapsed:.1f}s"
+        f"{positive_duration(args.step)}{left_out}, read in {elapsed:.1f}s"
     )
-
-
-def _compact(seconds: float) -> str:
-    from cachescale.gather.report import signed_duration
-
-    return signed_duration(seconds)[1:]
 
 
 def _cell(measured: Measured) -> str:
@@ -246,8 +244,6 @@ def _cell(measured: Measured) -> str:
 
 
 def _table(rows: list[Row]) -> list[str]:
-    from cachescale.gather.report import COLUMNS
-
     header = ["window", *COLUMNS.values()]
     body = [[row.window.label, *(_cell(m) for m in row.columns().values())] for row in rows]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
@@ -265,8 +261,6 @@ def _render(
     args: argparse.Namespace,
     elapsed: float,
 ) -> str:
-    from cachescale.gather.report import COLUMNS, notes
-
     if form == "json":
         return json.dumps(_json(rows, sentences, args, elapsed), indent=2)
     if form == "csv":
