@@ -10,20 +10,21 @@ quantile range. Nothing here writes PromQL.
 Replicas come from those same answers: the per-pod sample counts the signals batch already
 reads (``QueryKey.POD_SAMPLES``), summed over pods and divided by the largest one, are the
 mean number of pods exporting metrics over the window. That assumes one pod lived through
-the whole window (true unless every pod was replaced inside it); the report says so. With
-``--gpus-per-pod`` that mean gives GPU-seconds through the signals layer's own formula.
+the whole window (true unless every pod was replaced inside it; ``docs/signals.md`` says
+so). With ``--gpus-per-pod`` that mean gives GPU-seconds through the signals layer's own
+formula.
 
 The verdict compares the median of the windows before the moment with the median of those
 after it: whether cost per request rose while demand stayed flat, whether TTFT p95 stayed
 within an SLO, and how far apart the hit rate and the replicas moved. The verdict and the
-rows are pure (``verdict``, ``average_replicas``); only ``read_report`` talks to
-Prometheus.
+rows are pure (``verdict``, ``average_replicas``); only ``read_window`` and
+``read_report`` talk to Prometheus.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -196,18 +197,10 @@ def read_window(client: PrometheusClient, request: SignalRequest, window: Window
 
 
 def read_report(
-    client: PrometheusClient,
-    request: SignalRequest,
-    spans: Sequence[Window],
-    progress: Callable[[int], None] | None = None,
+    client: PrometheusClient, request: SignalRequest, spans: Sequence[Window]
 ) -> list[Row]:
-    """Every window's row, oldest first (``progress`` is told each one done)."""
-    rows = []
-    for index, window in enumerate(spans):
-        rows.append(read_window(client, request, window))
-        if progress is not None:
-            progress(index + 1)
-    return rows
+    """Every window's row, in the order given (each within its own deadline)."""
+    return [read_window(client, request, window) for window in spans]
 
 
 # --- the verdict -------------------------------------------------------------------------
