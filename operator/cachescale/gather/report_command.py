@@ -97,7 +97,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     parser.add_argument(
-        "--prometheus", required=True, type=prometheus_url, metavar="URL", help="base URL"
+        "--prometheus",
+        required=True,
+        type=prometheus_url,
+        metavar="URL",
+        help="Prometheus base URL",
     )
     parser.add_argument("--engine", required=True, choices=[e.value for e in Engine])
     parser.add_argument(
@@ -116,10 +120,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--step", required=True, type=_step, metavar="D", help="window length, e.g. 12h"
     )
     parser.add_argument(
-        "--before", type=_duration, default=48 * 3600.0, metavar="D", help="default 48h"
+        "--before",
+        type=_duration,
+        default=48 * 3600.0,
+        metavar="D",
+        help="how far back from --around, a whole number of --step (default 48h)",
     )
     parser.add_argument(
-        "--after", type=_duration, default=48 * 3600.0, metavar="D", help="default 48h"
+        "--after",
+        type=_duration,
+        default=48 * 3600.0,
+        metavar="D",
+        help="how far on from --around, a whole number of --step (default 48h); windows "
+        "ending after now are left out",
     )
     parser.add_argument(
         "--gpus-per-pod",
