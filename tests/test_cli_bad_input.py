@@ -28,6 +28,17 @@ SCENARIO = (REPO / "examples" / "scenarios" / "batch-pressure-loop.yaml").read_t
 CLOSED = "http://127.0.0.1:1"
 """A Prometheus URL nothing listens at (port 1 refuses at once)."""
 SIGNALS = ["signals", "--engine", "vllm", "--selector", 'namespace="llm"']
+REPORT = [
+    "report",
+    "--engine",
+    "vllm",
+    "--selector",
+    'namespace="llm"',
+    "--around",
+    "2026-01-01T00:00:00Z",
+    "--step",
+    "12h",
+]
 INIT = ["init", "--namespace", "llm", "--deployment", "vllm", "--prometheus", CLOSED]
 
 
@@ -297,6 +308,88 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         ExitCode.PROMETHEUS_UNAVAILABLE,
         CLOSED,
     ),
+    # report
+    ("report-no-flags", ["report"], ExitCode.USAGE, "--prometheus"),
+    ("report-url", [*REPORT, "--prometheus", "prometheus:9090"], ExitCode.USAGE, "--prometheus"),
+    ("report-step", [*REPORT, "--prometheus", CLOSED, "--step", "soon"], ExitCode.USAGE, "--step"),
+    (
+        "report-step-short",
+        [*REPORT, "--prometheus", CLOSED, "--step", "30s"],
+        ExitCode.USAGE,
+        "--step",
+    ),
+    (
+        "report-before-not-whole-steps",
+        [*REPORT, "--prometheus", CLOSED, "--before", "30h"],
+        ExitCode.USAGE,
+        "--before",
+    ),
+    (
+        "report-too-many-windows",
+        [*REPORT, "--prometheus", CLOSED, "--step", "1m"],
+        ExitCode.USAGE,
+        "--step",
+    ),
+    (
+        "report-around",
+        [*REPORT, "--prometheus", CLOSED, "--around", "yesterday"],
+        ExitCode.USAGE,
+        "--around",
+    ),
+    (
+        "report-around-policy",
+        [*REPORT, "--prometheus", CLOSED, "--around", "policy/rag"],
+        ExitCode.USAGE,
+        "--around",
+    ),
+    (
+        "report-around-future",
+        [*REPORT, "--prometheus", CLOSED, "--around", "2999-01-01"],
+        ExitCode.USAGE,
+        "--around",
+    ),
+    (
+        "report-selector-regex",
+        [*REPORT[:4], 'ns=~"x"', *REPORT[5:], "--prometheus", CLOSED],
+        ExitCode.USAGE,
+        "--selector",
+    ),
+    (
+        "report-format",
+        [*REPORT, "--prometheus", CLOSED, "--format", "xml"],
+        ExitCode.USAGE,
+        "--format",
+    ),
+    (
+        "report-slo",
+        [*REPORT, "--prometheus", CLOSED, "--slo-ttft-p95", "0"],
+        ExitCode.USAGE,
+        "--slo",
+    ),
+    (
+        "report-gpus",
+        [*REPORT, "--prometheus", CLOSED, "--gpus-per-pod", "-1"],
+        ExitCode.USAGE,
+        "--gpus",
+    ),
+    (
+        "report-out-a-file",
+        [*REPORT, "--prometheus", CLOSED, "--out", "{tmp}/a-file"],
+        ExitCode.INVALID,
+        "--out",
+    ),
+    (
+        "report-token-absent",
+        [*REPORT, "--prometheus", CLOSED, "--bearer-token-file", "{tmp}/absent"],
+        ExitCode.INVALID,
+        "absent",
+    ),
+    (
+        "report-unreachable",
+        [*REPORT, "--prometheus", CLOSED, "--timeout", "2"],
+        ExitCode.PROMETHEUS_UNAVAILABLE,
+        CLOSED,
+    ),
     # run (none of these reaches a cluster)
     ("run-metrics-port", ["run", "--metrics-port", "-1"], ExitCode.USAGE, "--metrics-port"),
     ("run-health-port", ["run", "--health-port", "http"], ExitCode.USAGE, "--health-port"),
@@ -365,7 +458,16 @@ def test_the_matrix_is_large_and_covers_every_subcommand() -> None:
     assert len(CASES) >= 40
     assert len({case[0] for case in CASES}) == len(CASES)
     commands = {case[1][0] for case in CASES if case[1]}
-    assert {"crd", "validate", "simulate", "emulate", "signals", "run", "init"} <= commands
+    assert {
+        "crd",
+        "validate",
+        "simulate",
+        "emulate",
+        "signals",
+        "report",
+        "run",
+        "init",
+    } <= commands
 
 
 @pytest.mark.parametrize(

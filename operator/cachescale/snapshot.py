@@ -38,6 +38,8 @@ class Unit(StrEnum):
     REQUESTS_PER_SECOND = "req/s"
     PREEMPTIONS_PER_SECOND = "preemptions/s"
     GPU_SECONDS_PER_1K_REQUESTS = "GPU-s/1k req"
+    PODS = "pods"
+    """A mean number of pods over a window (``cachescale report``'s replicas)."""
 
 
 @dataclass(frozen=True, slots=True)

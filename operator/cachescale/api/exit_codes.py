@@ -38,7 +38,7 @@ class ExitCode(IntEnum):
     out-of-range flag value (``--seed -1``, ``--duration soon``, a URL without a scheme,
     an unknown scenario name), or flags that need each other."""
     PROMETHEUS_UNAVAILABLE = 3
-    """``cachescale signals`` could not read Prometheus: distinct from 1 and 2 so scripts
-    can tell "Prometheus down" apart."""
+    """``cachescale signals`` or ``report`` could not read Prometheus (``init``: nor the
+    API server): distinct from 1 and 2 so scripts can tell "Prometheus down" apart."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C (SIGINT) before finishing, as shells report it (128 + 2)."""

@@ -207,8 +207,9 @@ def prometheus_url(text: str) -> str:
     return text
 
 
-def _config(args: argparse.Namespace) -> PrometheusConfig:
-    """The client settings; raises ``ValueError`` or ``OSError`` on bad input."""
+def client_config(args: argparse.Namespace) -> PrometheusConfig:
+    """The client settings from the connection flags; raises ``ValueError`` or
+    ``OSError`` on bad input."""
     from cachescale.gather.prometheus import PrometheusConfig
 
     token = None
@@ -287,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         return _usage(str(error))
     try:
-        config = _config(args)
+        config = client_config(args)
     except OSError as error:
         return _invalid(f"{error.filename}: {error.strerror}")
     except ValueError as error:
@@ -307,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _measured_json(measured: Measured) -> dict[str, object]:
+def measured_json(measured: Measured) -> dict[str, object]:
+    """One signal as JSON-ready data: ``value`` (null when unknown), ``unit``, ``reason``."""
     out: dict[str, object] = {
         "value": measured.value,
         "unit": measured.unit.value,
@@ -323,8 +325,8 @@ def _measured_json(measured: Measured) -> dict[str, object]:
 def _pod_json(pod: PodSignals) -> dict[str, object]:
     out: dict[str, object] = {"pod": pod.pod}
     for _, attribute in _POD_COLUMNS:
-        out[attribute] = _measured_json(getattr(pod, attribute))
-    out["prompt_tokens_looked_up_per_second"] = _measured_json(
+        out[attribute] = measured_json(getattr(pod, attribute))
+    out["prompt_tokens_looked_up_per_second"] = measured_json(
         pod.prompt_tokens_looked_up_per_second
     )
     return out
@@ -338,7 +340,7 @@ def snapshot_json(snapshot: EngineSignals, selector: Selector) -> dict[str, obje
         "observed_at": snapshot.observed_at.isoformat(),
         "window_seconds": snapshot.window_seconds,
         "full_hit_max_computed_tokens": snapshot.full_hit_max_computed_tokens,
-        "signals": {name: _measured_json(m) for name, m in snapshot.signals().items()},
+        "signals": {name: measured_json(m) for name, m in snapshot.signals().items()},
         "pods": [_pod_json(pod) for pod in snapshot.pods],
         "notes": list(snapshot.notes),
         "failure": snapshot.failure.value if snapshot.failure else None,

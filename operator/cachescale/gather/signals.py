@@ -106,8 +106,9 @@ class SignalRequest:
     """Samples per series a rate needs in the window (Prometheus' own minimum is 2)."""
     gpus_per_pod: float | None = None
     """GPUs one pod requests (from the Deployment's resource requests)."""
-    ready_replicas: int | None = None
-    """Ready replicas of the Deployment at evaluation time."""
+    ready_replicas: float | None = None
+    """Ready replicas of the Deployment at evaluation time (``cachescale report``: the
+    mean number of pods over the window, which may be fractional)."""
     pod_ages_seconds: Mapping[str, float] | None = None
     """Pod name → seconds since it became ready, from the Kubernetes API."""
     kube_state_metrics: bool = False
@@ -133,12 +134,41 @@ def gather_signals(
     more than one deployment.
     """
     at = at or datetime.now(UTC)
+    reading = read_queries(client, request, at, deadline)
+    if reading.detection.profile is None:
+        return EngineSignals.all_unknown(
+            reading.detection.reason, observed_at=at, window_seconds=request.window_seconds
+        )
+    return compute_signals(
+        request, reading.detection, reading.queries, reading.results, at, demand=reading.demand
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One evaluation's answers, before ``compute_signals`` turns them into a snapshot
+    (``cachescale report`` also counts the pods in them)."""
+
+    detection: Detection
+    queries: Mapping[QueryKey, Query]
+    results: Mapping[QueryKey, Sequence[ResultSeries]]
+    demand: Measured | None = None
+    """The answer to the policy's demand query, when it has one."""
+
+
+def read_queries(
+    client: PrometheusClient,
+    request: SignalRequest,
+    at: datetime,
+    deadline: Deadline | None = None,
+) -> Reading:
+    """The round trips of one evaluation at ``at``: detect the profile, then the batch,
+    then the demand query if any, all within ``deadline`` (default: one of the client's
+    timeout, starting now). No queries are sent when no profile is detected."""
     client = client.until(deadline or client.deadline())
     detection = client.detect(request.engine, request.selector, at)
     if detection.profile is None:
-        return EngineSignals.all_unknown(
-            detection.reason, observed_at=at, window_seconds=request.window_seconds
-        )
+        return Reading(detection, {}, {})
     queries = build_queries(
         detection.profile,
         QueryScope.for_selector(request.selector),
@@ -152,7 +182,7 @@ def gather_signals(
     results = client.query_many({key: query.promql for key, query in queries.items()}, at)
     if request.demand_query is not None:
         demand = _read_demand(client, request.demand_query, at)
-    return compute_signals(request, detection, queries, results, at, demand=demand)
+    return Reading(detection, queries, results, demand)
 
 
 def _read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
