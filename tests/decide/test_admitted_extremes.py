@@ -1,42 +1,52 @@
 """``decide`` on the extreme specs the API server admits: a number, not an exception.
 
-The CRD and the spec model bound most fields, but not every float from above
-(``gpuSecondsPer1kRequests``, ``memoryGiB``, ``weightsGiB``, ``cacheReserveGiB``): a
-policy may carry ``1e308``. Each case here was found by feeding such specs to a healthy
-fleet (docs/security.md); before the fix, every case but the smallest budget raised
-(``OverflowError``, or ``ValueError`` for a GPU memory that rounds to 0 bytes) on every
-evaluation, so the policy never got a status.
+Every spec float is bounded (``api/spec.py``: ``MAX_GIB``, ``MAX_GPU_SECONDS_PER_1K``)
+and every ``gt=0`` one admits the smallest positive float. Each case is a corner of that
+box fed to a healthy fleet (docs/security.md): a GPU memory that rounds to 0 bytes once
+raised ``ValueError`` on every evaluation, so the policy never got a status.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
+from cachescale.api.spec import MAX_GIB, MAX_GPU_SECONDS_PER_1K
 from cachescale.decide.diagnosis import batch_ceiling, budget_replicas
 from tests.decide.decide_builders import BATCHING, run, snapshot, spec
 
-HUGE = 1e308
+TINY = 5e-324
+"""The smallest positive float: every ``gt=0`` field admits it."""
 LARGEST_MODEL = {"layers": 1024, "kvHeads": 1024, "headDim": 4096, "kvDtypeBytes": 4}
 EXTREMES: dict[str, dict[str, Any]] = {
-    "a budget near float max": {"budget": {"gpuSecondsPer1kRequests": HUGE}},
-    "the largest float budget": {
-        "budget": {"gpuSecondsPer1kRequests": sys.float_info.max, "maxReplicas": 10_000}
+    "the largest budget": {
+        "budget": {"gpuSecondsPer1kRequests": MAX_GPU_SECONDS_PER_1K, "maxReplicas": 10_000}
     },
-    "the smallest positive budget": {"budget": {"gpuSecondsPer1kRequests": 5e-324}},
-    "GPU memory near float max": {"batching": {**BATCHING, "gpu": {"memoryGiB": HUGE}}},
-    "weights near float max": {
-        "batching": {**BATCHING, "model": {**BATCHING["model"], "weightsGiB": HUGE}}
+    "the smallest positive budget": {"budget": {"gpuSecondsPer1kRequests": TINY}},
+    "the largest GPU memory": {"batching": {**BATCHING, "gpu": {"memoryGiB": MAX_GIB}}},
+    "the largest weights, on the largest GPU": {
+        "batching": {
+            **BATCHING,
+            "model": {**BATCHING["model"], "weightsGiB": MAX_GIB * 0.5},
+            "gpu": {"memoryGiB": MAX_GIB},
+        }
     },
-    "GPU memory of the smallest float": {"batching": {**BATCHING, "gpu": {"memoryGiB": 5e-324}}},
-    "a cache reserve near float max": {"batching": {**BATCHING, "cacheReserveGiB": HUGE}},
+    "the smallest weights, on the smallest GPU": {
+        "batching": {
+            **BATCHING,
+            "model": {**BATCHING["model"], "weightsGiB": TINY},
+            "gpu": {"memoryGiB": TINY * 4},
+        }
+    },
+    "the largest cache reserve": {
+        "batching": {**BATCHING, "cacheReserveGiB": MAX_GIB, "gpu": {"memoryGiB": MAX_GIB}}
+    },
     "the largest model, the widest ceiling": {
         "batching": {
             **BATCHING,
-            "model": {**LARGEST_MODEL, "weightsGiB": 5e-324},
-            "gpu": {"memoryGiB": HUGE, "gpuMemoryUtilization": 5e-324},
+            "model": {**LARGEST_MODEL, "weightsGiB": TINY},
+            "gpu": {"memoryGiB": MAX_GIB, "gpuMemoryUtilization": TINY * 4},
             "minNumSeqs": 1,
             "maxNumSeqs": 65_536,
         }

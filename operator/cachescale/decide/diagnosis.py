@@ -41,12 +41,6 @@ from cachescale.decide.thresholds import (
 )
 from cachescale.snapshot import Measured, Snapshot
 
-SPEC_NUMBER_CAP = float(2**80)
-"""Bytes and replica counts computed from a spec are taken as at most this: some of its
-floats have no upper bound (``gpuSecondsPer1kRequests``, the GiB sizes), and ``1e308``
-times anything overflows to infinity, which no integer holds. 2^80 is beyond any GPU's
-bytes and any replica count, so a real value is never changed."""
-
 PRECEDENCE = tuple(Diagnosis)
 """Which diagnosis leads when several hold: ``Diagnosis``'s declaration order. Missing
 data first (nothing else can be trusted), then the cache failures this operator exists
@@ -135,9 +129,10 @@ def batch_ceiling(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | Non
 
 
 def _bytes(gib: float) -> int:
-    """A spec's GiB as whole bytes (at most ``SPEC_NUMBER_CAP``; a GPU's memory, which must
-    be positive, at least 1 even for the smallest float the spec admits)."""
-    return int(min(gib * GIB, SPEC_NUMBER_CAP))
+    """A spec's GiB (at most ``api.spec.MAX_GIB``) as whole bytes; the smallest floats the
+    spec admits round to 0 (a GPU's memory is then taken as 1 byte: positive, as the KV
+    arithmetic requires)."""
+    return int(gib * GIB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +205,7 @@ def budget_replicas(
     if rps is None or rps <= 0 or gpus <= 0:
         return None
     budget = spec.budget.gpu_seconds_per_1k_requests
-    cap = math.floor(min(budget * rps / (1000 * gpus), SPEC_NUMBER_CAP) + 1e-9)
+    cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
     if need.arrivals:
         return cap
     waiting = signals.waiting_requests_per_pod.value
