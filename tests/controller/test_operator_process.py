@@ -36,6 +36,7 @@ import pytest
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.controller.kube import NotFoundError
+from e2e.harness.cluster import why_no_cluster
 from tests.controller.cluster import (
     NAMESPACE,
     FakeCluster,
@@ -305,6 +306,11 @@ def wait_for_rates(prometheus: PrometheusServer, timeout_s: float = 20.0) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    why_no_cluster() is None,
+    reason="a real API server is here: e2e/test_operator_incident.py runs this story on it "
+    "(this kmock twin keeps it covered where there is none)",
+)
 def test_the_operator_process_holds_the_hpa_through_a_prefix_collapse_and_restores_it(
     tmp_path: Path,
 ) -> None:
