@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.flags import output_folder
 
 
 def _cmd_crd(_args: argparse.Namespace) -> int:
@@ -101,20 +102,6 @@ def _progress_bar() -> Callable[[float], None] | None:
     return show
 
 
-def _output_folder(out: str) -> str | None:
-    """Make ``--out``'s folder now, before the run; why not, when it cannot be used."""
-    folder = Path(out)
-    if folder.exists() and not folder.is_dir():
-        return f"--out {out}: exists and is not a folder"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        return f"--out {out}: cannot create the folder: {error.strerror}"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"--out {out}: the folder is not writable"
-    return None
-
-
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from cachescale.sim.simulate import SimulationRequest, simulate
 
@@ -129,7 +116,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except ValueError as error:  # ScenarioError: one line per problem, naming the file
         print(f"cachescale simulate: {error}", file=sys.stderr)
         return ExitCode.INVALID
-    if args.out is not None and (problem := _output_folder(args.out)) is not None:
+    if args.out is not None and (problem := output_folder(args.out)) is not None:
         print(f"cachescale simulate: {problem}", file=sys.stderr)
         return ExitCode.INVALID
     for warning in request.warnings:

@@ -75,7 +75,7 @@ def test_bad_flags_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
             main(flags)
         assert exit_info.value.code == 2, flags
-    assert "must be > 0" in capsys.readouterr().err
+    assert "must be a finite number above 0, got 0" in capsys.readouterr().err
 
 
 def test_an_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

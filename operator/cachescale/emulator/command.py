@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 import threading
@@ -30,8 +29,8 @@ from types import FrameType
 from prometheus_client import disable_created_metrics
 from pydantic import ValidationError
 
-from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.flags import duration_seconds, non_negative_number, positive_number
 from cachescale.emulator.files import write_atomically
 from cachescale.emulator.runtime import (
     ENGINES,
@@ -55,32 +54,11 @@ from cachescale.sim.simulate import (
 PROG = "cachescale emulate"
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text}")
-    return value
-
-
 def _port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
     return value
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration_seconds(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,7 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--speed",
-        type=_positive_float,
+        type=positive_number,
         default=1.0,
         metavar="X",
         help="simulated seconds per wall second (default 1: real time)",
@@ -142,21 +120,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--ground-truth-interval",
-        type=_positive_float,
+        type=positive_number,
         default=1.0,
         metavar="SECONDS",
         help="wall seconds between ground-truth rewrites (default 1)",
     )
     parser.add_argument(
         "--ground-truth-window",
-        type=_duration,
+        type=duration_seconds,
         default=60.0,
         metavar="D",
         help="wall-clock window of the truth's recent requests, scrapes and TTFT (default 1m)",
     )
     parser.add_argument(
         "--linger",
-        type=_non_negative_float,
+        type=non_negative_number,
         default=0.0,
         metavar="SECONDS",
         help="keep serving the final state this long after the scenario ends",

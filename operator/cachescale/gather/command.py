@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.flags import non_negative_number, positive_number
 from cachescale.api.spec import Engine, MetricsSpec
 from cachescale.api.validation import decode, field_path, plain_message
 from cachescale.gather.promql import Selector, SelectorError
@@ -77,20 +77,6 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return value
-
-
-def _token_count(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text}")
     return value
 
 
@@ -151,14 +137,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--full-hit-max-computed-tokens",
-        type=_token_count,
+        type=non_negative_number,
         default=DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
         metavar="N",
         help="a request computing at most N prompt tokens is a full hit (default %(default)g)",
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_number,
         default=10.0,
         metavar="SECONDS",
         help="time allowed for the whole read, all queries and retries together: one "

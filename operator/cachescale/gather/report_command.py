@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.flags import duration_seconds, output_folder, positive_number
 from cachescale.api.spec import Engine
 from cachescale.gather.command import (
     client_config,
@@ -47,25 +47,11 @@ FORMATS = ("table", "markdown", "json", "csv")
 PNG_NAME = "report.png"
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration_seconds(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _step(text: str) -> float:
-    seconds = _duration(text)
+    seconds = duration_seconds(text)
     if seconds < 60:
         raise argparse.ArgumentTypeError(f"{text!r} is under a minute; rates need longer")
     return seconds
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return value
 
 
 def _gpus(text: str) -> float:
@@ -121,14 +107,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--before",
-        type=_duration,
+        type=duration_seconds,
         default=48 * 3600.0,
         metavar="D",
         help="how far back from --around, a whole number of --step (default 48h)",
     )
     parser.add_argument(
         "--after",
-        type=_duration,
+        type=duration_seconds,
         default=48 * 3600.0,
         metavar="D",
         help="how far on from --around, a whole number of --step (default 48h); windows "
@@ -141,7 +127,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="GPUs each pod requests (needed for GPU-s/1k)",
     )
     parser.add_argument(
-        "--slo-ttft-p95", type=_positive, metavar="S", help="judge TTFT p95 against S seconds"
+        "--slo-ttft-p95", type=positive_number, metavar="S", help="judge TTFT p95 against S seconds"
     )
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", metavar="DIR", help=f"also write {PNG_NAME} into this folder")
@@ -152,7 +138,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--timeout",
-        type=_positive,
+        type=positive_number,
         default=30.0,
         metavar="SECONDS",
         help="time allowed for each window's queries and retries together (default %(default)g)",
@@ -186,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("matplotlib") is None:
             needs = "--out needs matplotlib: pip install 'cachescale[plots]'"
             return _fail(needs, ExitCode.INVALID)
-        if (problem := _output_folder(args.out)) is not None:
+        if (problem := output_folder(args.out)) is not None:
             return _fail(problem, ExitCode.INVALID)
     try:
         config = client_config(args)
@@ -216,17 +202,6 @@ def run(args: argparse.Namespace) -> int:
         _write_png(Path(args.out) / PNG_NAME, rows, header, args.slo_ttft_p95)
     sys.stdout.write(_render(args.format, rows, sentences, header, args, elapsed) + "\n")
     return ExitCode.OK
-
-
-def _output_folder(out: str) -> str | None:
-    folder = Path(out)
-    if folder.exists() and not folder.is_dir():
-        return f"--out {out}: exists and is not a folder"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        return f"--out {out}: cannot create the folder: {error.strerror}"
-    return None
 
 
 def _header(
