@@ -21,9 +21,9 @@ GOOD = '{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1, 2, 3]}'
     [
         ("{not json", "not JSON"),
         ("[1, 2]", "a JSON object"),
-        ('{"conversation_id": "c", "turn": 1, "prompt": "hi"}', "needs a tokenizer"),
-        ('{"conversation_id": "c", "turn": 1, "messages": []}', "needs a tokenizer"),
-        ('{"conversation_id": "c", "turn": 1}', "missing 'prompt_token_ids'"),
+        ('{"conversation_id": "c", "turn": 1, "prompt": "hi"}', "give --tokenizer"),
+        ('{"conversation_id": "c", "turn": 1, "messages": []}', "needs a chat template"),
+        ('{"conversation_id": "c", "turn": 1}', "missing 'prompt_token_ids' (or 'prompt'"),
         ('{"conversation_id": "c", "turn": -1, "prompt_token_ids": [1]}', "'turn'"),
         ('{"conversation_id": "c", "turn": true, "prompt_token_ids": [1]}', "'turn'"),
         ('{"conversation_id": null, "turn": 1, "prompt_token_ids": [1]}', "'conversation_id'"),

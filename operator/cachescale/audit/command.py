@@ -68,15 +68,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
 
+    pinned = None
+    if args.tokenizer is not None:
+        from cachescale.audit.tokenizer import TokenizerError, load_tokenizer
+
+        try:
+            pinned = load_tokenizer(Path(args.tokenizer))
+        except TokenizerError as error:
+            return _fail(f"--tokenizer {error}")
     try:
-        corpus = read_corpus(Path(args.corpus))
+        corpus = read_corpus(Path(args.corpus), pinned.encode if pinned else None)
     except CorpusError as error:
         return _fail(str(error))
     try:
         outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
-    result = build_result(corpus, args.corpus, outcome)
+    result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None)
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
@@ -147,8 +155,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "first half of the conversations warm the cache; the rest are audited."
         ),
     )
-    run.add_argument("corpus", metavar="CORPUS", help="JSONL corpus of token-id prompts")
+    run.add_argument(
+        "corpus", metavar="CORPUS", help="JSONL corpus: token ids, or prompt text with --tokenizer"
+    )
     run.add_argument("--out", required=True, metavar="FILE", help="result JSON to write")
+    run.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="a local tokenizer.json (Hugging Face tokenizers) for records that give 'prompt' "
+        "text; its sha256 is recorded, and compare refuses results tokenized differently",
+    )
     run.add_argument(
         "--block-size", type=_positive_int, default=16, metavar="N", help="tokens per block"
     )

@@ -4,9 +4,11 @@ One record per line: ``conversation_id`` (string or integer), ``turn`` (integer 
 ``prompt_token_ids`` (non-empty list of integers in ``[0, 2**31)``), and optionally
 ``tenant`` and ``cache_salt`` (strings). Records are in replay order: a conversation's
 turns rise from line to line. Every problem names its line, because a corpus is usually
-written by a script and the line is what its author can find. Text prompts (``prompt``,
-``messages``) need a pinned tokenizer, which this version does not have: they are refused
-with a message saying so, rather than guessed at.
+written by a script and the line is what its author can find. A record may give
+``prompt`` text instead of token ids when a pinned tokenizer is given
+(``audit/tokenizer.py``); without one it is refused, never guessed at. OpenAI-style
+``messages`` need a chat template, which this version does not have: they are refused
+with a message saying so.
 
 The fingerprint is a sha256 over what the replay reads (ids, turns, salts, tokens), so two
 results can say whether they came from the same corpus.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,8 @@ import numpy.typing as npt
 #: Largest token id accepted (token ids travel as int32, as in ``sim/hashing.py``).
 MAX_TOKEN_ID = 2**31 - 1
 
-_TEXT_FIELDS = ("prompt", "messages")
+Tokenize = Callable[[str], list[int]]
+"""A prompt's text to its token ids (``audit.tokenizer.PinnedTokenizer.encode``)."""
 
 
 class CorpusError(ValueError):
@@ -61,7 +65,32 @@ def _field_error(path: Path, line: int, message: str) -> CorpusError:
     return CorpusError(f"{path}: line {line}: {message}")
 
 
-def _record(path: Path, line: int, text: str) -> Record:
+def _prompt_ids(
+    path: Path, line: int, data: dict[str, object], tokenize: Tokenize | None
+) -> object:
+    """The record's token ids: given, or its ``prompt`` encoded by the pinned tokenizer."""
+    if "prompt_token_ids" in data:
+        return data["prompt_token_ids"]
+    if "messages" in data:
+        raise _field_error(
+            path,
+            line,
+            "'messages' needs a chat template, which this version does not apply: give "
+            "'prompt_token_ids', or the rendered text as 'prompt' with --tokenizer",
+        )
+    if "prompt" not in data:
+        raise _field_error(path, line, "missing 'prompt_token_ids' (or 'prompt' text)")
+    if tokenize is None:
+        raise _field_error(
+            path, line, "'prompt' is text: give --tokenizer tokenizer.json, or 'prompt_token_ids'"
+        )
+    prompt = data["prompt"]
+    if not isinstance(prompt, str) or not prompt:
+        raise _field_error(path, line, "'prompt' must be a non-empty string")
+    return tokenize(prompt)
+
+
+def _record(path: Path, line: int, text: str, tokenize: Tokenize | None) -> Record:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -70,23 +99,13 @@ def _record(path: Path, line: int, text: str) -> Record:
         raise _field_error(path, line, "not a record: nested too deeply") from None
     if not isinstance(data, dict):
         raise _field_error(path, line, "a record must be a JSON object")
-    if "prompt_token_ids" not in data:
-        text_field = next((name for name in _TEXT_FIELDS if name in data), None)
-        if text_field is not None:
-            raise _field_error(
-                path,
-                line,
-                f"'{text_field}' needs a tokenizer; this version audits token ids only: "
-                "give 'prompt_token_ids'",
-            )
-        raise _field_error(path, line, "missing 'prompt_token_ids'")
+    ids = _prompt_ids(path, line, data, tokenize)
     conversation = data.get("conversation_id")
     if isinstance(conversation, bool) or not isinstance(conversation, str | int):
         raise _field_error(path, line, "'conversation_id' must be a string or an integer")
     turn = data.get("turn")
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
         raise _field_error(path, line, "'turn' must be an integer >= 0")
-    ids = data["prompt_token_ids"]
     if not isinstance(ids, list) or not ids:
         raise _field_error(path, line, "'prompt_token_ids' must be a non-empty list")
     if not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in ids):
@@ -109,15 +128,16 @@ def _record(path: Path, line: int, text: str) -> Record:
     )
 
 
-def parse_corpus(path: Path, text: str) -> Corpus:
-    """Parse and check a corpus's text (``path`` only names it in messages)."""
+def parse_corpus(path: Path, text: str, tokenize: Tokenize | None = None) -> Corpus:
+    """Parse and check a corpus's text (``path`` only names it in messages; ``tokenize``
+    encodes ``prompt`` text)."""
     records: list[Record] = []
     last_turn: dict[str, tuple[int, int]] = {}
     digest = hashlib.sha256()
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        record = _record(path, number, raw)
+        record = _record(path, number, raw, tokenize)
         previous = last_turn.get(record.conversation_id)
         if previous is not None and record.turn <= previous[0]:
             raise _field_error(
@@ -140,7 +160,7 @@ def parse_corpus(path: Path, text: str) -> Corpus:
     return Corpus(records=tuple(records), sha256=digest.hexdigest())
 
 
-def read_corpus(path: Path) -> Corpus:
+def read_corpus(path: Path, tokenize: Tokenize | None = None) -> Corpus:
     """Read and check a corpus file."""
     try:
         data = path.read_bytes()
@@ -151,4 +171,4 @@ def read_corpus(path: Path) -> Corpus:
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise CorpusError(f"{path}: line {line}: not UTF-8") from None
-    return parse_corpus(path, text)
+    return parse_corpus(path, text, tokenize)

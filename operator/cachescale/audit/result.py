@@ -122,8 +122,11 @@ def _tenancy_notes(corpus: Corpus) -> list[str]:
     ]
 
 
-def build_result(corpus: Corpus, corpus_path: str, replay: Replay) -> dict[str, Any]:
-    """The result object of one audit run."""
+def build_result(
+    corpus: Corpus, corpus_path: str, replay: Replay, tokenizer_sha256: str | None = None
+) -> dict[str, Any]:
+    """The result object of one audit run (``tokenizer_sha256``: the pinned tokenizer's
+    file, when the corpus had text prompts)."""
     passes = {
         name: [o for o in replay.outcomes if o.pass_name == name] for name in ("warmup", "audit")
     }
@@ -133,7 +136,7 @@ def build_result(corpus: Corpus, corpus_path: str, replay: Replay) -> dict[str, 
             "block_size": replay.block_size,
             "kv_blocks": replay.kv_blocks,
             "hash_algo": "sha256",
-            "tokenizer": None,
+            "tokenizer": tokenizer_sha256,
             "hit_fraction": HIT_FRACTION,
         },
         "corpus": {

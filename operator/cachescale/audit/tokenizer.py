@@ -1,0 +1,53 @@
+"""A pinned tokenizer for text prompts: a local ``tokenizer.json`` and its fingerprint.
+
+The audit must see the token ids the engine would see, and a baseline and a candidate are
+comparable only when both were tokenized the same way. So the tokenizer is a file given on
+the command line (Hugging Face ``tokenizers``' ``tokenizer.json``; nothing is downloaded),
+its sha256 goes into the result's settings, and ``compare`` refuses two results whose
+fingerprints differ. Prompts are encoded with the special tokens the tokenizer adds (a BOS
+token, for most models), as vLLM's completions endpoint does with a text prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachescale.audit.corpus import Tokenize
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be used; the message names the file and says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedTokenizer:
+    """The encoder and the sha256 of the file it came from."""
+
+    encode: Tokenize
+    sha256: str
+
+
+def load_tokenizer(path: Path) -> PinnedTokenizer:
+    """The tokenizer in ``path`` (a ``tokenizer.json``), with its file's sha256."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizerError(
+            "text prompts need the tokenizers package: pip install 'cachescale[audit]'"
+        ) from None
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise TokenizerError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    except (UnicodeDecodeError, Exception) as error:  # tokenizers raises plain Exception
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TokenizerError(f"{path}: not a tokenizer.json: {first}") from None
+
+    def encode(prompt: str) -> list[int]:
+        return list(tokenizer.encode(prompt, add_special_tokens=True).ids)
+
+    return PinnedTokenizer(encode=encode, sha256=hashlib.sha256(data).hexdigest())
