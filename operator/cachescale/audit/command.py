@@ -12,8 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cachescale.api.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from cachescale.audit.corpus import EncodeChat
+    from cachescale.audit.tokenizer import PinnedTokenizer
 
 PROG = "cachescale audit"
 
@@ -76,19 +81,50 @@ def _cmd_run(args: argparse.Namespace) -> int:
             pinned = load_tokenizer(Path(args.tokenizer))
         except TokenizerError as error:
             return _fail(f"--tokenizer {error}")
+    chat = _chat_encoder(args, pinned)
+    if isinstance(chat, str):
+        return _fail(chat)
     try:
-        corpus = read_corpus(Path(args.corpus), pinned.encode if pinned else None)
+        corpus = read_corpus(Path(args.corpus), pinned.encode if pinned else None, chat[0])
     except CorpusError as error:
         return _fail(str(error))
     try:
         outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
-    result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None)
+    result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1])
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
     return ExitCode.OK
+
+
+def _chat_encoder(
+    args: argparse.Namespace, pinned: PinnedTokenizer | None
+) -> tuple[EncodeChat | None, str | None] | str:
+    """The ``messages`` encoder and its template's sha256 (None, None without a template),
+    or why the chat flags cannot be used."""
+    if args.chat_template is None and args.chat_template_config is None:
+        return None, None
+    from cachescale.audit.chat import ChatTemplateError, load_chat_template
+
+    if pinned is None:
+        return "--chat-template needs --tokenizer tokenizer.json to encode what it renders"
+    template_file, config_file = args.chat_template, args.chat_template_config
+    try:
+        template = load_chat_template(
+            Path(template_file) if template_file else None,
+            Path(config_file) if config_file else None,
+        )
+    except ChatTemplateError as error:
+        flag = "--chat-template" if template_file else "--chat-template-config"
+        return f"{flag} {error}"
+    render, encode = template.render, pinned.encode_rendered
+
+    def encode_chat(messages: list[Any], tools: list[Any] | None) -> list[int]:
+        return encode(render(messages, tools))
+
+    return encode_chat, template.sha256
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -164,6 +200,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         help="a local tokenizer.json (Hugging Face tokenizers) for records that give 'prompt' "
         "text; its sha256 is recorded, and compare refuses results tokenized differently",
+    )
+    # What a record's messages, the cache's engine and its hash are.
+    run.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="a Jinja chat template file for records that give 'messages' (+ 'tools'); "
+        "its sha256 is recorded, and compare refuses results rendered differently",
+    )
+    run.add_argument(
+        "--chat-template-config",
+        metavar="FILE",
+        help="a local tokenizer_config.json: its chat_template (unless --chat-template), "
+        "and the bos_token and eos_token the template renders",
     )
     run.add_argument(
         "--block-size", type=_positive_int, default=16, metavar="N", help="tokens per block"

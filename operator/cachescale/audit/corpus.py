@@ -6,9 +6,8 @@ One record per line: ``conversation_id`` (string or integer), ``turn`` (integer 
 turns rise from line to line. Every problem names its line, because a corpus is usually
 written by a script and the line is what its author can find. A record may give
 ``prompt`` text instead of token ids when a pinned tokenizer is given
-(``audit/tokenizer.py``); without one it is refused, never guessed at. OpenAI-style
-``messages`` need a chat template, which this version does not have: they are refused
-with a message saying so.
+(``audit/tokenizer.py``), or OpenAI-style ``messages`` (and ``tools``) when a chat
+template is given too (``audit/chat.py``); without them it is refused, never guessed at.
 
 The fingerprint is a sha256 over what the replay reads (ids, turns, salts, tokens), so two
 results can say whether they came from the same corpus.
@@ -21,15 +20,22 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from cachescale.audit.chat import ChatTemplateError
 
 #: Largest token id accepted (token ids travel as int32, as in ``sim/hashing.py``).
 MAX_TOKEN_ID = 2**31 - 1
 
 Tokenize = Callable[[str], list[int]]
 """A prompt's text to its token ids (``audit.tokenizer.PinnedTokenizer.encode``)."""
+
+EncodeChat = Callable[[list[Any], list[Any] | None], list[int]]
+"""A record's ``messages`` and ``tools`` to token ids: rendered by the chat template, then
+encoded by the pinned tokenizer."""
 
 
 class CorpusError(ValueError):
@@ -65,21 +71,49 @@ def _field_error(path: Path, line: int, message: str) -> CorpusError:
     return CorpusError(f"{path}: line {line}: {message}")
 
 
-def _prompt_ids(
-    path: Path, line: int, data: dict[str, object], tokenize: Tokenize | None
-) -> object:
-    """The record's token ids: given, or its ``prompt`` encoded by the pinned tokenizer."""
-    if "prompt_token_ids" in data:
-        return data["prompt_token_ids"]
-    if "messages" in data:
+def _chat_ids(
+    path: Path, line: int, data: dict[str, object], encode_chat: EncodeChat | None
+) -> list[int]:
+    """The ids of a record's ``messages`` and ``tools`` through the chat template."""
+    if encode_chat is None:
         raise _field_error(
             path,
             line,
-            "'messages' needs a chat template, which this version does not apply: give "
-            "'prompt_token_ids', or the rendered text as 'prompt' with --tokenizer",
+            "'messages' needs a chat template: give --chat-template-config "
+            "tokenizer_config.json or --chat-template FILE, with --tokenizer tokenizer.json",
         )
+    messages, tools = data["messages"], data.get("tools")
+    if not isinstance(messages, list) or not messages:
+        raise _field_error(path, line, "'messages' must be a non-empty list")
+    if not all(isinstance(message, dict) for message in messages):
+        raise _field_error(path, line, "'messages' must hold JSON objects")
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(tool, dict) for tool in tools)
+    ):
+        raise _field_error(path, line, "'tools' must be a list of JSON objects")
+    try:
+        return encode_chat(messages, tools)
+    except ChatTemplateError as error:
+        raise _field_error(path, line, str(error)) from None
+
+
+def _prompt_ids(
+    path: Path,
+    line: int,
+    data: dict[str, object],
+    tokenize: Tokenize | None,
+    encode_chat: EncodeChat | None,
+) -> object:
+    """The record's token ids: given, its ``prompt`` encoded by the pinned tokenizer, or
+    its ``messages`` rendered by the chat template and encoded."""
+    if "prompt_token_ids" in data:
+        return data["prompt_token_ids"]
+    if "messages" in data:
+        return _chat_ids(path, line, data, encode_chat)
     if "prompt" not in data:
-        raise _field_error(path, line, "missing 'prompt_token_ids' (or 'prompt' text)")
+        raise _field_error(
+            path, line, "missing 'prompt_token_ids' (or 'prompt' text, or 'messages')"
+        )
     if tokenize is None:
         raise _field_error(
             path, line, "'prompt' is text: give --tokenizer tokenizer.json, or 'prompt_token_ids'"
@@ -90,7 +124,9 @@ def _prompt_ids(
     return tokenize(prompt)
 
 
-def _record(path: Path, line: int, text: str, tokenize: Tokenize | None) -> Record:
+def _record(
+    path: Path, line: int, text: str, tokenize: Tokenize | None, encode_chat: EncodeChat | None
+) -> Record:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -99,7 +135,7 @@ def _record(path: Path, line: int, text: str, tokenize: Tokenize | None) -> Reco
         raise _field_error(path, line, "not a record: nested too deeply") from None
     if not isinstance(data, dict):
         raise _field_error(path, line, "a record must be a JSON object")
-    ids = _prompt_ids(path, line, data, tokenize)
+    ids = _prompt_ids(path, line, data, tokenize, encode_chat)
     conversation = data.get("conversation_id")
     if isinstance(conversation, bool) or not isinstance(conversation, str | int):
         raise _field_error(path, line, "'conversation_id' must be a string or an integer")
@@ -128,16 +164,21 @@ def _record(path: Path, line: int, text: str, tokenize: Tokenize | None) -> Reco
     )
 
 
-def parse_corpus(path: Path, text: str, tokenize: Tokenize | None = None) -> Corpus:
+def parse_corpus(
+    path: Path,
+    text: str,
+    tokenize: Tokenize | None = None,
+    encode_chat: EncodeChat | None = None,
+) -> Corpus:
     """Parse and check a corpus's text (``path`` only names it in messages; ``tokenize``
-    encodes ``prompt`` text)."""
+    encodes ``prompt`` text, ``encode_chat`` renders and encodes ``messages``)."""
     records: list[Record] = []
     last_turn: dict[str, tuple[int, int]] = {}
     digest = hashlib.sha256()
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        record = _record(path, number, raw, tokenize)
+        record = _record(path, number, raw, tokenize, encode_chat)
         previous = last_turn.get(record.conversation_id)
         if previous is not None and record.turn <= previous[0]:
             raise _field_error(
@@ -160,7 +201,9 @@ def parse_corpus(path: Path, text: str, tokenize: Tokenize | None = None) -> Cor
     return Corpus(records=tuple(records), sha256=digest.hexdigest())
 
 
-def read_corpus(path: Path, tokenize: Tokenize | None = None) -> Corpus:
+def read_corpus(
+    path: Path, tokenize: Tokenize | None = None, encode_chat: EncodeChat | None = None
+) -> Corpus:
     """Read and check a corpus file."""
     try:
         data = path.read_bytes()
@@ -171,4 +214,4 @@ def read_corpus(path: Path, tokenize: Tokenize | None = None) -> Corpus:
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise CorpusError(f"{path}: line {line}: not UTF-8") from None
-    return parse_corpus(path, text, tokenize)
+    return parse_corpus(path, text, tokenize, encode_chat)

@@ -1,8 +1,9 @@
 """The result of ``cachescale audit run``: figures, causes and what makes two comparable.
 
 A result is one JSON object (:data:`FORMAT`). ``settings`` holds everything that changes
-what a hit is (block size, pool bound, hash, tokenizer, the hit threshold): two results
-are comparable only when their settings are equal, and ``compare`` refuses otherwise.
+what a hit is (block size, pool bound, hash, tokenizer, chat template, the hit threshold):
+two results are comparable only when their settings are equal, and ``compare`` refuses
+otherwise.
 ``corpus`` names the corpus by its sha256, so a reader can tell which corpus a figure came
 from. ``passes`` holds the figures of the warm-up and the audit pass; the gate reads the
 audit pass. ``causes`` lists, per pass, the classified misses with a few quoted examples.
@@ -123,10 +124,15 @@ def _tenancy_notes(corpus: Corpus) -> list[str]:
 
 
 def build_result(
-    corpus: Corpus, corpus_path: str, replay: Replay, tokenizer_sha256: str | None = None
+    corpus: Corpus,
+    corpus_path: str,
+    replay: Replay,
+    tokenizer_sha256: str | None = None,
+    chat_template_sha256: str | None = None,
 ) -> dict[str, Any]:
     """The result object of one audit run (``tokenizer_sha256``: the pinned tokenizer's
-    file, when the corpus had text prompts)."""
+    file, when the corpus had text prompts; ``chat_template_sha256``: the chat template's
+    text, when it had messages)."""
     passes = {
         name: [o for o in replay.outcomes if o.pass_name == name] for name in ("warmup", "audit")
     }
@@ -137,6 +143,7 @@ def build_result(
             "kv_blocks": replay.kv_blocks,
             "hash_algo": "sha256",
             "tokenizer": tokenizer_sha256,
+            "chat_template": chat_template_sha256,
             "hit_fraction": HIT_FRACTION,
         },
         "corpus": {

@@ -5,7 +5,9 @@ comparable only when both were tokenized the same way. So the tokenizer is a fil
 the command line (Hugging Face ``tokenizers``' ``tokenizer.json``; nothing is downloaded),
 its sha256 goes into the result's settings, and ``compare`` refuses two results whose
 fingerprints differ. Prompts are encoded with the special tokens the tokenizer adds (a BOS
-token, for most models), as vLLM's completions endpoint does with a text prompt.
+token, for most models), as vLLM's completions endpoint does with a text prompt; a chat
+template's output is encoded without them (the template writes its own BOS), as vLLM's
+chat endpoint does.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ class TokenizerError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PinnedTokenizer:
-    """The encoder and the sha256 of the file it came from."""
+    """The encoders and the sha256 of the file they came from."""
 
     encode: Tokenize
+    """A text prompt's ids, with the special tokens the tokenizer adds."""
+    encode_rendered: Tokenize
+    """A rendered chat's ids, as they stand (the template wrote the special tokens)."""
     sha256: str
 
 
@@ -50,4 +55,9 @@ def load_tokenizer(path: Path) -> PinnedTokenizer:
     def encode(prompt: str) -> list[int]:
         return list(tokenizer.encode(prompt, add_special_tokens=True).ids)
 
-    return PinnedTokenizer(encode=encode, sha256=hashlib.sha256(data).hexdigest())
+    def encode_rendered(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return PinnedTokenizer(
+        encode=encode, encode_rendered=encode_rendered, sha256=hashlib.sha256(data).hexdigest()
+    )
