@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 PROG = "cachescale audit"
 
+#: ``--hash-algo`` choices (``audit/hashing.py`` keeps the same tuple; a test checks).
+HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash")
+
 #: The demo cases (``audit/demo.py`` writes them; a test keeps the two lists equal).
 DEMO_CASES = (
     "rechunk-retrieval-first",
@@ -69,6 +72,7 @@ def _write(path: Path, text: str) -> str | None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from cachescale.audit.corpus import CorpusError, read_corpus
+    from cachescale.audit.hashing import HashAlgoError
     from cachescale.audit.replay import replay
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
@@ -89,9 +93,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except CorpusError as error:
         return _fail(str(error))
     try:
-        outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
+        outcome = replay(
+            corpus, args.block_size, args.kv_blocks, args.warmup_conversations, args.hash_algo
+        )
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
+    except HashAlgoError as error:
+        return _fail(str(error))
     result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1])
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
@@ -213,6 +221,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         help="a local tokenizer_config.json: its chat_template (unless --chat-template), "
         "and the bos_token and eos_token the template renders",
+    )
+    run.add_argument(
+        "--hash-algo",
+        choices=HASH_ALGOS,
+        default=HASH_ALGOS[0],
+        help="vLLM's --prefix-caching-hash-algo: sha256 (the simulator's chain), or "
+        "sha256_cbor and xxhash byte-identical to vLLM's (cbor2, xxhash packages)",
     )
     run.add_argument(
         "--block-size", type=_positive_int, default=16, metavar="N", help="tokens per block"

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from cachescale.audit.corpus import Corpus
-from cachescale.audit.replay import CAUSES, HIT_FRACTION, Outcome, Replay
+from cachescale.audit.explain import HIT_FRACTION, Outcome
+from cachescale.audit.replay import CAUSES, Replay
 
 FORMAT = "cachescale-audit/v1"
 #: Examples quoted per cause.
@@ -141,7 +142,7 @@ def build_result(
         "settings": {
             "block_size": replay.block_size,
             "kv_blocks": replay.kv_blocks,
-            "hash_algo": "sha256",
+            "hash_algo": replay.hash_algo,
             "tokenizer": tokenizer_sha256,
             "chat_template": chat_template_sha256,
             "hit_fraction": HIT_FRACTION,
