@@ -73,10 +73,12 @@ def _write(path: Path, text: str) -> str | None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from cachescale.audit.corpus import CorpusError, read_corpus
     from cachescale.audit.hashing import HashAlgoError
-    from cachescale.audit.replay import replay
+    from cachescale.audit.replay import SGLANG_FLAGS, replay
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
 
+    if args.engine == "sglang" and (args.kv_blocks is not None or args.hash_algo != "sha256"):
+        return _fail(SGLANG_FLAGS)
     pinned = None
     if args.tokenizer is not None:
         from cachescale.audit.tokenizer import TokenizerError, load_tokenizer
@@ -94,7 +96,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _fail(str(error))
     try:
         outcome = replay(
-            corpus, args.block_size, args.kv_blocks, args.warmup_conversations, args.hash_algo
+            corpus,
+            args.block_size,
+            args.kv_blocks,
+            args.warmup_conversations,
+            args.hash_algo,
+            args.engine,
         )
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
@@ -221,6 +228,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         help="a local tokenizer_config.json: its chat_template (unless --chat-template), "
         "and the bos_token and eos_token the template renders",
+    )
+    run.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="vllm: full blocks, chained hashes, first-miss lookup (default); sglang: the "
+        "radix cache at page size 1, the longest common token prefix hits",
     )
     run.add_argument(
         "--hash-algo",

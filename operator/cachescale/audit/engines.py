@@ -7,6 +7,11 @@ freeing, so the audit and the simulator can never disagree about a hit. Unbounde
 default) means a pool as large as every block of the corpus: nothing is evicted and only
 the prompts' structure decides what hits.
 
+``SglangCache`` is SGLang's radix cache at page size 1 (``audit/radix.py``): a request
+reuses the longest common token prefix it shares with any earlier prompt of the same salt,
+with no block rounding, capped at ``num_tokens − 1`` as SGLang's scheduler caps it (one
+token is always computed, for the logits). It is unbounded: nothing is evicted.
+
 Each cache answers :class:`Lookup`: the tokens the engine takes from the cache, and for
 the explanation, how many leading tokens are known cached and which earlier prompts go on
 past them (the candidates for the longest cached prompt this one could have matched).
@@ -16,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cachescale.audit.divergence import Tokens
 from cachescale.audit.explain import References
+from cachescale.audit.radix import RadixTree
 from cachescale.sim.profiles import GpuProfile, ModelProfile, ReplicaProfile, StepTimeModel
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
@@ -99,4 +106,21 @@ class VllmCache:
             cached_tokens=request.cached_tokens or 0,
             known=cached_blocks * self._block_size,
             candidates=candidates,
+        )
+
+
+class SglangCache:
+    """SGLang's radix cache at page size 1, unbounded."""
+
+    def __init__(self) -> None:
+        self._tree = RadixTree()
+
+    def serve(self, index: int, tokens: Tokens, salt: str | None) -> Lookup:
+        """Serve request ``index`` and keep its prompt."""
+        matched, owner = self._tree.match(tokens, salt)
+        self._tree.insert(tokens, salt, index)
+        return Lookup(
+            cached_tokens=min(matched, len(tokens) - 1),
+            known=matched,
+            candidates=[] if owner is None else [owner],
         )

@@ -3,7 +3,10 @@
 The cache is the simulator's own vLLM engine (``audit/engines.py``): prompts are named by
 their chained block hashes (``audit/hashing.py``: full blocks only, ``cache_salt`` in
 block 0, the ``--hash-algo`` chosen) and served one at a time, so the audit and the
-simulator can never disagree about what hits.
+simulator can never disagree about what hits. With ``engine="sglang"`` it is SGLang's
+radix cache instead (page size 1: the longest common token prefix hits); the block hashes
+are still computed, to say where prompts part (``compare``) and which new content later
+requests reused.
 
 Two passes, as in the incident team's CI: warm-up, then audit. A static corpus replayed
 twice would hit in full the second time by construction, so the passes are the corpus's
@@ -15,10 +18,11 @@ turn, and the first divergence is classified (:data:`CAUSES`, ``audit/explain.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachescale.audit.corpus import Corpus, CorpusError, Record
-from cachescale.audit.engines import VllmCache
+from cachescale.audit.engines import Lookup, SglangCache, VllmCache
 from cachescale.audit.explain import Outcome, explain
 from cachescale.audit.hashing import chain_hasher
 
@@ -37,6 +41,11 @@ CAUSES: dict[str, str] = {
     "unique": "genuinely unique: content no other request shares",
 }
 
+#: Why ``--engine sglang`` takes neither ``--kv-blocks`` nor ``--hash-algo``.
+SGLANG_FLAGS = (
+    "--engine sglang is SGLang's unbounded radix cache: --kv-blocks and --hash-algo are "
+    "vLLM's settings"
+)
 _WARMUP = "warmup"
 _AUDIT = "audit"
 
@@ -50,6 +59,7 @@ class Replay:
     kv_blocks: int | None
     warmup_conversations: int
     hash_algo: str = "sha256"
+    engine: str = "vllm"
 
 
 def _split(corpus: Corpus, warmup: int | None) -> tuple[list[Record], int]:
@@ -70,18 +80,19 @@ def _split(corpus: Corpus, warmup: int | None) -> tuple[list[Record], int]:
     return first + [r for r in corpus.records if r.conversation_id not in warm], count
 
 
-def replay(
-    corpus: Corpus,
-    block_size: int = 16,
-    kv_blocks: int | None = None,
-    warmup_conversations: int | None = None,
-    hash_algo: str = "sha256",
-) -> Replay:
-    """Replay the corpus (warm-up pass, then audit pass) and classify every miss."""
-    order, warm_count = _split(corpus, warmup_conversations)
-    warm_ids = set(corpus.conversations[:warm_count])
-    hasher = chain_hasher(hash_algo)
-    chains = [hasher(r.tokens, block_size, r.cache_salt) for r in order]
+Serve = Callable[[int, Record, list[bytes]], Lookup]
+"""Serve request ``index`` (its record, its chained block hashes) and say what hit."""
+
+
+def _server(engine: str, order: list[Record], block_size: int, kv_blocks: int | None) -> Serve:
+    """The engine's cache, sized for the corpus."""
+    if engine == "sglang":
+        radix = SglangCache()
+
+        def serve_sglang(index: int, record: Record, hashes: list[bytes]) -> Lookup:
+            return radix.serve(index, record.tokens, record.cache_salt)
+
+        return serve_sglang
     if kv_blocks is not None:
         for record in order:
             need = -(-len(record.tokens) // block_size)
@@ -95,13 +106,37 @@ def replay(
         if kv_blocks is not None
         else sum(-(-len(r.tokens) // block_size) for r in order) + 1
     )
-    cache = VllmCache(block_size, pool, max(len(r.tokens) for r in order))
+    vllm = VllmCache(block_size, pool, max(len(r.tokens) for r in order))
+
+    def serve_vllm(index: int, record: Record, hashes: list[bytes]) -> Lookup:
+        tenant = record.tenant or ""
+        return vllm.serve(index, len(record.tokens), hashes, record.cache_salt, tenant)
+
+    return serve_vllm
+
+
+def replay(
+    corpus: Corpus,
+    block_size: int = 16,
+    kv_blocks: int | None = None,
+    warmup_conversations: int | None = None,
+    hash_algo: str = "sha256",
+    engine: str = "vllm",
+) -> Replay:
+    """Replay the corpus (warm-up pass, then audit pass) and classify every miss."""
+    if engine == "sglang" and (kv_blocks is not None or hash_algo != "sha256"):
+        raise ValueError(SGLANG_FLAGS)
+    order, warm_count = _split(corpus, warmup_conversations)
+    warm_ids = set(corpus.conversations[:warm_count])
+    hasher = chain_hasher(hash_algo)
+    chains = [hasher(r.tokens, block_size, r.cache_salt) for r in order]
+    serve = _server(engine, order, block_size, kv_blocks)
     previous: dict[str, int] = {}
     outcomes: list[Outcome] = []
     hit_blocks: set[bytes] = set()
     for index, (record, hashes) in enumerate(zip(order, chains, strict=True)):
         length = len(record.tokens)
-        found = cache.serve(index, length, hashes, record.cache_salt, record.tenant or "")
+        found = serve(index, record, hashes)
         outcome = Outcome(
             record=record,
             pass_name=_WARMUP if record.conversation_id in warm_ids else _AUDIT,
@@ -125,4 +160,4 @@ def replay(
     for outcome in outcomes:
         if outcome.cause is None and outcome.new_block is not None:
             outcome.cause = "boundary-shift" if outcome.new_block in hit_blocks else "unique"
-    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo)
+    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo, engine)

@@ -1,14 +1,14 @@
 """The result of ``cachescale audit run``: figures, causes and what makes two comparable.
 
 A result is one JSON object (:data:`FORMAT`). ``settings`` holds everything that changes
-what a hit is (block size, pool bound, hash, tokenizer, chat template, the hit threshold):
-two results are comparable only when their settings are equal, and ``compare`` refuses
-otherwise.
-``corpus`` names the corpus by its sha256, so a reader can tell which corpus a figure came
-from. ``passes`` holds the figures of the warm-up and the audit pass; the gate reads the
-audit pass. ``causes`` lists, per pass, the classified misses with a few quoted examples.
-``requests`` holds every request's figures and a short prefix of each of its block hashes
-(``chain``), so ``compare`` can say where the candidate's prompts left the baseline's.
+what a hit is (engine, block size, pool bound, hash, tokenizer, chat template, the hit
+threshold): two results are comparable only when their settings are equal, and
+``compare`` refuses otherwise. ``corpus`` names the corpus by its sha256, so a reader can
+tell which corpus a figure came from. ``passes`` holds the figures of the warm-up and the
+audit pass; the gate reads the audit pass. ``causes`` lists, per pass, the classified
+misses with a few quoted examples. ``requests`` holds every request's figures and a short
+prefix of each of its block hashes (``chain``), so ``compare`` can say where the
+candidate's prompts left the baseline's.
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def build_result(
     return {
         "format": FORMAT,
         "settings": {
+            "engine": replay.engine,
             "block_size": replay.block_size,
             "kv_blocks": replay.kv_blocks,
             "hash_algo": replay.hash_algo,

@@ -17,10 +17,16 @@ def render_run(result: dict[str, Any]) -> str:
     """A short report of one result."""
     corpus, settings = result["corpus"], result["settings"]
     pool = settings["kv_blocks"] or "unbounded"
+    engine = settings.get("engine", "vllm")
+    cache = (
+        "SGLang radix cache (page size 1)"
+        if engine == "sglang"
+        else f"block size {settings['block_size']}, pool {pool}, hash {settings['hash_algo']}"
+    )
     lines = [
         f"corpus {corpus['path']}: {corpus['records']:,} requests in "
         f"{corpus['conversations']:,} conversations ({corpus['warmup_conversations']:,} warm "
-        f"the cache); block size {settings['block_size']}, pool {pool}",
+        f"the cache); {cache}",
         "",
         f"{'':<30}{'warm-up':>10}{'audit':>10}",
     ]
