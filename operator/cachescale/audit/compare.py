@@ -58,6 +58,8 @@ class Verdict:
     notes: list[str]
     cause: str | None
     """The cause named for a regression: a cause id, or ``"prompt-growth"``."""
+    warnings: list[str]
+    """The candidate's warnings (a non-cryptographic hash shared by tenants)."""
 
     @property
     def regression(self) -> bool:
@@ -195,7 +197,14 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
         cause = str(named["cause"])
     else:
         headline = "REGRESSION: no single cause found (see the figures)"
-    return Verdict(rows, failures, causes, headline, notes, cause)
+    notes += [f"candidate: {note}" for note in _strings(candidate.get("notes"))]
+    warnings = _strings(candidate.get("warnings"))
+    return Verdict(rows, failures, causes, headline, notes, cause, warnings)
+
+
+def _strings(value: object) -> list[str]:
+    """A result's list of notes or warnings (absent from older results)."""
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def _fmt(key: str, value: float) -> str:
@@ -234,6 +243,7 @@ def render_table(verdict: Verdict) -> str:
                 for ex in row["examples"][:2]
             ]
     lines += [f"note: {note}" for note in verdict.notes]
+    lines += [f"warning: {warning}" for warning in verdict.warnings]
     return "\n".join(lines) + "\n"
 
 
@@ -260,6 +270,7 @@ def render_markdown(verdict: Verdict) -> str:
                 for ex in row["examples"][:1]
             ]
     lines += [""] + [f"_{note}_" for note in verdict.notes] if verdict.notes else []
+    lines += [""] + [f"> ⚠️ {warning}" for warning in verdict.warnings] if verdict.warnings else []
     return "\n".join(lines) + "\n"
 
 
@@ -278,6 +289,7 @@ def render_json(verdict: Verdict) -> str:
                 "failed": verdict.failures,
                 "causes": verdict.causes,
                 "notes": verdict.notes,
+                "warnings": verdict.warnings,
             },
             indent=1,
         )

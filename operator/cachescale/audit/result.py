@@ -8,7 +8,8 @@ tell which corpus a figure came from. ``passes`` holds the figures of the warm-u
 audit pass; the gate reads the audit pass. ``causes`` lists, per pass, the classified
 misses with a few quoted examples. ``requests`` holds every request's figures and a short
 prefix of each of its block hashes (``chain``), so ``compare`` can say where the
-candidate's prompts left the baseline's.
+candidate's prompts left the baseline's. ``tenancy``, ``notes`` and ``warnings`` say what
+tenants share (``audit/tenancy.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from cachescale.audit.corpus import Corpus
 from cachescale.audit.explain import HIT_FRACTION, Outcome
 from cachescale.audit.replay import CAUSES, Replay
+from cachescale.audit.tenancy import tenancy
 
 FORMAT = "cachescale-audit/v1"
 #: Examples quoted per cause.
@@ -111,19 +113,6 @@ def _windows(outcomes: list[Outcome]) -> list[float]:
     return series
 
 
-def _tenancy_notes(corpus: Corpus) -> list[str]:
-    """Say when tenants share a cache because some of their requests carry no salt."""
-    tenants = {r.tenant for r in corpus.records if r.tenant is not None}
-    unsalted = {r.tenant for r in corpus.records if r.tenant is not None and not r.cache_salt}
-    if len(tenants) < 2 or not unsalted:
-        return []
-    return [
-        f"{len(unsalted)} of {len(tenants)} tenants send requests without cache_salt: vLLM "
-        "isolates tenants only by cache_salt, so those requests share cached prefixes "
-        "across tenants"
-    ]
-
-
 def build_result(
     corpus: Corpus,
     corpus_path: str,
@@ -137,6 +126,7 @@ def build_result(
     passes = {
         name: [o for o in replay.outcomes if o.pass_name == name] for name in ("warmup", "audit")
     }
+    shared, notes, warnings = tenancy(replay.outcomes, replay.block_size, replay.hash_algo)
     return {
         "format": FORMAT,
         "settings": {
@@ -155,7 +145,9 @@ def build_result(
             "conversations": len(corpus.conversations),
             "warmup_conversations": replay.warmup_conversations,
         },
-        "notes": _tenancy_notes(corpus),
+        "tenancy": shared,
+        "notes": notes,
+        "warnings": warnings,
         "passes": {name: _figures(group) for name, group in passes.items()},
         "causes": {name: _causes(group) for name, group in passes.items()},
         "hit_rate_windows": {"requests": WINDOW, "token_hit_rate": _windows(replay.outcomes)},

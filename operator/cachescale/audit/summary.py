@@ -48,4 +48,5 @@ def render_run(result: dict[str, Any]) -> str:
             for ex in entry["examples"][:1]
         ]
     lines += [f"note: {note}" for note in result.get("notes", [])]
+    lines += [f"warning: {warning}" for warning in result.get("warnings", [])]
     return "\n".join(lines) + "\n"
