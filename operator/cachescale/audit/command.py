@@ -189,10 +189,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "audit",
         help="pre-merge prefix-cache regression gate: replay a corpus, compare two results",
         description=(
-            "Replay a JSONL corpus of token-id prompts through vLLM's block hashing and "
-            "prefix cache (warm-up pass, then audit pass), say why prompts miss, and gate a "
-            "candidate against a baseline. Exit codes: 0 pass, 1 regression, 2 usage or "
-            "input error."
+            "Replay a JSONL corpus of prompts through vLLM's block hashing and prefix cache "
+            "or SGLang's radix cache (warm-up pass, then audit pass), say why prompts miss, "
+            "and gate a candidate against a baseline. Exit codes: 0 pass, 1 regression, 2 "
+            "usage or input error."
         ),
     )
     commands = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
@@ -201,13 +201,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "run",
         help="replay a corpus and write a result JSON",
         description=(
-            "Replay CORPUS (JSONL: conversation_id, turn, prompt_token_ids, optional tenant "
-            "and cache_salt) and write the figures and the classified causes to --out. The "
-            "first half of the conversations warm the cache; the rest are audited."
+            "Replay CORPUS (JSONL: conversation_id, turn, then prompt_token_ids, prompt text "
+            "or chat messages, optional tenant and cache_salt) and write the figures and the "
+            "classified causes to --out. The first half of the conversations warm the cache; "
+            "the rest are audited."
         ),
     )
     run.add_argument(
-        "corpus", metavar="CORPUS", help="JSONL corpus: token ids, or prompt text with --tokenizer"
+        "corpus",
+        metavar="CORPUS",
+        help="JSONL corpus: token ids, prompt text (--tokenizer) or messages (a chat template)",
     )
     run.add_argument("--out", required=True, metavar="FILE", help="result JSON to write")
     run.add_argument(
