@@ -87,6 +87,9 @@ def test_broken_templates_are_one_line(tmp_path: Path) -> None:
     no_template.write_text('{"bos_token": "<s>"}', encoding="utf-8")
     with pytest.raises(ChatTemplateError, match="no 'chat_template'"):
         load_chat_template(None, no_template)
+    # A config without a template still gives the special tokens to a template file.
+    with_tokens = load_chat_template(FIXTURE, no_template)
+    assert with_tokens.render([{"role": "user", "content": "x"}], None).startswith("<s><user>")
     # The sandbox refuses to reach into Python objects.
     unsafe = tmp_path / "unsafe.jinja"
     unsafe.write_text("{{ messages.__class__.__mro__ }}", encoding="utf-8")

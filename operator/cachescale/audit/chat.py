@@ -23,7 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 #: The instant a template's ``strftime_now`` formats.
 FIXED_NOW = datetime(2025, 1, 1, tzinfo=UTC)
@@ -52,8 +55,9 @@ def _special_token(config: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _from_config(path: Path) -> tuple[str, dict[str, str]]:
-    """The template text and the special tokens of a ``tokenizer_config.json``."""
+def _from_config(path: Path) -> tuple[str | None, dict[str, str]]:
+    """The template text (None when it has none) and the special tokens of a
+    ``tokenizer_config.json``."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -66,16 +70,12 @@ def _from_config(path: Path) -> tuple[str, dict[str, str]]:
     if isinstance(template, list):  # named templates: the default one renders chats
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default")
-    if not isinstance(template, str) or not template:
-        raise ChatTemplateError(
-            f"{path}: no 'chat_template' string (give the template file with --chat-template)"
-        )
     tokens = {
         name: token
         for name in ("bos_token", "eos_token")
         if (token := _special_token(config, name)) is not None
     }
-    return template, tokens
+    return (template if isinstance(template, str) and template else None), tokens
 
 
 def _read_template(path: Path) -> str:
@@ -87,7 +87,7 @@ def _read_template(path: Path) -> str:
         raise ChatTemplateError(f"{path}: not UTF-8 text") from None
 
 
-def _environment() -> Any:
+def _environment() -> ImmutableSandboxedEnvironment:
     """A sandboxed Jinja environment configured as Hugging Face's ``apply_chat_template``."""
     from jinja2 import nodes
     from jinja2.exceptions import TemplateError
@@ -146,11 +146,16 @@ def load_chat_template(template_file: Path | None, config_file: Path | None) -> 
             "'messages' needs the jinja2 package: pip install 'cachescale[audit]'"
         ) from None
     tokens: dict[str, str] = {}
-    text = ""
+    text: str | None = None
     if config_file is not None:
         text, tokens = _from_config(config_file)
     if template_file is not None:
         text = _read_template(template_file)
+    if text is None:
+        raise ChatTemplateError(
+            f"{config_file}: no 'chat_template' string (give the template file with "
+            "--chat-template)"
+        )
     source = template_file or config_file
     try:
         template = _environment().from_string(text)
