@@ -14,7 +14,8 @@ line points at (a file's contents, an output path, a port, a kubeconfig) is inva
 ``cachescale audit`` is a CI gate with its own contract: 0 pass, 1 regression
 (:attr:`ExitCode.REGRESSION`, the same value as ``INVALID``), 2 usage *or* input error. A
 CI step must tell "the change broke the cache" from "the audit could not run", so audit
-reports a bad corpus or result file as 2, never as 1.
+reports a bad corpus or result file as 2, never as 1, and an engine it cannot reach in
+live mode as 3 (:attr:`ExitCode.ENGINE_UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -40,5 +41,8 @@ class ExitCode(IntEnum):
     PROMETHEUS_UNAVAILABLE = 3
     """``cachescale signals`` or ``report`` could not read Prometheus (``init``: nor the
     API server): distinct from 1 and 2 so scripts can tell "Prometheus down" apart."""
+    ENGINE_UNAVAILABLE = 3
+    """``cachescale audit run --endpoint`` could not reach the engine or its ``/metrics``
+    (an alias of ``PROMETHEUS_UNAVAILABLE``: "what the command reads is down")."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C (SIGINT) before finishing, as shells report it (128 + 2)."""

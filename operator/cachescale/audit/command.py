@@ -48,6 +48,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {text}")
+    return text
+
+
 def _fail(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return ExitCode.USAGE
@@ -63,6 +69,14 @@ def _write(path: Path, text: str) -> str | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.endpoint is None and args.metrics_url is not None:
+        return _fail("--metrics-url needs --endpoint")
+    if args.endpoint is not None and args.kv_blocks is not None:
+        return _fail(
+            "--kv-blocks is for the offline replay: the engine's own pool bounds a live run"
+        )
+    if args.endpoint is not None and args.metrics_url is None:
+        args.metrics_url = args.endpoint.rstrip("/") + "/metrics"
     from cachescale.audit.corpus import CorpusError, read_corpus
     from cachescale.audit.replay import replay
     from cachescale.audit.result import build_result, dumps
@@ -81,10 +95,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except CorpusError as error:
         return _fail(str(error))
     try:
-        outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
+        if args.endpoint is not None:  # live mode: audit/live.py
+            from cachescale.audit.live import Live, LiveError, live_result
+
+            live = Live(args.endpoint, args.metrics_url, args.block_size, args.warmup_conversations)
+            try:
+                result = live_result(corpus, args.corpus, live, pinned.sha256 if pinned else None)
+            except LiveError as error:
+                print(f"{PROG}: {error}", file=sys.stderr)
+                return error.code
+        else:
+            outcome = replay(corpus, args.block_size, args.kv_blocks, args.warmup_conversations)
+            result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None)
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
-    result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None)
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
@@ -179,6 +203,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_positive_int,
         metavar="N",
         help="conversations in the warm-up pass (default: half, rounded down)",
+    )
+    # Live mode (audit/live.py): the corpus against a running engine and its /metrics.
+    run.add_argument(
+        "--endpoint",
+        type=_http_url,
+        metavar="URL",
+        help="audit against this OpenAI-compatible server (POST URL/v1/completions, token-id "
+        "prompts) and its prefix-cache counters, instead of the offline replay; exit 3 when "
+        "it cannot be reached",
+    )
+    run.add_argument(
+        "--metrics-url",
+        type=_http_url,
+        metavar="URL",
+        help="the engine's Prometheus metrics (default: ENDPOINT/metrics)",
     )
     run.set_defaults(handler=_cmd_run)
 
