@@ -247,15 +247,16 @@ def _engine(client: _Client, samples: list[tuple[str, dict[str, str], float]]) -
     )
 
 
-def _counters(engine: Engine, samples: list[tuple[str, dict[str, str], float]]) -> Counters:
-    return Counters(_sum(samples, engine.profile.queries), _sum(samples, engine.profile.hits))
+def read_counters(profile: Profile, samples: list[tuple[str, dict[str, str], float]]) -> Counters:
+    """The profile's counters in an exposition's samples, summed over its series."""
+    return Counters(_sum(samples, profile.queries), _sum(samples, profile.hits))
 
 
 def _settled(client: _Client, engine: Engine, before: Counters, prompt: int) -> Counters:
     """The counters once they count this request's ``prompt`` tokens (or ``SETTLE_S`` on)."""
     deadline = time.monotonic() + SETTLE_S
     while True:
-        now = _counters(engine, client.samples())
+        now = read_counters(engine.profile, client.samples())
         if now.queries - before.queries >= prompt or time.monotonic() >= deadline:
             return now
         time.sleep(_SETTLE_POLL_S)
@@ -286,7 +287,7 @@ def live_result(
             f"the engine's block size is {engine.block_size} (vllm:cache_config_info): "
             f"give --block-size {engine.block_size}"
         )
-    before = _counters(engine, first)
+    before = read_counters(engine.profile, first)
     outcomes: list[Outcome] = []
     mismatched = 0
     for record in order:
