@@ -16,6 +16,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-9
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of an emulated engine with no traffic but ours."""
-    workdir = tmp_path_factory.mktemp("emulator")
+@contextmanager
+def _engine(workdir: Path) -> Iterator[str]:
+    """The URL of a fresh emulated engine (empty cache) with no traffic but ours."""
+    workdir.mkdir(exist_ok=True)
     port = free_port_block(1)
     with run_emulator(
         workdir, small_scenario(), "--no-traffic", "--base-port", str(port), speed=100
@@ -48,6 +49,13 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         emulator.wait_for_targets()
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _get(url + "/metrics") or None, timeout_s=10, what="the pod's /metrics")
+        yield url
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One emulated engine shared by the tests that only need it to answer."""
+    with _engine(tmp_path_factory.mktemp("emulator")) as url:
         yield url
 
 
@@ -73,16 +81,15 @@ def _run(corpus: Path, out: Path, *flags: str) -> dict[str, Any]:
 
 
 def test_live_and_offline_agree_and_gate_alike(
-    endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["audit", "demo", "--case", "timestamp-top", "--out", str(tmp_path)]) == 0
-    results: dict[str, dict[str, dict[str, Any]]] = {}
     for side in ("baseline", "candidate"):
         corpus = tmp_path / f"{side}.jsonl"
-        live = _run(corpus, tmp_path / f"{side}-live.json", "--endpoint", endpoint)
+        with _engine(tmp_path / side) as endpoint:  # each side on an empty cache, as in CI
+            live = _run(corpus, tmp_path / f"{side}-live.json", "--endpoint", endpoint)
         pool = str(live["settings"]["kv_blocks"])  # the emulated engine's pool, as offline
         offline = _run(corpus, tmp_path / f"{side}-offline.json", "--kv-blocks", pool)
-        results[side] = {"live": live, "offline": offline}
         assert live["settings"]["mode"] == "live"
         assert live["live"] == {
             "endpoint": endpoint,
