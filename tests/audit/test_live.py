@@ -88,6 +88,7 @@ def test_live_and_offline_agree_and_gate_alike(
         corpus = tmp_path / f"{side}.jsonl"
         with _engine(tmp_path / side) as endpoint:  # each side on an empty cache, as in CI
             live = _run(corpus, tmp_path / f"{side}-live.json", "--endpoint", endpoint)
+        assert f"live: {endpoint}, counters vllm at" in capsys.readouterr().out
         pool = str(live["settings"]["kv_blocks"])  # the emulated engine's pool, as offline
         offline = _run(corpus, tmp_path / f"{side}-offline.json", "--kv-blocks", pool)
         assert live["settings"]["mode"] == "live"
