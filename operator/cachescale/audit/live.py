@@ -31,6 +31,7 @@ expects. An engine that cannot be reached is :class:`EngineUnavailableError` (ex
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -169,7 +170,7 @@ class _Client:
             raise LiveError(f"{url}: HTTP {error.code}{detail}") from None
         except urllib.error.URLError as error:
             raise EngineUnavailableError(f"{url}: cannot connect: {error.reason}") from None
-        except (TimeoutError, ConnectionError, OSError) as error:
+        except (OSError, http.client.HTTPException) as error:  # timeouts, resets included
             raise EngineUnavailableError(f"{url}: {error or type(error).__name__}") from None
 
     def complete(self, record: Record) -> None:
