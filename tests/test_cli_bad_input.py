@@ -305,7 +305,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     (
         "signals-unreachable",
         [*SIGNALS, "--prometheus", CLOSED, "--timeout", "2"],
-        ExitCode.PROMETHEUS_UNAVAILABLE,
+        ExitCode.UNAVAILABLE,
         CLOSED,
     ),
     # report
@@ -387,7 +387,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     (
         "report-unreachable",
         [*REPORT, "--prometheus", CLOSED, "--timeout", "2"],
-        ExitCode.PROMETHEUS_UNAVAILABLE,
+        ExitCode.UNAVAILABLE,
         CLOSED,
     ),
     # run (none of these reaches a cluster)
@@ -436,7 +436,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     (
         "init-api-server-down",
         [*INIT, "--kubeconfig", "{tmp}/closed-kubeconfig"],
-        ExitCode.PROMETHEUS_UNAVAILABLE,
+        ExitCode.UNAVAILABLE,
         "the API server cannot be reached",
     ),
 ]

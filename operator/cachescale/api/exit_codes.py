@@ -14,7 +14,8 @@ line points at (a file's contents, an output path, a port, a kubeconfig) is inva
 ``cachescale audit`` is a CI gate with its own contract: 0 pass, 1 regression
 (:attr:`ExitCode.REGRESSION`, the same value as ``INVALID``), 2 usage *or* input error. A
 CI step must tell "the change broke the cache" from "the audit could not run", so audit
-reports a bad corpus or result file as 2, never as 1.
+reports a bad corpus or result file as 2, never as 1, and an engine it cannot reach in
+live mode as 3 (:attr:`ExitCode.UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class ExitCode(IntEnum):
     """A usage error: an unknown subcommand or flag, a missing flag, a malformed or
     out-of-range flag value (``--seed -1``, ``--duration soon``, a URL without a scheme,
     an unknown scenario name), or flags that need each other."""
-    PROMETHEUS_UNAVAILABLE = 3
-    """``cachescale signals`` or ``report`` could not read Prometheus (``init``: nor the
-    API server): distinct from 1 and 2 so scripts can tell "Prometheus down" apart."""
+    UNAVAILABLE = 3
+    """What the command reads did not answer: Prometheus (``signals``, ``report``), the
+    API server (``init``), or the engine and its ``/metrics`` (``audit run --endpoint``).
+    Distinct from 1 and 2 so scripts can tell "a service is down" from "my input is bad"."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C (SIGINT) before finishing, as shells report it (128 + 2)."""

@@ -3,8 +3,9 @@
 The gate's exit codes (``api.exit_codes``): 0 pass, 1 regression, 2 usage or input error
 (a malformed corpus line, an empty corpus, an unreadable or incomparable result, an
 ``--out`` that cannot be written): a CI step can tell a broken change from a broken
-input. Every error is one line on stderr. Building the parser imports only this module;
-the replay (numpy, the simulator's engine) is imported when a subcommand runs.
+input; live mode (``--endpoint``, ``audit/live.py``) adds 3, an engine it cannot reach.
+Every error is one line on stderr. Building the parser imports only this module; the
+replay (numpy, the simulator's engine) is imported when a subcommand runs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {text}")
+    return text
+
+
 def _fail(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return ExitCode.USAGE
@@ -70,15 +77,35 @@ def _write(path: Path, text: str) -> str | None:
     return None
 
 
+def _run_flags_problem(args: argparse.Namespace) -> str | None:
+    """Why ``audit run``'s flags cannot go together (None when they can)."""
+    from cachescale.audit.replay import SGLANG_FLAGS
+
+    if args.endpoint is None:
+        if args.metrics_url is not None:
+            return "--metrics-url needs --endpoint"
+        if args.engine == "sglang" and (args.kv_blocks is not None or args.hash_algo != "sha256"):
+            return SGLANG_FLAGS
+        return None
+    if args.kv_blocks is not None:
+        return "--kv-blocks is for the offline replay: the engine's own pool bounds a live run"
+    if args.engine != "vllm" or args.hash_algo != "sha256":
+        return (
+            "--engine and --hash-algo are for the offline replay: a live run reads the "
+            "engine's own (from its /metrics)"
+        )
+    return None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    if (problem := _run_flags_problem(args)) is not None:
+        return _fail(problem)
     from cachescale.audit.corpus import CorpusError, read_corpus
     from cachescale.audit.hashing import HashAlgoError
-    from cachescale.audit.replay import SGLANG_FLAGS, replay
+    from cachescale.audit.replay import replay
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
 
-    if args.engine == "sglang" and (args.kv_blocks is not None or args.hash_algo != "sha256"):
-        return _fail(SGLANG_FLAGS)
     pinned = None
     if args.tokenizer is not None:
         from cachescale.audit.tokenizer import TokenizerError, load_tokenizer
@@ -95,19 +122,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except CorpusError as error:
         return _fail(str(error))
     try:
-        outcome = replay(
-            corpus,
-            args.block_size,
-            args.kv_blocks,
-            args.warmup_conversations,
-            args.hash_algo,
-            args.engine,
-        )
+        if args.endpoint is not None:  # live mode: audit/live.py
+            from cachescale.audit.live import Live, LiveError, live_result
+
+            metrics_url = args.metrics_url or args.endpoint.rstrip("/") + "/metrics"
+            live = Live(args.endpoint, metrics_url, args.block_size, args.warmup_conversations)
+            try:
+                result = live_result(
+                    corpus, args.corpus, live, pinned.sha256 if pinned else None, chat[1]
+                )
+            except LiveError as error:
+                print(f"{PROG}: {error}", file=sys.stderr)
+                return error.code
+        else:
+            outcome = replay(
+                corpus,
+                args.block_size,
+                args.kv_blocks,
+                args.warmup_conversations,
+                args.hash_algo,
+                args.engine,
+            )
+            result = build_result(
+                corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1]
+            )
     except CorpusError as error:  # about the corpus as a whole: name it
         return _fail(f"{args.corpus}: {error}")
     except HashAlgoError as error:
         return _fail(str(error))
-    result = build_result(corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1])
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
@@ -260,6 +302,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_positive_int,
         metavar="N",
         help="conversations in the warm-up pass (default: half, rounded down)",
+    )
+    # Live mode (audit/live.py): the corpus against a running engine and its /metrics.
+    run.add_argument(
+        "--endpoint",
+        type=_http_url,
+        metavar="URL",
+        help="audit against this OpenAI-compatible server (POST URL/v1/completions, token-id "
+        "prompts) and its prefix-cache counters, instead of the offline replay; exit 3 when "
+        "it cannot be reached",
+    )
+    run.add_argument(
+        "--metrics-url",
+        type=_http_url,
+        metavar="URL",
+        help="the engine's Prometheus metrics (default: ENDPOINT/metrics)",
     )
     run.set_defaults(handler=_cmd_run)
 

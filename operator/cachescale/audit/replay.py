@@ -62,7 +62,10 @@ class Replay:
     engine: str = "vllm"
 
 
-def _split(corpus: Corpus, warmup: int | None) -> tuple[list[Record], int]:
+def split_passes(corpus: Corpus, warmup: int | None) -> tuple[list[Record], int]:
+    """The replay order (the warm-up conversations' records first, then the audited ones)
+    and how many conversations warm the cache (``warmup``, default half); the offline
+    replay and the live mode split alike."""
     conversations = corpus.conversations
     if len(conversations) < 2:
         raise CorpusError(
@@ -126,7 +129,7 @@ def replay(
     """Replay the corpus (warm-up pass, then audit pass) and classify every miss."""
     if engine == "sglang" and (kv_blocks is not None or hash_algo != "sha256"):
         raise ValueError(SGLANG_FLAGS)
-    order, warm_count = _split(corpus, warmup_conversations)
+    order, warm_count = split_passes(corpus, warmup_conversations)
     warm_ids = set(corpus.conversations[:warm_count])
     hasher = chain_hasher(hash_algo)
     chains = [hasher(r.tokens, block_size, r.cache_salt) for r in order]

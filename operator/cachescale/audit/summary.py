@@ -16,7 +16,8 @@ _ROWS = (
 def render_run(result: dict[str, Any]) -> str:
     """A short report of one result."""
     corpus, settings = result["corpus"], result["settings"]
-    pool = settings["kv_blocks"] or "unbounded"
+    live = result.get("live")
+    pool = settings["kv_blocks"] or ("the engine's" if live else "unbounded")
     engine = settings.get("engine", "vllm")
     cache = (
         "SGLang radix cache (page size 1)"
@@ -30,6 +31,10 @@ def render_run(result: dict[str, Any]) -> str:
         "",
         f"{'':<30}{'warm-up':>10}{'audit':>10}",
     ]
+    if live:
+        lines[1:1] = [
+            f"live: {live['endpoint']}, counters {live['metrics']} at {live['metrics_url']}"
+        ]
     warm, audit = result["passes"]["warmup"], result["passes"]["audit"]
     for key, label, form in _ROWS:
         lines.append(f"{label:<30}{form.format(warm[key]):>10}{form.format(audit[key]):>10}")

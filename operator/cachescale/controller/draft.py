@@ -205,7 +205,7 @@ def measure(
                     continue
                 return Measured(selector, signals, args.history)
     except PrometheusError as error:
-        raise DraftError(str(error), ExitCode.PROMETHEUS_UNAVAILABLE) from None
+        raise DraftError(str(error), ExitCode.UNAVAILABLE) from None
     except ValueError as error:
         raise DraftError(f"--prometheus: {error}") from None
     raise DraftError(

@@ -76,9 +76,9 @@ def _api_failure(what: str, error: KubeError) -> DraftError:
 
     if error.status == UNREACHABLE:
         return DraftError(
-            f"the API server cannot be reached ({what})", ExitCode.PROMETHEUS_UNAVAILABLE
+            f"the API server cannot be reached ({what})", ExitCode.UNAVAILABLE
         )
-    code = ExitCode.PROMETHEUS_UNAVAILABLE if error.status >= 500 else ExitCode.INVALID
+    code = ExitCode.UNAVAILABLE if error.status >= 500 else ExitCode.INVALID
     return DraftError(f"{what}: the API server said {error}", code)
 
 

@@ -9,7 +9,11 @@ follows them, with the ``pod``/``namespace`` labels a cluster's scrape config wo
 A ground-truth file records what the simulator knows, so what Prometheus reports can be
 checked against it.
 
+Each pod also answers a minimal ``POST /v1/completions`` through its simulated engine, so
+a client (``cachescale audit run --endpoint``) can watch its own requests hit the cache.
+
 Modules: ``runtime`` (the simulation behind a lock, pods' endpoints, the real-time loop),
-``endpoints`` (one HTTP server per pod), ``targets`` (file_sd and scrape config),
-``truth`` (the ground-truth ledger), ``files`` (atomic rewrites), ``command`` (the CLI).
+``endpoints`` (one HTTP server per pod), ``completions`` (the completions handler),
+``targets`` (file_sd and scrape config), ``truth`` (the ground-truth ledger), ``files``
+(atomic rewrites), ``command`` (the CLI).
 """

@@ -42,7 +42,7 @@ from cachescale.emulator.runtime import (
 from cachescale.emulator.targets import scrape_config_yaml, write_file_sd
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.run import Simulation
-from cachescale.sim.scenario import Scenario
+from cachescale.sim.scenario import MAX_DURATION_S, Scenario
 from cachescale.sim.simulate import (
     SimulationRequest,
     build_autoscaler,
@@ -131,6 +131,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=60.0,
         metavar="D",
         help="wall-clock window of the truth's recent requests, scrapes and TTFT (default 1m)",
+    )
+    parser.add_argument(
+        "--no-traffic",
+        action="store_true",
+        help="no simulated traffic, no autoscaler, one pod: its engine serves only what "
+        "clients POST to /v1/completions (for cachescale audit run --endpoint); runs until "
+        "stopped, or --duration",
     )
     parser.add_argument(
         "--linger",
@@ -225,7 +232,26 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     )
     for warning in request.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    if args.no_traffic:
+        return _without_traffic(request.scenario, args.duration is None)
     return request.scenario
+
+
+def _without_traffic(scenario: Scenario, longest: bool) -> Scenario:
+    """``scenario``'s engine alone: one pod, no arrivals, no autoscaler, no perturbations
+    (so the prefix-cache counters move only for clients' completions); the longest
+    duration a scenario may have when ``longest``."""
+    workload = scenario.workload.model_copy(update={"rate_per_s": 0.0, "rate_steps": ()})
+    fleet = scenario.fleet.model_copy(update={"replicas": 1})
+    update: dict[str, object] = {
+        "workload": workload,
+        "fleet": fleet,
+        "autoscaler": None,
+        "perturbations": (),
+    }
+    if longest:
+        update["duration_s"] = MAX_DURATION_S
+    return scenario.model_copy(update=update)
 
 
 def _check_output_paths(args: argparse.Namespace) -> None:

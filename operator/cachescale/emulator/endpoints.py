@@ -16,7 +16,8 @@ The collector reads live engine state on every scrape; :class:`LockedCollector` 
 emulator's lock around that read so a scrape never sees an engine halfway through a
 simulation step, and the serving threads never run the simulation themselves. Under the
 same lock hold it tells the emulator a scrape was served, so the ground truth can record
-exactly the state that scrape exported.
+exactly the state that scrape exported. One path is not metrics: ``/v1/completions``
+goes to the pod's completions handler (``completions``) when one is given.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 LOOPBACK = "127.0.0.1"
+COMPLETIONS_PATH = "/v1/completions"
 SHUTDOWN_POLL_S = 0.05
 
 
@@ -95,17 +97,34 @@ class PodEndpoint:
         self.thread.join()
 
 
+def with_completions(metrics: WSGIApplication, completions: WSGIApplication) -> WSGIApplication:
+    """``metrics`` on every path, as before, except :data:`COMPLETIONS_PATH`."""
+
+    def route(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        app = completions if environ.get("PATH_INFO") == COMPLETIONS_PATH else metrics
+        return app(environ, start_response)
+
+    return route
+
+
 def serve(
-    collector: Collector, lock: threading.Lock, port: int, on_scrape: Callable[[], None]
+    collector: Collector,
+    lock: threading.Lock,
+    port: int,
+    on_scrape: Callable[[], None],
+    completions: WSGIApplication | None = None,
 ) -> PodEndpoint:
     """Start serving ``collector`` on loopback ``port`` (0: any free port); ``on_scrape``
-    runs under ``lock`` after every collection.
+    runs under ``lock`` after every collection; ``completions`` (if any) answers
+    :data:`COMPLETIONS_PATH`.
 
     Raises ``OSError`` when the port is taken.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LockedCollector(collector, lock, on_scrape))
     app = text_format_only(make_wsgi_app(registry))
+    if completions is not None:
+        app = with_completions(app, completions)
     server = make_server(LOOPBACK, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True

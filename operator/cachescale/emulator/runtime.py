@@ -9,6 +9,12 @@ the pod's ground truth with what it exported. A pod is served from the moment it
 ready (a real engine opens its port only once the weights are loaded) until it is gone
 (drained and deleted); that set is what the file_sd file lists.
 
+A client's completion (:meth:`Emulator.complete`, behind ``completions``) is submitted to
+its pod's engine under the lock at the simulation's current time, exactly as the router
+submits a simulated request; the serving thread then waits, on a condition tied to the
+lock, for the pacing loop to simulate it to its end. It wakes the loop rather than
+advancing the simulation itself, so only the loop ever moves simulated time.
+
 :func:`run_in_real_time` is the pacing loop: it advances the simulation to
 ``elapsed wall time × speed`` in short steps, so the lock is never held long, and sleeps
 between them. Tests can instead call :meth:`Emulator.advance_to` directly, with no clock.
@@ -25,11 +31,14 @@ from typing import Any, Literal
 
 from prometheus_client.registry import Collector
 
+from cachescale.emulator.completions import CompletionError, completions_app
 from cachescale.emulator.endpoints import PodEndpoint, serve
 from cachescale.emulator.targets import Target
 from cachescale.emulator.truth import FleetState, GroundTruth, PodTruth
 from cachescale.sim.fleet import Pod
+from cachescale.sim.hashing import hash_blocks
 from cachescale.sim.metrics import VllmReplicaCollector
+from cachescale.sim.request import SimRequest
 from cachescale.sim.run import Simulation
 from cachescale.sim.sglang_metrics import SglangReplicaCollector, SglangSeries
 
@@ -40,6 +49,8 @@ TICK_S = 0.05
 """Wall seconds the pacing loop sleeps once the simulation has caught up with the clock."""
 MAX_STEP_SIM_S = 5.0
 """Longest simulated stretch advanced under one lock hold (keeps scrapes responsive)."""
+COMPLETION_TIMEOUT_S = 120.0
+"""Wall seconds a client's completion may wait for the simulation to finish it."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,11 @@ class Emulator:
         self.simulation = simulation
         self.settings = settings
         self.lock = threading.Lock()
+        self.stepped = threading.Condition(self.lock)
+        """Notified (under the lock) after every simulation step."""
+        self.wake = threading.Event()
+        """Set by a client's completion: the pacing loop steps without finishing its nap."""
+        self._completion_ids = 0
         scenario = simulation.scenario
         self.truth = GroundTruth(
             header={
@@ -110,6 +126,7 @@ class Emulator:
             self.simulation.advance_to(t_s)
             self._observe()
             served = [state for state in self._pods.values() if self._is_served(state.pod)]
+            self.stepped.notify_all()
         return self._sync_endpoints(served)
 
     def _observe(self) -> None:
@@ -137,6 +154,41 @@ class Emulator:
     def _is_served(self, pod: Pod) -> bool:
         return pod.ready_s <= self.simulation.now_s and pod.gone_s is None
 
+    def complete(
+        self, replica: int, tokens: bytes, salt: str, timeout_s: float = COMPLETION_TIMEOUT_S
+    ) -> SimRequest:
+        """Serve one client completion on pod ``replica``'s engine: the prompt ``tokens``
+        (int32 ids) with one output token, through the engine's prefix cache as any
+        simulated request; returns it finished (its ``cached_tokens`` filled in)."""
+        with self.lock:
+            state = self._pods[replica]
+            simulation, engine = self.simulation, state.pod.engine
+            if simulation.done or not self._is_served(state.pod):
+                raise CompletionError(503, "the pod no longer serves: the scenario has ended")
+            block_size = simulation.fleet.profile.block_size
+            self._completion_ids += 1
+            request = SimRequest(
+                request_id=-self._completion_ids,  # apart from the workload's ids (>= 0)
+                arrival_s=simulation.now_s,
+                tenant=salt,
+                prefix_group=-1,
+                prompt_tokens=len(tokens) // 4,
+                output_tokens=1,
+                block_hashes=hash_blocks(tokens, block_size, salt.encode()),
+            )
+            try:
+                engine.submit(request, simulation.now_s)
+            except ValueError as error:  # a prompt larger than the KV pool
+                raise CompletionError(400, str(error)) from None
+            self.wake.set()
+            deadline = time.monotonic() + timeout_s
+            while request.finished_s is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or simulation.done:
+                    raise CompletionError(504, "the simulation did not finish the request")
+                self.stepped.wait(left)
+            return request
+
     def truth_snapshot(self) -> dict[str, Any]:
         """The ground truth now, consistent with what a scrape would return now."""
         with self.lock:
@@ -162,7 +214,12 @@ class Emulator:
     def _start(self, state: _PodState) -> Target:
         base = self.settings.base_port
         port = 0 if base is None else base + state.pod.engine.replica_id
-        endpoint = serve(self._collector(state), self.lock, port, partial(self._scraped, state))
+        completions = completions_app(
+            partial(self.complete, state.pod.engine.replica_id), self.settings.model_name
+        )
+        endpoint = serve(
+            self._collector(state), self.lock, port, partial(self._scraped, state), completions
+        )
         target = Target(self.settings.namespace, state.label, endpoint.address)
         self._endpoints[state.label] = (target, endpoint)
         return target
@@ -207,4 +264,5 @@ def run_in_real_time(
         due_s = (clock() - started) * emulator.settings.speed
         on_step(emulator.advance_to(min(due_s, simulation.now_s + MAX_STEP_SIM_S)))
         if simulation.now_s >= due_s:
-            stop.wait(TICK_S)
+            emulator.wake.wait(TICK_S)  # a client's completion cuts the nap short
+        emulator.wake.clear()

@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             snapshot = gather_signals(client, request, args.at)
     except PrometheusError as error:
         print(error, file=sys.stderr)
-        return ExitCode.PROMETHEUS_UNAVAILABLE
+        return ExitCode.UNAVAILABLE
     except AmbiguousSeriesError as error:
         return _invalid(str(error))
     if args.json:

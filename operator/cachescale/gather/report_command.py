@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             rows = read_report(client, request, spans)
     except PrometheusError as error:
         print(error, file=sys.stderr)
-        return ExitCode.PROMETHEUS_UNAVAILABLE
+        return ExitCode.UNAVAILABLE
     except AmbiguousSeriesError as error:
         return _fail(str(error), ExitCode.INVALID)
     elapsed = time.monotonic() - started
