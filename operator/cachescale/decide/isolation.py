@@ -55,7 +55,7 @@ def check_isolation(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> Isolati
             ConditionReason.PREFIX_CACHING_OFF,
             f"prefix caching is off on {_where(off, engines)}: no prompt reuses a cached "
             "prefix there, so nothing is shared between tenants, but every prompt is "
-            "computed in full and the hit rate this policy guards stays at 0",
+            "computed in full and there is no hit rate for this policy to guard",
         )
     multi = spec.cache.tenancy is Tenancy.MULTI_TENANT
     weak = [e for e in engines if e.hash_algo in NON_CRYPTOGRAPHIC_HASHES]

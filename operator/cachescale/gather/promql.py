@@ -247,7 +247,7 @@ class QueryKey(StrEnum):
     POD_RUNNING = "pod_running"
     POD_KV_USAGE = "pod_kv_usage"
     POD_AGE = "pod_age"
-    CACHE_CONFIG = "cache_config"
+    POD_CACHE_CONFIG = "pod_cache_config"
 
 
 @dataclass(frozen=True)
@@ -469,7 +469,7 @@ def build_queries(
     queries[QueryKey.ITL_BUCKETS] = Query(b.buckets(fam.itl), fam.itl[0] + "_bucket")
     queries.update(_prefill_queries(profile, b))
     if profile is not MetricsGeneration.SGLANG_0_5_20:  # SGLang exports no equivalent
-        queries[QueryKey.CACHE_CONFIG] = Query(
+        queries[QueryKey.POD_CACHE_CONFIG] = Query(
             b.info(fam.running, VLLM_CACHE_CONFIG, CACHE_CONFIG_LABELS), VLLM_CACHE_CONFIG
         )
     if kube_state_metrics:

@@ -545,12 +545,12 @@ class _Computation:
     def _cache_config(self) -> CacheConfig:
         """Each engine's ``vllm:cache_config_info`` labels; a label that is absent or
         unreadable is None (an older vLLM exports no hash algorithm), never a default."""
-        if QueryKey.CACHE_CONFIG not in self._queries:
+        if QueryKey.POD_CACHE_CONFIG not in self._queries:
             return CacheConfig.unknown(
                 "SGLang exports no cache configuration metric (no equivalent of "
                 f"{VLLM_CACHE_CONFIG}): its hash algorithm cannot be read"
             )
-        series = self._results.get(QueryKey.CACHE_CONFIG, ())
+        series = self._results.get(QueryKey.POD_CACHE_CONFIG, ())
         if not series:
             return CacheConfig.unknown(
                 f"{VLLM_CACHE_CONFIG} has no data for {self._request.selector}"
