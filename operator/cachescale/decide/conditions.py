@@ -1,12 +1,12 @@
 """The status conditions an evaluation reports, each with its reason and evidence.
 
 Six conditions (``docs/decisions.md``, §6): ``MetricsAvailable``, ``CacheHealthy``,
-``SLOMet``, ``WithinBudget``, ``ScalingHeld`` and ``CacheIsolation`` (``isolation.py``,
+``SLOMet``, ``WithinBudget``, ``ScalingHeld`` and ``CacheIsolation`` (``isolation.py``:
 read from the configuration the engines export, so it is given even without the required
-signals). A condition that fails names the
-diagnosis as its reason; Unknown means the decision cannot tell (no warm pods, no
-baseline yet, a collapse still building, unknown cost), never a guess. Transition times
-are the status writer's (``controller/status.py``): these are only the verdicts.
+signals). A condition that fails names the diagnosis as its reason; Unknown means the
+decision cannot tell (no warm pods, no baseline yet, a collapse still building, unknown
+cost, an unread cache configuration), never a guess. Transition times are the status
+writer's (``controller/status.py``): these are only the verdicts.
 """
 
 from __future__ import annotations

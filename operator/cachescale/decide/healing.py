@@ -64,9 +64,11 @@ def onset(alert: AlertMemory, evidence: CollapseEvidence | None) -> datetime:
     return evidence.started_at if evidence is not None else alert.since
 
 
-def healed_minutes(alert: AlertMemory, evidence: CollapseEvidence | None, now: datetime) -> int:
-    """Whole minutes from the onset to the evaluation that clears the alert (rounded)."""
-    return round((now - onset(alert, evidence)).total_seconds() / 60)
+def healing_time(alert: AlertMemory, evidence: CollapseEvidence | None, now: datetime) -> str:
+    """From the onset to the evaluation that clears the alert: ``14 min`` (whole minutes,
+    rounded), or ``70 s`` under two minutes, where whole minutes would say 1 or 0."""
+    seconds = (now - onset(alert, evidence)).total_seconds()
+    return f"{seconds:.0f} s" if seconds < 120 else f"{round(seconds / 60)} min"
 
 
 def healed_words(
@@ -80,7 +82,7 @@ def healed_words(
     lowest = f" from a low of {words.ratio(low)}" if low is not None else ""
     held = " (acknowledged earlier)" if alert.acknowledged else ""
     return (
-        f"healed after {healed_minutes(alert, evidence, now)} min (onset "
+        f"healed after {healing_time(alert, evidence, now)} (onset "
         f"{onset(alert, evidence):%H:%M}) with no human action{held}: warm-pod token hit "
         f"rate back to {words.ratio(current)}{lowest}, at or above the clearing threshold "
         f"{words.ratio(clear)} for {RECOVERY_EVALUATIONS} evaluations; the cache refilled on "
