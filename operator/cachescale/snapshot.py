@@ -141,6 +141,47 @@ class PodSignals:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineCacheConfig:
+    """One engine's prefix-cache settings as it exports them (vLLM's
+    ``vllm:cache_config_info`` labels); a label it does not export is None, never a default."""
+
+    pod: str
+    """The pod the engine runs in ("" when the series carry no ``pod`` label)."""
+    hash_algo: str | None
+    """``prefix_caching_hash_algo``: how block hashes are computed (``sha256``, ``xxhash``...)."""
+    prefix_caching: bool | None
+    """``enable_prefix_caching``."""
+    block_size: int | None
+    """``block_size``: tokens per KV block."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """The fleet's prefix-cache configuration: each engine's, or unknown with the reason
+    (exactly one of the two). It says whether prompts of different tenants can share or
+    collide in the cache (``decide.isolation``); it is read each evaluation because a
+    rollout can change it."""
+
+    engines: tuple[EngineCacheConfig, ...] = ()
+    reason: str | None = None
+    """Why it is unknown (no series, SGLang, Prometheus failed); None when known."""
+
+    def __post_init__(self) -> None:
+        if bool(self.engines) == (self.reason is not None):
+            raise ValueError("a CacheConfig is either engines or an unknown with a reason")
+
+    @classmethod
+    def unknown(cls, reason: str) -> CacheConfig:
+        """A configuration that could not be read, and why."""
+        return cls(reason=reason)
+
+    @property
+    def is_known(self) -> bool:
+        """Whether at least one engine reported its configuration."""
+        return self.reason is None
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSignals:
     """Every engine signal of one policy over one window, each known or unknown.
 
@@ -190,6 +231,12 @@ class EngineSignals:
     """Mean prompt plus generated tokens per finished request: the ``L_avg`` of the
     cache-friendly batch ceiling."""
     pods: tuple[PodSignals, ...] = ()
+    cache_config: CacheConfig = field(
+        default=CacheConfig.unknown("the cache configuration was not read"), kw_only=True
+    )
+    """Each engine's prefix-cache settings (hash algorithm, prefix caching on or off, block
+    size); unknown for SGLang, which exports no equivalent. Keyword-only with an unknown
+    default, like ``arrivals_per_second``."""
     failure: FetchFailure | None = None
     """Set when Prometheus could not be read at all; every signal is then unknown."""
     notes: tuple[str, ...] = ()
@@ -270,6 +317,7 @@ class EngineSignals:
             kv_cache_usage_ratio=unknown("kv_cache_usage_ratio"),
             gpu_seconds_per_1k_requests=unknown("gpu_seconds_per_1k_requests"),
             context_tokens_per_request=unknown("context_tokens_per_request"),
+            cache_config=CacheConfig.unknown(reason),
             failure=failure,
             notes=notes,
         )

@@ -18,7 +18,10 @@ and takes the requests counted between the pod's first and last sample. Against 
   each request weighted by its pod's extrapolation factor;
 - waiting and running requests and KV usage, per pod and for the fleet, equal to the mean
   of the values the matched scrapes exported: ``avg_over_time`` averages samples, so the
-  simulator sampled at the scrape instants is the exact truth (no time-average tolerance).
+  simulator sampled at the scrape instants is the exact truth (no time-average tolerance);
+- each engine's ``vllm:cache_config_info`` (hash algorithm, prefix caching, block size) as
+  exported, and the ``CacheIsolation`` condition ``decide`` makes of it: True for the
+  default sha256 under MultiTenant, False once the emulator exports xxhash.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cachescale.api.reasons import ConditionReason
 from cachescale.api.spec import Engine
+from cachescale.api.status import ConditionStatus, ConditionType
+from cachescale.decide import decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.promql import Selector
 from cachescale.gather.signals import SignalRequest, gather_signals
 from cachescale.sim import metrics, sglang_metrics
-from cachescale.snapshot import EngineSignals, Measured
+from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, Snapshot
+from tests.decide.decide_builders import condition, learned, spec, workload
 from tests.polling import wait_for
 from tests.prometheus_fixture import (
     EmulatorProcess,
@@ -327,3 +334,58 @@ def test_signals_match_the_simulators_ground_truth(tmp_path: Path, engine: str) 
     check_per_request(snapshot, windows, engine)
     check_quantiles(snapshot, windows, engine)
     check_pods(snapshot, windows)
+    check_cache_config(snapshot, engine)
+    if engine == "vllm":
+        assert isolation(snapshot, "MultiTenant") == (
+            ConditionStatus.TRUE,
+            ConditionReason.CRYPTOGRAPHIC_PREFIX_HASH,
+        )
+    else:
+        assert isolation(snapshot, "MultiTenant")[0] is ConditionStatus.UNKNOWN
+
+
+def check_cache_config(snapshot: EngineSignals, engine: str, algo: str = "sha256") -> None:
+    """Every engine's ``vllm:cache_config_info`` as the emulator exported it; SGLang has
+    no equivalent, so its configuration is unknown with the reason."""
+    config = snapshot.cache_config
+    if engine == "sglang":
+        assert config.reason is not None
+        assert config.reason.startswith("SGLang exports no cache configuration metric")
+        return
+    pods = [f"{engine}-engine-{i}" for i in range(PODS)]
+    assert config.engines == tuple(EngineCacheConfig(pod, algo, True, 16) for pod in pods)
+
+
+def isolation(snapshot: EngineSignals, tenancy: str) -> tuple[ConditionStatus, str]:
+    """The CacheIsolation condition ``decide`` gives on this snapshot."""
+    decision = decide(
+        spec(cache={"tenancy": tenancy}),
+        Snapshot(snapshot, workload()),
+        learned(),
+        snapshot.observed_at,
+    )
+    return condition(decision, ConditionType.CACHE_ISOLATION)
+
+
+def test_cache_isolation_reads_the_emulators_hash(tmp_path: Path) -> None:
+    """The emulator exporting xxhash under MultiTenant: CacheIsolation=False; SingleTenant:
+    True. (sha256, the emulator's default, is read in the ground-truth test above.)"""
+    prometheus_binary()
+    scenario = fixed_fleet_scenario(replicas=PODS, duration_s=20 * SPEED)
+    flags = ("--prefix-caching-hash-algo", "xxhash", "--linger", "30")
+    with (
+        run_emulator(tmp_path, scenario, *flags, speed=SPEED) as emulator,
+        run_prometheus(tmp_path, emulator.file_sd) as prometheus,
+    ):
+        emulator.wait_for_targets()
+        prometheus.wait_for_targets_up({f"vllm-engine-{i}" for i in range(PODS)})
+        snapshot = read_signals(prometheus.url, "vllm", time.time())
+    check_cache_config(snapshot, "vllm", "xxhash")
+    assert isolation(snapshot, "MultiTenant") == (
+        ConditionStatus.FALSE,
+        ConditionReason.NON_CRYPTOGRAPHIC_PREFIX_HASH,
+    )
+    assert isolation(snapshot, "SingleTenant") == (
+        ConditionStatus.TRUE,
+        ConditionReason.SINGLE_TENANT,
+    )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cachescale.api.spec import Engine
+from cachescale.gather.command import cache_config_line
 from cachescale.gather.prometheus import (
     DeadlineReached,
     PrometheusClient,
@@ -28,7 +29,7 @@ from cachescale.gather.signals import (
     demand_from_result,
     gather_signals,
 )
-from cachescale.snapshot import EngineSignals, Measured, MetricsGeneration, Unit
+from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, MetricsGeneration, Unit
 from tests.gather.gather_fakes import (
     HANG,
     FakePrometheus,
@@ -420,3 +421,41 @@ def test_each_empty_ratio_names_the_request_rate_seen() -> None:
     busy = compute(healthy() | {QueryKey.TTFT_P95: fleet(math.nan), QueryKey.LOOKED_UP: fleet(0)})
     assert "although 2 requests/s finished" in str(busy.ttft_p95_seconds.reason)
     assert "although 2 requests/s finished" in str(busy.token_hit_rate_local.reason)
+
+
+def cache_config_series(pod: str, **labels: str) -> Series:
+    return Series({**GROUP, "pod": pod, **labels}, 1.0)
+
+
+def test_cache_config_is_read_per_engine_and_absent_labels_stay_unknown() -> None:
+    results = healthy() | {
+        QueryKey.POD_CACHE_CONFIG: [
+            cache_config_series(
+                "a",
+                prefix_caching_hash_algo="xxhash",
+                enable_prefix_caching="True",
+                block_size="16",
+            ),
+            cache_config_series("b", enable_prefix_caching="False"),  # an older vLLM
+        ]
+    }
+    config = compute(results).cache_config
+    assert config.engines == (
+        EngineCacheConfig("a", "xxhash", True, 16),
+        EngineCacheConfig("b", None, False, None),
+    )
+    assert cache_config_line(config) == (
+        "cache config: hash not exported, prefix caching OFF, block size ? (1 engine); "
+        "xxhash, prefix caching on, block size 16 (1 engine)"
+    )
+
+
+def test_cache_config_absent_or_sglang_is_unknown_with_the_reason() -> None:
+    absent = compute(healthy()).cache_config
+    assert (
+        absent.reason == 'vllm:cache_config_info has no data for {model_name="m",namespace="llm"}'
+    )
+    sglang = compute(healthy(), profile=MetricsGeneration.SGLANG_0_5_20).cache_config
+    assert sglang.reason is not None
+    assert sglang.reason.startswith("SGLang exports no cache configuration metric")
+    assert cache_config_line(sglang).startswith("cache config: unknown: SGLang exports no")

@@ -135,6 +135,19 @@ class ConditionReason(StrEnum):
     """``WithinBudget=True``."""
     NOT_HELD = "NotHeld"
     """``ScalingHeld=False``: the envelope's top does not bind."""
+    CACHE_CONFIG_UNKNOWN = "CacheConfigUnknown"
+    """``CacheIsolation=Unknown``: no engine's ``vllm:cache_config_info`` was read (SGLang
+    exports none), or its hash algorithm is absent or not one cachescale knows."""
+    NON_CRYPTOGRAPHIC_PREFIX_HASH = "NonCryptographicPrefixHash"
+    """``CacheIsolation=False``: ``cache.tenancy: MultiTenant`` and an engine hashes prefix
+    blocks with xxhash or builtin, which vLLM documents as open to collisions across
+    tenants."""
+    PREFIX_CACHING_OFF = "PrefixCachingOff"
+    """``CacheIsolation=False``: an engine runs with prefix caching off."""
+    CRYPTOGRAPHIC_PREFIX_HASH = "CryptographicPrefixHash"
+    """``CacheIsolation=True``: ``MultiTenant`` and every engine hashes with SHA-256."""
+    SINGLE_TENANT = "SingleTenant"
+    """``CacheIsolation=True``: ``cache.tenancy: SingleTenant``, prefix caching on."""
 
 
 class Problem(StrEnum):

@@ -104,6 +104,16 @@ class CollapseAction(StrEnum):
     """Leave the envelope alone; only alert."""
 
 
+class Tenancy(StrEnum):
+    """Who shares the engines' prefix cache (``CacheIsolation`` in docs/decisions.md)."""
+
+    SINGLE_TENANT = "SingleTenant"
+    """One tenant: any prompt may reuse any other's cached prefix."""
+    MULTI_TENANT = "MultiTenant"
+    """Several tenants share the engines: a block-hash collision between their prompts
+    would serve one tenant's KV blocks to another, so the hash must be cryptographic."""
+
+
 class TargetSpec(SpecModel):
     """The serving workload this policy manages, in the policy's namespace."""
 
@@ -336,6 +346,9 @@ class CacheSpec(SpecModel):
     """Pods younger than this are warming up: excluded from the collapse test."""
     on_collapse: CollapseAction = Field(default=CollapseAction.HOLD, strict=False)
     """Hold, CapAtBudget or ScaleAsUsual; an alert is raised in every case."""
+    tenancy: Tenancy = Field(default=Tenancy.SINGLE_TENANT, strict=False)
+    """SingleTenant or MultiTenant: with MultiTenant, the CacheIsolation condition is False
+    while an engine hashes prefix blocks with a non-cryptographic hash (xxhash, builtin)."""
 
 
 class ModelShape(SpecModel):

@@ -36,6 +36,9 @@ class ConditionType(StrEnum):
     """Every signal the decision needs was read; False freezes scaling down."""
     SCALING_HELD = "ScalingHeld"
     """True while the operator holds or caps the HPA below what it would otherwise do."""
+    CACHE_ISOLATION = "CacheIsolation"
+    """The engines' prefix cache keeps tenants apart: a cryptographic block hash under
+    ``cache.tenancy: MultiTenant``, and prefix caching on."""
 
 
 class ConditionStatus(StrEnum):
@@ -185,7 +188,8 @@ class CacheScalingPolicyStatus(ApiModel):
     state: str | None = Field(default=None, max_length=64)
     """One-word summary shown by kubectl get: the leading diagnosis."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
-    """Ready, CacheHealthy, SLOMet, WithinBudget, MetricsAvailable, ScalingHeld."""
+    """Ready, CacheHealthy, SLOMet, WithinBudget, MetricsAvailable, ScalingHeld,
+    CacheIsolation."""
     signals: ObservedSignals | None = None
     """Signals at the last evaluation."""
     baseline: Baseline | None = None

@@ -10,7 +10,8 @@ so each raise or clear is one Event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from cachescale.api.reasons import Diagnosis
@@ -20,8 +21,9 @@ from cachescale.decide.actions import collapse_action, sacrifice_words, sacrific
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
-from cachescale.decide.diagnosis import Finding, likely_cause
+from cachescale.decide.diagnosis import CollapseCheck, Finding, likely_cause
 from cachescale.decide.envelope import EnvelopePlan
+from cachescale.decide.healing import healed_words
 from cachescale.decide.memory import AlertMemory, Memory
 from cachescale.decide.thresholds import RECOVERY_EVALUATIONS
 from cachescale.snapshot import Snapshot
@@ -47,6 +49,8 @@ class AlertRules:
     """Clear at once: its own recovery rule already held."""
     extra_cost: ExtraCost | None = None
     """The cost over the baseline the messages quote."""
+    clear_messages: Mapping[Diagnosis, str] = field(default_factory=dict)
+    """What a clearing alert's Event says instead of ``cleared: <its last message>``."""
 
 
 def alert_rules(
@@ -57,13 +61,18 @@ def alert_rules(
     plan: EnvelopePlan,
     batch: BatchPlan,
     hpa_wanted: int | None,
+    *,
+    collapse_check: CollapseCheck,
+    now: datetime,
 ) -> AlertRules:
-    """Which alerts to raise (or keep, with a fresh message) and which to clear."""
+    """Which alerts to raise (or keep, with a fresh message) and which to clear; a
+    collapse alert the hit rate recovered from clears as healed (``decide.healing``)."""
     by = {f.diagnosis: f for f in findings}
     windows = spec.cache.collapse_windows
     streaks = memory.streaks
     wanted: dict[Diagnosis, str] = {}
     clear_now = {Diagnosis.METRICS_UNAVAILABLE}
+    clear_messages: dict[Diagnosis, str] = {}
     clearing: set[Diagnosis] = set()
     extra = extra_cost(
         snapshot.signals.gpu_seconds_per_1k_requests.value,
@@ -78,8 +87,15 @@ def alert_rules(
             f"{collapse.evidence}{costs}; {collapse_action(spec, plan, hpa_wanted, p95)}; "
             f"likely cause: {likely_cause(snapshot, memory.baseline)}"
         )
-    elif streaks.recovered >= RECOVERY_EVALUATIONS or memory.baseline.token_hit_rate is None:
+    elif memory.baseline.token_hit_rate is None:  # a rebaseline accepted the new rate
         clear_now.add(Diagnosis.PREFIX_COLLAPSE)
+    elif streaks.recovered >= RECOVERY_EVALUATIONS:
+        clear_now.add(Diagnosis.PREFIX_COLLAPSE)
+        alert = memory.alert(Diagnosis.PREFIX_COLLAPSE)
+        if alert is not None:
+            clear_messages[Diagnosis.PREFIX_COLLAPSE] = healed_words(
+                alert, memory.collapse_evidence, collapse_check, now
+            )
     eviction = by.get(Diagnosis.EVICTION_PRESSURE)
     if eviction is not None and streaks.eviction >= windows and batch.reason is None:
         why = batch.blocked or batch.message or "--max-num-seqs is not managed by this policy"
@@ -132,7 +148,7 @@ def alert_rules(
             )
     elif slo is None:
         clearing.add(Diagnosis.SLO_AT_RISK)
-    return AlertRules(wanted, clearing, frozenset(clear_now), extra)
+    return AlertRules(wanted, clearing, frozenset(clear_now), extra, clear_messages)
 
 
 def _top_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
@@ -153,6 +169,7 @@ def reconcile_alerts(
     clear_now: frozenset[Diagnosis] = frozenset(),
     *,
     keep_counters: bool = False,
+    clear_messages: Mapping[Diagnosis, str] | None = None,
 ) -> tuple[tuple[AlertMemory, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:
     """Raise new alerts, refresh kept ones, clear the ones quiet long enough.
 
@@ -160,7 +177,9 @@ def reconcile_alerts(
     this evaluation; the alert clears after ``RECOVERY_EVALUATIONS`` such evaluations in a
     row, so a value hovering at a threshold cannot raise and clear on alternate
     evaluations. ``clear_now``: clear at once (its own recovery rule already held).
+    ``clear_messages``: the clearing Event's words, where not ``cleared: <last message>``.
     """
+    clear_messages = clear_messages or {}
     result: list[AlertMemory] = []
     raised: list[AlertChange] = []
     cleared: list[AlertChange] = []
@@ -169,7 +188,8 @@ def reconcile_alerts(
         if keep_counters:
             quiet_for = alert.quiet_evaluations
         if alert.reason in clear_now or quiet_for >= RECOVERY_EVALUATIONS:
-            cleared.append(AlertChange(alert.reason, f"cleared: {alert.message}"))
+            message = clear_messages.get(alert.reason, f"cleared: {alert.message}")
+            cleared.append(AlertChange(alert.reason, message))
             continue
         message = wanted.pop(alert.reason, alert.message)
         result.append(alert.model_copy(update={"message": message, "quiet_evaluations": quiet_for}))

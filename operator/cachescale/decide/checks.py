@@ -32,6 +32,7 @@ from cachescale.decide.diagnosis import (
     collapse_evidence,
     prefill_grew,
 )
+from cachescale.decide.healing import trend_words
 from cachescale.decide.memory import Memory, Streaks
 from cachescale.decide.thresholds import (
     COST_STEADY_FACTOR,
@@ -166,12 +167,13 @@ def _prefix_collapse(facts: Facts) -> Finding | None:
     if not facts.collapse_active:
         return None
     collapse, memory = facts.results.collapse, facts.memory
-    evidence = (
-        collapse_evidence(collapse, facts.snapshot, memory, memory.streaks.collapse)
-        if collapse.warm_hit_rate.is_known and collapse.baseline is not None
-        else ("collapse confirmed earlier; the warm-pod hit rate is not measurable now")
-    )
-    return Finding(Diagnosis.PREFIX_COLLAPSE, evidence)
+    warm = collapse.warm_hit_rate.value
+    if warm is None or collapse.baseline is None:
+        evidence = "collapse confirmed earlier; the warm-pod hit rate is not measurable now"
+        return Finding(Diagnosis.PREFIX_COLLAPSE, evidence)
+    evidence = collapse_evidence(collapse, facts.snapshot, memory, memory.streaks.collapse)
+    trend = trend_words(memory.collapse_evidence, warm)
+    return Finding(Diagnosis.PREFIX_COLLAPSE, f"{evidence}; {trend}" if trend else evidence)
 
 
 def _eviction_pressure(facts: Facts) -> Finding | None:

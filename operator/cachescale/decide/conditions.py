@@ -1,10 +1,12 @@
 """The status conditions an evaluation reports, each with its reason and evidence.
 
-Five conditions (``docs/decisions.md``, §6): ``MetricsAvailable``, ``CacheHealthy``,
-``SLOMet``, ``WithinBudget`` and ``ScalingHeld``. A condition that fails names the
-diagnosis as its reason; Unknown means the decision cannot tell (no warm pods, no
-baseline yet, a collapse still building, unknown cost), never a guess. Transition times
-are the status writer's (``controller/status.py``): these are only the verdicts.
+Six conditions (``docs/decisions.md``, §6): ``MetricsAvailable``, ``CacheHealthy``,
+``SLOMet``, ``WithinBudget``, ``ScalingHeld`` and ``CacheIsolation`` (``isolation.py``:
+read from the configuration the engines export, so it is given even without the required
+signals). A condition that fails names the diagnosis as its reason; Unknown means the
+decision cannot tell (no warm pods, no baseline yet, a collapse still building, unknown
+cost, an unread cache configuration), never a guess. Transition times are the status
+writer's (``controller/status.py``): these are only the verdicts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cachescale.decide import words
 from cachescale.decide.checks import CheckResults
 from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import EnvelopePlan
+from cachescale.decide.isolation import check_isolation
 from cachescale.decide.memory import Memory
 from cachescale.snapshot import Snapshot
 
@@ -38,9 +41,11 @@ class ConditionVerdict:
     message: str
 
 
-def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ...]:
+def frozen_conditions(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, message: str, evidence: str
+) -> tuple[ConditionVerdict, ...]:
     """Missing data: metrics unavailable, health unknown, scaling not held (the envelope
-    is open to the original, ``open_envelope``)."""
+    is open to the original, ``open_envelope``); isolation as the configuration reads."""
     reason = Diagnosis.METRICS_UNAVAILABLE
     return (
         ConditionVerdict(ConditionType.METRICS_AVAILABLE, ConditionStatus.FALSE, reason, message),
@@ -53,6 +58,7 @@ def frozen_conditions(message: str, evidence: str) -> tuple[ConditionVerdict, ..
             Action.FROZEN_ON_MISSING_METRICS,
             message,
         ),
+        isolation_condition(spec, snapshot),
     )
 
 
@@ -79,6 +85,15 @@ def conditions(
         _slo_condition(spec, snapshot, by),
         _budget_condition(spec, snapshot, by),
         _held_condition(plan, snapshot, hpa_wanted),
+        isolation_condition(spec, snapshot),
+    )
+
+
+def isolation_condition(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> ConditionVerdict:
+    """``CacheIsolation``: whether the prefix cache keeps the policy's tenants apart."""
+    verdict = check_isolation(spec, snapshot)
+    return ConditionVerdict(
+        ConditionType.CACHE_ISOLATION, verdict.status, verdict.reason, verdict.message
     )
 
 

@@ -139,7 +139,7 @@ def _frozen(
         alerts=active,
         raised=raised,
         cleared=cleared,
-        conditions=frozen_conditions(message, evidence),
+        conditions=frozen_conditions(spec, snapshot, message, evidence),
         memory=memory,
         notes=notes,
     )
@@ -220,7 +220,9 @@ def _evaluate(
     results = run_checks(spec, snapshot, memory)
     streaks = next_streaks(results, snapshot, memory.streaks)
     memory = memory.model_copy(update={"streaks": streaks})
-    memory = track_collapse_evidence(memory, demand(snapshot).per_second, now)
+    memory = track_collapse_evidence(
+        memory, demand(snapshot).per_second, results.collapse.warm_hit_rate.value, now
+    )
     windows = spec.cache.collapse_windows
     active_collapse = collapse_active(memory, spec)
     found = findings(Facts(spec, snapshot, memory, results, active_collapse))
@@ -269,11 +271,26 @@ def _evaluate(
     )
     memory = plan.memory
     hpa_wanted = hpa_wanted_replicas(snapshot, plan.envelope.target_average_value)
-    rules = alert_rules(spec, snapshot, memory, found, plan, batch, hpa_wanted)
+    rules = alert_rules(
+        spec,
+        snapshot,
+        memory,
+        found,
+        plan,
+        batch,
+        hpa_wanted,
+        collapse_check=results.collapse,
+        now=now,
+    )
     if rebaselined:
         rules = AlertRules(rules.wanted, rules.quiet, rules.clear_now | REBASELINE_CLEARS)
     active, raised, cleared = reconcile_alerts(
-        memory.alerts, rules.wanted, rules.quiet, now, rules.clear_now
+        memory.alerts,
+        rules.wanted,
+        rules.quiet,
+        now,
+        rules.clear_now,
+        clear_messages=rules.clear_messages,
     )
     if Diagnosis.PREFIX_COLLAPSE in rules.clear_now:
         memory = memory.model_copy(update={"collapse_evidence": None})

@@ -20,7 +20,11 @@ from pydantic import Field
 from cachescale.api.base import ApiModel
 from cachescale.api.reasons import Diagnosis
 from cachescale.decide.demand import demand
-from cachescale.decide.thresholds import AT_BASELINE_SHARE, BASELINE_TIME_CONSTANT_S
+from cachescale.decide.thresholds import (
+    AT_BASELINE_SHARE,
+    BASELINE_TIME_CONSTANT_S,
+    TREND_SECONDS,
+)
 from cachescale.snapshot import HumanRequests, Snapshot
 
 
@@ -80,12 +84,42 @@ class ReplicaMark(ApiModel):
     at: datetime
 
 
+class RateSample(ApiModel):
+    """A warm-pod token hit rate at one evaluation."""
+
+    at: datetime
+    value: float
+
+
 class CollapseEvidence(ApiModel):
-    """Numbers gathered while a collapse builds, for the message a human reads."""
+    """Numbers gathered while a collapse builds and while its alert lasts, for the message
+    a human reads: the demand range, and the hit rate since the onset (its trend,
+    ``decide.healing``)."""
 
     started_at: datetime
+    """The onset: the first evaluation under the collapse threshold."""
     requests_per_second_min: float | None = None
     requests_per_second_max: float | None = None
+    onset_hit_rate: float | None = None
+    """The warm-pod token hit rate at the onset (the first known one after it)."""
+    low_hit_rate: float | None = None
+    """The lowest warm-pod token hit rate since the onset."""
+    recent_hit_rates: list[RateSample] = Field(default_factory=list)
+    """The warm-pod token hit rates of the last ``TREND_SECONDS``, oldest first."""
+
+    def saw_hit_rate(self, value: float | None, now: datetime) -> CollapseEvidence:
+        """Fold one more evaluation's warm-pod hit rate in (unknown: nothing changes)."""
+        if value is None:
+            return self
+        recent = [s for s in self.recent_hit_rates if (now - s.at).total_seconds() <= TREND_SECONDS]
+        low = self.low_hit_rate
+        return self.model_copy(
+            update={
+                "onset_hit_rate": value if self.onset_hit_rate is None else self.onset_hit_rate,
+                "low_hit_rate": value if low is None else min(low, value),
+                "recent_hit_rates": [*recent, RateSample(at=now, value=value)],
+            }
+        )
 
     def saw(self, requests_per_second: float | None) -> CollapseEvidence:
         """Widen the request-rate range with one more evaluation."""
@@ -212,16 +246,21 @@ def apply_human_requests(
 
 
 def track_collapse_evidence(
-    memory: Memory, requests_per_second: float | None, now: datetime
+    memory: Memory, requests_per_second: float | None, warm_hit_rate: float | None, now: datetime
 ) -> Memory:
-    """Widen the building collapse's demand range (its message quotes it); forget it
-    once the streak is broken and no alert still needs it."""
+    """Widen the building collapse's demand range (its message quotes it) and follow its
+    warm hit rate while the streak or the alert lasts; forget both once the streak is
+    broken and no alert still needs them."""
+    evidence = memory.collapse_evidence
     if memory.streaks.collapse == 0:
         if memory.alert(Diagnosis.PREFIX_COLLAPSE) is None:
             return memory.model_copy(update={"collapse_evidence": None})
-        return memory
-    evidence = memory.collapse_evidence or CollapseEvidence(started_at=now)
-    return memory.model_copy(update={"collapse_evidence": evidence.saw(requests_per_second)})
+        if evidence is None:
+            return memory
+    else:
+        evidence = (evidence or CollapseEvidence(started_at=now)).saw(requests_per_second)
+    evidence = evidence.saw_hit_rate(warm_hit_rate, now)
+    return memory.model_copy(update={"collapse_evidence": evidence})
 
 
 _CACHE_TROUBLE = frozenset(

@@ -52,6 +52,16 @@ RECOVERY_EVALUATIONS = 2
 """Evaluations above the clearing threshold before a collapse alert clears."""
 AT_BASELINE_SHARE = 0.9
 """A warm hit rate at 90% of baseline or more still marks the pre-collapse replica level."""
+TREND_POINTS = 0.05
+"""The hit-rate trend of an active collapse (``decide.healing``): *recovering* once the
+warm rate is this many points above its lowest since the onset, *falling* while it is
+this many below where it was ``TREND_SECONDS`` ago (or at the onset, for a younger
+collapse), else *flat*. Five points is a tenth of the smallest possible collapse (both
+drops, 0.5 relative and 0.2 absolute, must be exceeded) and several times the
+evaluation-to-evaluation wobble of a windowed rate on a steady fleet."""
+TREND_SECONDS = 300.0
+"""How far back *falling* looks: the default ``metrics.window``, so a windowed rate still
+taking in a step change reads falling, and one that settled reads flat."""
 BASELINE_TIME_CONSTANT_S = 3600.0
 """How fast the baseline follows a healthy workload: a one-hour exponential average (a
 plain mean over the first hour). Slow on purpose: a hit rate that drifts down over tens

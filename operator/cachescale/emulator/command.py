@@ -106,6 +106,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--model-name", help="model_name label (default: the profile's model)")
     parser.add_argument(
+        "--prefix-caching-hash-algo",
+        choices=("sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "builtin"),
+        default="sha256",
+        help="the hash vllm:cache_config_info reports (default sha256, vLLM's)",
+    )
+    parser.add_argument(
         "--write-file-sd",
         metavar="PATH",
         help="keep a Prometheus file_sd JSON of the served pods at PATH",
@@ -285,6 +291,7 @@ def _emulator(args: argparse.Namespace, scenario: Scenario) -> Emulator:
         base_port=args.base_port,
         speed=args.speed,
         truth_window_s=args.ground_truth_window,
+        prefix_caching_hash_algo=args.prefix_caching_hash_algo,
     )
     return Emulator(Simulation(scenario, build_autoscaler("hpa", scenario)), settings)
 

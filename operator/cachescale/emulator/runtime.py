@@ -69,6 +69,8 @@ class EmulatorSettings:
     """Simulated seconds per wall second."""
     truth_window_s: float = 60.0
     """Trailing window of the ground truth's recent requests and scrapes, in wall seconds."""
+    prefix_caching_hash_algo: str = "sha256"
+    """What vLLM's ``vllm:cache_config_info`` reports as the block hash (vLLM's default)."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,9 @@ class Emulator:
         engine, series = state.pod.engine, state.pod.series
         if state.sglang is not None:
             return SglangReplicaCollector(engine, series, state.sglang, self.settings.model_name)
-        return VllmReplicaCollector(engine, series, self.settings.model_name)
+        return VllmReplicaCollector(
+            engine, series, self.settings.model_name, self.settings.prefix_caching_hash_algo
+        )
 
     def _start(self, state: _PodState) -> Target:
         base = self.settings.base_port

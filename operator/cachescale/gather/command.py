@@ -19,8 +19,10 @@ the HTTP client, so registering the subcommand costs the CLI nothing when
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +38,7 @@ from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
+    CacheConfig,
     EngineSignals,
     Measured,
     PodSignals,
@@ -328,9 +331,30 @@ def snapshot_json(snapshot: EngineSignals, selector: Selector) -> dict[str, obje
         "full_hit_max_computed_tokens": snapshot.full_hit_max_computed_tokens,
         "signals": {name: measured_json(m) for name, m in snapshot.signals().items()},
         "pods": [_pod_json(pod) for pod in snapshot.pods],
+        "cache_config": {
+            "engines": [dataclasses.asdict(e) for e in snapshot.cache_config.engines],
+            "reason": snapshot.cache_config.reason,
+        },
         "notes": list(snapshot.notes),
         "failure": snapshot.failure.value if snapshot.failure else None,
     }
+
+
+def cache_config_line(config: CacheConfig) -> str:
+    """``cache config: sha256, prefix caching on, block size 16 (2 engines)``, one clause
+    per distinct setting, or ``unknown: reason``."""
+    if config.reason is not None:
+        return f"cache config: unknown: {config.reason}"
+    counts = Counter(
+        (e.hash_algo or "hash not exported", e.prefix_caching, e.block_size) for e in config.engines
+    )
+    caching = {True: "prefix caching on", False: "prefix caching OFF", None: "prefix caching ?"}
+    clauses = [
+        f"{algo}, {caching[on]}, block size {size if size is not None else '?'} ({n} engine"
+        f"{'s' if n != 1 else ''})"
+        for (algo, on, size), n in sorted(counts.items(), key=str)
+    ]
+    return "cache config: " + "; ".join(clauses)
 
 
 def format_value(measured: Measured) -> str:
@@ -403,5 +427,6 @@ def render_table(snapshot: EngineSignals, selector: Selector) -> str:
     ]
     if snapshot.pods:
         lines += _pod_lines(snapshot.pods)
+    lines += ["", cache_config_line(snapshot.cache_config)]
     lines += [f"note: {note}" for note in snapshot.notes]
     return "\n".join(lines)

@@ -247,6 +247,7 @@ class QueryKey(StrEnum):
     POD_RUNNING = "pod_running"
     POD_KV_USAGE = "pod_kv_usage"
     POD_AGE = "pod_age"
+    POD_CACHE_CONFIG = "pod_cache_config"
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,11 @@ _SGLANG = _Family(
     prompt_tokens=_Counter("sglang:prompt_tokens_total"),
     generation_tokens=_Counter("sglang:generation_tokens_total"),
 )
+VLLM_CACHE_CONFIG = "vllm:cache_config_info"
+"""vLLM's info gauge (value 1) with every CacheConfig field as a label; it carries the
+``engine`` label but no ``model_name``, so it is joined to the selected pods."""
+CACHE_CONFIG_LABELS = ("prefix_caching_hash_algo", "enable_prefix_caching", "block_size")
+"""The labels of ``VLLM_CACHE_CONFIG`` the cache isolation check reads."""
 _VLLM_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
 _SGLANG_COMPUTED = _Counter(_SGLANG_EFFECTIVE, 'mode="input"')
@@ -391,6 +397,12 @@ class _Builder:
             f"group by ({keys}) ({self.select(metric)})"
         )
 
+    def info(self, metric: str, info: str, labels: Sequence[str]) -> str:
+        """An info gauge's ``labels`` per pod, for the pods exporting ``metric`` (the join
+        attaches the group labels an info series may lack, such as ``model_name``)."""
+        keys = ", ".join((*self._scope.group_by, POD_LABEL, *labels))
+        return f"max by ({keys}) ({info} * {self.pods_of(metric)})"
+
     def pod_age(self, metric: str) -> str:
         ready = (
             f"kube_pod_status_ready_time or on ({NAMESPACE_LABEL}, {POD_LABEL}) kube_pod_start_time"
@@ -456,6 +468,10 @@ def build_queries(
     queries[QueryKey.TTFT_BUCKETS] = Query(b.buckets((fam.ttft,)), fam.ttft + "_bucket")
     queries[QueryKey.ITL_BUCKETS] = Query(b.buckets(fam.itl), fam.itl[0] + "_bucket")
     queries.update(_prefill_queries(profile, b))
+    if profile is not MetricsGeneration.SGLANG_0_5_20:  # SGLang exports no equivalent
+        queries[QueryKey.POD_CACHE_CONFIG] = Query(
+            b.info(fam.running, VLLM_CACHE_CONFIG, CACHE_CONFIG_LABELS), VLLM_CACHE_CONFIG
+        )
     if kube_state_metrics:
         queries[QueryKey.POD_AGE] = Query(b.pod_age(fam.running), "kube_pod_status_ready_time")
         queries[QueryKey.GPU_SECONDS] = Query(

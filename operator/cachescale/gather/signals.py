@@ -40,6 +40,7 @@ from cachescale.gather.promql import (
     POD_LABEL,
     QUANTILE_BUCKETS,
     QUANTILES,
+    VLLM_CACHE_CONFIG,
     Detection,
     Query,
     QueryKey,
@@ -51,6 +52,8 @@ from cachescale.gather.promql import (
 )
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
+    CacheConfig,
+    EngineCacheConfig,
     EngineSignals,
     Measured,
     MetricsGeneration,
@@ -357,6 +360,7 @@ class _Computation:
                 )
             ),
             pods=pods,
+            cache_config=self._cache_config(),
             notes=notes + ((pod_note,) if pod_note else ()),
         )
 
@@ -538,6 +542,25 @@ class _Computation:
             "no requests finished in the window: cost per request is undefined",
         )
 
+    def _cache_config(self) -> CacheConfig:
+        """Each engine's ``vllm:cache_config_info`` labels; a label that is absent or
+        unreadable is None (an older vLLM exports no hash algorithm), never a default."""
+        if QueryKey.POD_CACHE_CONFIG not in self._queries:
+            return CacheConfig.unknown(
+                "SGLang exports no cache configuration metric (no equivalent of "
+                f"{VLLM_CACHE_CONFIG}): its hash algorithm cannot be read"
+            )
+        series = self._results.get(QueryKey.POD_CACHE_CONFIG, ())
+        if not series:
+            return CacheConfig.unknown(
+                f"{VLLM_CACHE_CONFIG} has no data for {self._request.selector}"
+            )
+        engines = sorted(
+            (_engine_cache_config(s.labels) for s in series),
+            key=lambda e: (e.pod, str(e.hash_algo), str(e.prefix_caching), e.block_size or 0),
+        )
+        return CacheConfig(engines=tuple(engines))
+
     # --- pods ------------------------------------------------------------------------
 
     def _pods(self, samples: Mapping[str, Measured]) -> tuple[tuple[PodSignals, ...], str]:
@@ -622,3 +645,16 @@ class _Computation:
                 return _unknown(f"pod {pod.pod}: {measured.reason}", Unit.REQUESTS)
             values.append(measured.value)
         return Measured.known(sum(values) / len(values), Unit.REQUESTS)
+
+
+def _engine_cache_config(labels: Mapping[str, str]) -> EngineCacheConfig:
+    """One ``vllm:cache_config_info`` series as settings (Python's ``str`` of the values:
+    ``True``/``False``, ``16``)."""
+    caching = {"True": True, "False": False}.get(labels.get("enable_prefix_caching", ""))
+    size = labels.get("block_size", "")
+    return EngineCacheConfig(
+        pod=labels.get(POD_LABEL, ""),
+        hash_algo=labels.get("prefix_caching_hash_algo") or None,
+        prefix_caching=caching,
+        block_size=int(size) if size.isdigit() else None,
+    )

@@ -126,10 +126,19 @@ class ReplicaSeries:
 class VllmReplicaCollector(Collector):
     """Renders one replica's series, as its vLLM ``/metrics`` endpoint would, on scrape."""
 
-    def __init__(self, engine: EngineReplica, series: ReplicaSeries, model_name: str) -> None:
+    def __init__(
+        self,
+        engine: EngineReplica,
+        series: ReplicaSeries,
+        model_name: str,
+        hash_algo: str = "sha256",
+    ) -> None:
         self._engine = engine
         self._series = series
         self._labels = {"model_name": model_name, "engine": "0"}
+        self._hash_algo = hash_algo
+        """``--prefix-caching-hash-algo`` as ``vllm:cache_config_info`` reports it (only
+        reported: the simulated cache compares token blocks, whatever the hash)."""
 
     def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
         family = CounterMetricFamily(name, doc, labels=list(self._labels))
@@ -232,6 +241,6 @@ class VllmReplicaCollector(Collector):
             ],
         )
         info.add_metric(
-            ["0", str(engine.block_size), "True", str(engine.num_blocks), "sha256"], 1.0
+            ["0", str(engine.block_size), "True", str(engine.num_blocks), self._hash_algo], 1.0
         )
         yield info

@@ -174,4 +174,5 @@ def _record(now_s: float, decision: Decision, snapshot: Snapshot) -> PolicyRecor
         alerts=tuple(a.reason for a in decision.alerts),
         raised=tuple(f"{c.reason}: {c.message}" for c in decision.raised),
         cleared=tuple(c.reason for c in decision.cleared),
+        cleared_messages=tuple(c.message for c in decision.cleared),
     )

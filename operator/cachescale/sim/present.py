@@ -187,10 +187,11 @@ def alert_spans(result: RunResult) -> list[dict[str, Any]]:
     spans: list[dict[str, Any]] = []
     open_spans: dict[str, dict[str, Any]] = {}
     for record in result.policy:
-        for reason in record.cleared:
+        for reason, words in zip(record.cleared, record.cleared_messages, strict=True):
             span = open_spans.pop(reason, None)
             if span is not None:
                 span["cleared_at_s"] = record.t_s
+                span["cleared_message"] = words
         for raised in record.raised:
             reason, _, message = raised.partition(": ")
             span = {"reason": reason, "raised_at_s": record.t_s, "cleared_at_s": None}

@@ -77,6 +77,8 @@ class PolicyRecord:
     alerts: tuple[str, ...]
     raised: tuple[str, ...]
     cleared: tuple[str, ...]
+    cleared_messages: tuple[str, ...] = ()
+    """What each cleared alert's Event says, in the order of ``cleared``."""
 
 
 class Autoscaler(Protocol):
