@@ -75,9 +75,7 @@ def _api_failure(what: str, error: KubeError) -> DraftError:
     from cachescale.controller.kube import UNREACHABLE
 
     if error.status == UNREACHABLE:
-        return DraftError(
-            f"the API server cannot be reached ({what})", ExitCode.UNAVAILABLE
-        )
+        return DraftError(f"the API server cannot be reached ({what})", ExitCode.UNAVAILABLE)
     code = ExitCode.UNAVAILABLE if error.status >= 500 else ExitCode.INVALID
     return DraftError(f"{what}: the API server said {error}", code)
 
