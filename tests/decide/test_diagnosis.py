@@ -87,9 +87,11 @@ def test_missing_data_fails_open_to_the_original_envelope() -> None:
         learned(original_envelope=original),
     )
     assert narrow.envelope.max_replicas == 20
+    assert "up to 20 (the original envelope's 30, within budget.maxReplicas)" in narrow.message
     above = workload(replicas=12, hpa=(5, 36, 20.0))
     (kept,) = run(spec(), [snapshot(blind, above)], learned(original_envelope=original))
     assert kept.envelope == Envelope(5, 36, 20.0)
+    assert "up to 36 (kept: already above the original envelope's 30)" in kept.message
 
 
 def test_metrics_unavailable_clears_when_data_returns_but_waits_a_window() -> None:

@@ -42,12 +42,14 @@ from cachescale.decide.decision import Decision
 from cachescale.decide.demand import demand
 from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import (
+    Envelope,
     EnvelopeFacts,
     EnvelopePlan,
     frozen_envelope,
     hpa_wanted_replicas,
     mark_unchanged,
     open_envelope,
+    original_envelope,
     plan_envelope,
 )
 from cachescale.decide.memory import (
@@ -120,9 +122,10 @@ def _frozen(
     evidence = "; ".join(missing)
     diagnosis = Diagnosis.METRICS_UNAVAILABLE
     envelope = open_envelope(spec, snapshot, memory)
+    top = _open_top_words(spec, envelope, original_envelope(snapshot, memory).max_replicas)
     message = (
-        f"not scaling on missing data, nothing lowered; HPA may scale up to "
-        f"{envelope.max_replicas} (the original envelope) until data returns: {evidence}"
+        f"not scaling on missing data, nothing lowered; HPA may scale up to {top} until "
+        f"data returns: {evidence}"
     )
     active, raised, cleared = reconcile_alerts(
         memory.alerts, {diagnosis: message}, set(), now, keep_counters=True
@@ -143,6 +146,18 @@ def _frozen(
         memory=memory,
         notes=notes,
     )
+
+
+def _open_top_words(spec: CacheScalingPolicySpec, envelope: Envelope, original_max: int) -> str:
+    """Where the fail-open top comes from: the original envelope, the original within the
+    budget's maxReplicas, or the current top kept because it is higher."""
+    top = envelope.max_replicas
+    reopened = min(original_max, spec.budget.max_replicas)
+    if top > reopened:
+        return f"{top} (kept: already above the original envelope's {original_max})"
+    if reopened < original_max:
+        return f"{top} (the original envelope's {original_max}, within budget.maxReplicas)"
+    return f"{top} (the original envelope)"
 
 
 def _waiting(
