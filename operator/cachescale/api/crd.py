@@ -51,9 +51,9 @@ PRINTER_COLUMNS: list[Schema] = [
     },
     {
         "name": "TTFT-P95",
-        "type": "number",
-        "jsonPath": ".status.signals.ttftP95Seconds",
-        "description": "Time to first token, p95, seconds",
+        "type": "string",
+        "jsonPath": ".status.signals.ttftP95",
+        "description": "Time to first token, p95, as read ('> 400 s' when only a lower bound)",
     },
     {
         "name": "GPU-s/1k",
