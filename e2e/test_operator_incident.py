@@ -230,6 +230,7 @@ def test_a_collapse_is_alerted_held_and_explained(incident: Incident) -> None:
     assert (cells[1], cells[6]) == ("Enforce", "PrefixCollapse"), row
     assert all(cell not in ("", "<none>") for cell in cells), row
     assert float(cells[2]) < 0.4, row
+    assert re.fullmatch(r">?[0-9.,]+s(\(.*\))?", cells[3]), row  # TTFT p95 as read
     assert float(cells[4]) > 0, row
     assert cells[5] == str(scenario.PODS), row
     incident.mark(f"kubectl get csp: {row}")

@@ -53,7 +53,7 @@ PRINTER_COLUMNS: list[Schema] = [
         "name": "TTFT-P95",
         "type": "string",
         "jsonPath": ".status.signals.ttftP95",
-        "description": "Time to first token, p95, as read ('> 400 s' when only a lower bound)",
+        "description": "Time to first token, p95, as read ('>400s' when only a lower bound)",
     },
     {
         "name": "GPU-s/1k",

@@ -98,9 +98,9 @@ class ObservedSignals(ApiModel):
     ttft_p95_seconds: float | None = Field(default=None, ge=0)
     """Time to first token, 95th percentile, in seconds."""
     ttft_p95: str | None = Field(default=None, max_length=64)
-    """TTFT p95 as it should be read, for ``kubectl get``: ``0.58 s``; ``> 400 s`` when
-    the number in ttftP95Seconds is only a lower bound (past the histogram's last finite
-    bucket); ``1.3 s (bucket 1–2.5 s)`` when its bucket is wide."""
+    """TTFT p95 as it should be read, for ``kubectl get``: ``0.58s``; ``>400s`` when the
+    number in ttftP95Seconds is only a lower bound (past the histogram's last finite
+    bucket); ``1.3s(1–2.5s)`` when its bucket is wide."""
     ttft_p99_seconds: float | None = Field(default=None, ge=0)
     """Time to first token, 99th percentile, in seconds."""
     gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)

@@ -174,7 +174,7 @@ def _signals(
         else:
             unknown.append(UnknownSignal(signal=field, reason=str(value.reason)[:1024]))
     if signals.ttft_p95_seconds.value is not None:
-        values["ttftP95"] = words.latency(signals.ttft_p95_seconds)
+        values["ttftP95"] = words.latency_cell(signals.ttft_p95_seconds)
     warm = signals.warm_token_hit_rate(warmup_seconds)
     if warm.value is not None:  # rate() extrapolation can put a young pod's ratio above 1
         values["tokenHitRate"] = min(1.0, max(0.0, warm.value))

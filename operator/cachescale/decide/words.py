@@ -44,6 +44,12 @@ def latency(quantile: Measured) -> str:
     return seconds(quantile.value)
 
 
+def latency_cell(quantile: Measured) -> str:
+    """:func:`latency` for a ``kubectl get`` column, without spaces (so the table's
+    columns stay one word each): ``0.58s``, ``>400s``, ``1.3s(1–2.5s)``."""
+    return latency(quantile).replace("bucket ", "").replace(" ", "")
+
+
 def cost(value: float) -> str:
     """GPU-seconds per 1k requests: ``1,142``."""
     return f"{value:,.0f}"
