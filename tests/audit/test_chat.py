@@ -14,7 +14,7 @@ from tokenizers.pre_tokenizers import Whitespace
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.chat import ChatTemplateError, load_chat_template
-from tests.audit.test_tokenizer import cli
+from tests.audit.helpers import cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chat_template.jinja"
 SYSTEM = " ".join(f"s{i}" for i in range(40))

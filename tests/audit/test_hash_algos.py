@@ -29,8 +29,7 @@ from cachescale.audit.demo import build_case
 from cachescale.audit.hashing import HASH_ALGOS, HASH_SEED, chain_hasher
 from cachescale.audit.replay import replay
 from cachescale.sim.hashing import hash_blocks
-from tests.audit.helpers import corpus
-from tests.audit.test_tokenizer import cli
+from tests.audit.helpers import cli, corpus, results_by_setting
 
 TOKENS = np.asarray([1, 2, 3, 4, 100, 1000, 70000, 23, 5], dtype=np.int32)
 """Two full blocks of 4 and a partial one (never hashed)."""
@@ -91,21 +90,7 @@ def test_every_algorithm_gives_the_same_hits_and_causes() -> None:
 
 
 def test_results_hashed_differently_are_not_compared(tmp_path: Path) -> None:
-    source = tmp_path / "c.jsonl"
-    source.write_text(
-        "\n".join(
-            json.dumps({"conversation_id": c, "turn": 0, "prompt_token_ids": list(range(40))})
-            for c in ("a", "b")
-        ),
-        encoding="utf-8",
-    )
-    outs = []
-    for algo in ("sha256_cbor", "xxhash"):
-        out = tmp_path / f"{algo}.json"
-        done = cli("run", str(source), "--out", str(out), "--hash-algo", algo)
-        assert done.returncode == ExitCode.OK, done.stderr
-        assert json.loads(out.read_text(encoding="utf-8"))["settings"]["hash_algo"] == algo
-        outs.append(str(out))
+    _, outs = results_by_setting(tmp_path, "hash-algo", ("sha256_cbor", "xxhash"))
     done = cli("compare", *outs)
     assert done.returncode == ExitCode.USAGE
     assert done.stderr.count("\n") == 1

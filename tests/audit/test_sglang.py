@@ -7,7 +7,6 @@ Block size 16 throughout. Conversation "w" is the warm-up pass, "a" the audit pa
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -19,8 +18,7 @@ from cachescale.audit.demo import build_case
 from cachescale.audit.radix import RadixTree
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
-from tests.audit.helpers import corpus, two_conversations
-from tests.audit.test_tokenizer import cli
+from tests.audit.helpers import cli, corpus, results_by_setting, two_conversations
 
 A32 = list(range(1, 33))
 
@@ -106,21 +104,7 @@ def test_on_a_demo_corpus_sglang_hits_at_least_as_much_and_keeps_the_causes() ->
 
 
 def test_the_engine_is_a_setting_and_sglang_refuses_vllms_flags(tmp_path: Path) -> None:
-    source = tmp_path / "c.jsonl"
-    source.write_text(
-        "\n".join(
-            json.dumps({"conversation_id": c, "turn": 0, "prompt_token_ids": list(range(40))})
-            for c in ("a", "b")
-        ),
-        encoding="utf-8",
-    )
-    outs = []
-    for engine in ("vllm", "sglang"):
-        out = tmp_path / f"{engine}.json"
-        done = cli("run", str(source), "--out", str(out), "--engine", engine)
-        assert done.returncode == ExitCode.OK, done.stderr
-        assert json.loads(out.read_text(encoding="utf-8"))["settings"]["engine"] == engine
-        outs.append(str(out))
+    source, outs = results_by_setting(tmp_path, "engine", ("vllm", "sglang"))
     done = cli("compare", *outs)
     assert done.returncode == ExitCode.USAGE
     assert "engine differs" in done.stderr

@@ -11,8 +11,7 @@ from typing import Any
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
-from tests.audit.helpers import corpus
-from tests.audit.test_tokenizer import cli
+from tests.audit.helpers import cli, corpus
 
 SYSTEM = list(range(1000, 1040))  # 2 full blocks of 16, and 8 tokens more
 DOCS = list(range(2000, 2024))  # SYSTEM + DOCS: exactly 4 blocks

@@ -4,8 +4,6 @@ tokenizer's fingerprint in the result, and no comparison across tokenizers."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from tokenizers.pre_tokenizers import Whitespace
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.tokenizer import TokenizerError, load_tokenizer
+from tests.audit.helpers import cli
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = [f"w{i}" for i in range(64)]
@@ -53,17 +52,6 @@ def audit(tmp_path: Path, corpus: list[dict[str, object]], *flags: str) -> dict[
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
     return result
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", "audit", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
 
 
 def test_text_prompts_audit_exactly_as_their_token_ids(tmp_path: Path) -> None:
