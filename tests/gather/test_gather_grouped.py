@@ -245,3 +245,20 @@ def test_plan_splits_large_groups_and_isolates_pod_selectors(client: CountingCli
     members: Mapping[str, int] = {m.key: i for i, g in enumerate(groups) for m in g.members}
     assert members["again"] == members["m0"]
     assert members["pod0"] != members["pod1"]
+
+
+def test_a_missing_deployment_is_looked_for_again_while_found_ones_stay_cached(
+    client: CountingClient,
+) -> None:
+    reads = vllm_0_13_reads(client)[:2]
+    ghost = request(namespace="sp.alt", model_name="ghost")
+    reads.append(PolicyRead("ghost", client, ghost))
+    gatherer = GroupedGatherer(DetectionCache(clock=lambda: 0.0))
+    gatherer.gather(reads, AT)
+    client.sent.clear()
+    outcomes = gatherer.gather(reads, AT)
+    detections = [q for q in client.sent if q.startswith("count by (__name__")]
+    assert len(detections) == 1
+    assert 'model_name="ghost"' in detections[0]
+    assert "steady" not in detections[0]
+    assert comparable(outcomes["ghost"]) == comparable(alone(client, ghost))

@@ -77,8 +77,8 @@ DEFAULT_MAX_GROUP_SIZE = 200
 
 @dataclass(frozen=True)
 class PolicyRead(Generic[K]):
-    """One due policy: its key (returned with its outcome), the client of its Prometheus
-    (one per URL and credentials) and what to read."""
+    """One due policy: its key (unique among the reads; its outcome comes back under it),
+    the client of its Prometheus (one per URL and credentials) and what to read."""
 
     key: K
     client: PrometheusClient
