@@ -35,7 +35,7 @@ only the groups that read it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,7 +54,6 @@ from cachescale.gather.promql import (
     build_queries,
     detect_profile,
     detection_query,
-    split_by_selector,
 )
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
@@ -180,6 +179,22 @@ class DetectionCache:
                 del self._entries[key]
 
 
+def _slices(
+    results: Mapping[QueryKey, Sequence[ResultSeries]], names: Sequence[str]
+) -> dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]]:
+    """A shared batch's series by their values of the selectors' label ``names``: each
+    policy's slice is the entry of its own values (what ``split_by_selector`` returns,
+    found in one pass over the results instead of one per policy)."""
+    slices: dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]] = {}
+    for key, series in results.items():
+        for s in series:
+            values = tuple(s.labels.get(name, "") for name in names)
+            if values not in slices:
+                slices[values] = {k: [] for k in results}
+            slices[values][key].append(s)
+    return slices
+
+
 def _scope(selectors: Sequence[Selector]) -> QueryScope:
     """Exact matchers for one selector, the shared regex scope for several."""
     if len(selectors) == 1:
@@ -249,11 +264,15 @@ class GroupedGatherer:
                 ksm_step_seconds=first.ksm_step_seconds,
             )
             results = client.query_many({key: query.promql for key, query in queries.items()}, at)
+            names = selectors[0].names
+            slices = _slices(results, names) if len(selectors) > 1 else {}
+            nothing: dict[QueryKey, list[ResultSeries]] = {key: [] for key in results}
             for member in members:
                 request = member.request
-                own = results
+                own: Mapping[QueryKey, Sequence[ResultSeries]] = results
                 if len(selectors) > 1:
-                    own = split_by_selector(results, request.selector)
+                    values = tuple(value for _, value in request.selector.labels)
+                    own = slices.get(values, nothing)
                 demand, mine = None, queries
                 if request.demand_query is not None:
                     mine = {k: q for k, q in queries.items() if k is not QueryKey.ARRIVALS}
