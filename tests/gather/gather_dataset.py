@@ -142,4 +142,34 @@ def dataset() -> Series:
     vllm_pod(s, {**llm, "model_name": "wide", "pod": "wide-a"}, FULL, ttft=VLLM_TTFT_WIDE)
     saturated = {**llm, "model_name": "saturated", "pod": "sat-a"}
     vllm_pod(s, saturated, FULL, gauges=(32, 0, 1.0), aborted=0.5, queue_growth=0.1)
+    grouping_scenarios(s)
     return s
+
+
+SPECIAL_MODELS = ("dot.model", "dotXmodel", "a+b", "m(1)|x", "br[ack]et", "star*", "q?{2}")
+"""Model names full of RE2 metacharacters (``dotXmodel`` is what an unescaped ``.``
+would also match), for the grouped-gathering differential test."""
+
+
+def grouping_scenarios(s: Series) -> None:
+    """Deployments that shared (grouped) queries must tell apart: values with regex
+    metacharacters, the same model and deployment names in two namespaces (so a shared
+    query's per-label regexes also select deployments no policy asked for), a third
+    label (``deployment``), legacy vLLM and SGLang next to vLLM 0.13, and a namespace of
+    one deployment."""
+    for number, model in enumerate(SPECIAL_MODELS):
+        labels = {"namespace": "sp", "model_name": model, "deployment": f"d{number}"}
+        pod = {**labels, "pod": f"sp-{number}-a"}
+        if model == "star*":
+            vllm_pod(s, pod, FULL, histogram=False, itl_name="vllm:time_per_output_token_seconds")
+        else:
+            vllm_pod(s, pod, FULL, gauges=(number + 1.0, number / 2, 0.1 * number))
+        if model == "a+b":  # a second pod, young: per-pod signals differ
+            vllm_pod(s, {**labels, "pod": f"sp-{number}-b"}, LAST, gauges=(2, 1, 0.2))
+    sglang_pod(
+        s, {"namespace": "sp", "model_name": "^caret$", "deployment": "d9", "pod": "c-a"}, FULL
+    )
+    for number, model in ((0, "dot.model"), (2, "a+b")):  # same names, another namespace
+        labels = {"namespace": "sp.alt", "model_name": model, "deployment": f"d{number}"}
+        vllm_pod(s, {**labels, "pod": f"alt-{number}-a"}, FULL, aborted=3, gauges=(6, 6, 0.6))
+    vllm_pod(s, {"namespace": "solo", "model_name": "only", "pod": "solo-a"}, FULL)

@@ -184,11 +184,11 @@ def read_queries(
         del queries[QueryKey.ARRIVALS]  # the user's query replaces the estimate
     results = client.query_many({key: query.promql for key, query in queries.items()}, at)
     if request.demand_query is not None:
-        demand = _read_demand(client, request.demand_query, at)
+        demand = read_demand(client, request.demand_query, at)
     return Reading(detection, queries, results, demand)
 
 
-def _read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
+def read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
     """The demand query's answer; a failure of this one query makes only arrivals unknown
     (the deadline running out fails the whole gathering, as it would for any query)."""
     from cachescale.gather.prometheus import DeadlineReached, PrometheusError  # with the client
