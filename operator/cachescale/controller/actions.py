@@ -143,7 +143,7 @@ def apply_envelope(
     api: KubeApi, namespace: str, target: TargetSpec, envelope: Envelope, policy: str
 ) -> bool:
     """Patch the HPA to ``envelope``; True when it changed."""
-    path = hpa_path(namespace, target.hpa_name)
+    path = hpa_path(namespace, target.autoscaler_name)
 
     def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
         return envelope_ops(hpa, envelope, queue_metric(hpa)[0], policy)
@@ -179,7 +179,7 @@ def apply_max_num_seqs(
 def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
     """Put the HPA's recorded original envelope back; False when none was recorded or the
     HPA is gone; ``TargetError`` (nothing written) when the record was tampered with."""
-    path = hpa_path(namespace, target.hpa_name)
+    path = hpa_path(namespace, target.autoscaler_name)
     try:
         return _with_retries(lambda: api.get(path), lambda hpa: restore_ops(hpa, target), path, api)
     except NotFoundError:

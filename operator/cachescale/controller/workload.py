@@ -80,7 +80,7 @@ def read_target(
     """Read and check the Deployment, its HPA and its pods (an HPA that KEDA generates is
     refused unless ``keda_allowed``: read-only callers may look at it)."""
     deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
-    hpa = _get(api, hpa_path(namespace, target.hpa_name), "HorizontalPodAutoscaler", target)
+    hpa = _get(api, hpa_path(namespace, target.autoscaler_name), "HorizontalPodAutoscaler", target)
     _check_hpa(hpa, target, keda_allowed)
     recorded_envelope(hpa, target)
     index, container, flag = engine_container(deployment, target)
@@ -140,7 +140,7 @@ def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, An
     try:
         return api.get(path)
     except NotFoundError:
-        name = target.deployment_name if kind == "Deployment" else target.hpa_name
+        name = target.deployment_name if kind == "Deployment" else target.autoscaler_name
         raise TargetError(
             Problem.TARGET_NOT_FOUND, f"{kind} {name} not found in the policy's namespace"
         ) from None
@@ -153,7 +153,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -
         ):
             raise TargetError(
                 Problem.HPA_MANAGED_BY_KEDA,
-                f"HorizontalPodAutoscaler {target.hpa_name} is owned by KEDA ScaledObject "
+                f"HorizontalPodAutoscaler {target.autoscaler_name} is owned by KEDA ScaledObject "
                 f"{owner.get('name')}, which would overwrite every change; point the policy at "
                 "an HPA you own, or let cachescale advise only",
             )
@@ -161,7 +161,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -
     if ref.get("kind") != "Deployment" or ref.get("name") != target.deployment_name:
         raise TargetError(
             Problem.TARGET_MISMATCH,
-            f"HorizontalPodAutoscaler {target.hpa_name} scales {ref.get('kind')} "
+            f"HorizontalPodAutoscaler {target.autoscaler_name} scales {ref.get('kind')} "
             f"{ref.get('name')}, not Deployment {target.deployment_name}",
         )
 
@@ -189,7 +189,7 @@ def recorded_envelope(hpa: Mapping[str, Any], target: TargetSpec) -> dict[str, A
     if problem:
         raise TargetError(
             Problem.TARGET_MISMATCH,
-            f"HorizontalPodAutoscaler {target.hpa_name}: annotation {ORIGINAL_ENVELOPE} is not "
+            f"{target.autoscaler}: annotation {ORIGINAL_ENVELOPE} is not "
             f"the record cachescale wrote ({problem}), so nothing is changed or restored from "
             "it; put back the original values, or remove the annotation (the current envelope "
             "is then recorded as the original)",
