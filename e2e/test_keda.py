@@ -219,3 +219,15 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
         patches = [w for w in writes if w["verb"] == "patch"]
         assert patches == []
     print(f"test_keda: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.parametrize("name", ["two-autoscalers.yaml", "no-autoscaler.yaml"])
+def test_the_api_server_refuses_both_or_neither_autoscaler(
+    cluster: Cluster, namespace: str, name: str
+) -> None:
+    install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
+    path = E2E.parent / "examples" / "invalid" / name
+    refused = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    assert refused.returncode != 0, f"the API server accepted {name}"
+    assert "spec.target" in refused.stderr, refused.stderr
+    assert "set exactly one of hpaName" in refused.stderr, refused.stderr
