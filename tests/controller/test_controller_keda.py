@@ -14,6 +14,7 @@ from cachescale.api.policy import MANAGED_BY, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import ConditionReason, Diagnosis, Hold, Problem
 from cachescale.api.spec import TargetSpec
 from cachescale.controller.actions import apply_envelope, restore_envelope, scaled_object_ops
+from cachescale.controller.claims import claim_key, index_entry, refusal
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.keda import (
     ScaledObjectError,
@@ -361,3 +362,31 @@ def test_kedas_fallback_turns_metrics_available_false(
     run(operator, keda, clock, 1)
     assert conditions(keda)["MetricsAvailable"] == ("False", ConditionReason.KEDA_FALLBACK)
     assert "falls back to 6 replicas after 3 failed reads" in ready_message(keda)
+
+
+# --- claims ---------------------------------------------------------------------------------
+
+
+def claiming(name: str, created: str, **target: str) -> dict[str, Any]:
+    found = policy(name, prometheus_url="http://prometheus.test:9090")
+    found["metadata"]["creationTimestamp"] = created
+    found["spec"]["target"] = {"deploymentName": "vllm", **target}
+    return found
+
+
+def test_one_policy_per_scaled_object_and_never_confused_with_an_hpa_of_its_name() -> None:
+    first = claiming("first", "2026-11-30T10:00:00Z", scaledObjectName="vllm")
+    second = claiming("second", "2026-11-30T11:00:00Z", scaledObjectName="vllm")
+    on_hpa = claiming("on-hpa", "2026-11-30T12:00:00Z", hpaName="vllm")
+    claims: dict[Any, list[Any]] = {}
+    for one in (first, second, on_hpa):
+        for key, value in index_entry(one).items():
+            claims.setdefault(key, []).append(value)
+    assert claim_key(first) == (NAMESPACE, "ScaledObject/vllm") != claim_key(on_hpa)
+    assert refusal(first, claims, None) is None
+    assert refusal(on_hpa, claims, None) is None
+    refused = refusal(second, claims, None)
+    assert refused is not None
+    assert refused.reason == Problem.TARGET_CLAIMED
+    assert refused.message.startswith("ScaledObject vllm is managed by policy llm/first")
+    assert "point spec.target.scaledObjectName at another ScaledObject" in refused.message
