@@ -26,8 +26,10 @@ RULES = {
     "managed-without-shape.yaml": ("spec.batching", "model and gpu"),
     "min-above-max-replicas.yaml": ("spec.budget", "must be less than or equal to maxReplicas"),
     "negative-budget.yaml": ("spec.budget.gpuSecondsPer1kRequests", "greater than 0"),
+    "no-autoscaler.yaml": ("spec.target", "set exactly one of hpaName"),
     "num-seqs-inverted.yaml": ("spec.batching", "must be less than or equal to maxNumSeqs"),
     "p99-below-p95.yaml": ("spec.slo", "must be at least ttftP95Seconds"),
+    "two-autoscalers.yaml": ("spec.target", "set exactly one of hpaName"),
     "unknown-field.yaml": ("spec.slo.ttftP95", "unknown field"),
 }
 """Per file: the field path both must name, and the rule's words both must say."""

@@ -23,8 +23,11 @@ NAMED_FIELD = {
     "managed-without-shape.yaml": "manageMaxNumSeqs",
     "min-above-max-replicas.yaml": "minReplicas (8) must be less than or equal to maxReplicas (4)",
     "negative-budget.yaml": "spec.budget.gpuSecondsPer1kRequests",
+    "no-autoscaler.yaml": "spec.target: set exactly one of hpaName",
     "num-seqs-inverted.yaml": "minNumSeqs (64)",
     "p99-below-p95.yaml": "ttftP99Seconds (1.0) must be at least ttftP95Seconds (2.0)",
+    "two-autoscalers.yaml": "scaledObjectName (a KEDA ScaledObject, which owns the HPA it "
+    "generates); both are set",
     "unknown-field.yaml": "spec.slo.ttftP95: unknown field",
 }
 

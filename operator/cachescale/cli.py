@@ -193,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--autoscaler",
         choices=["hpa", "cachescale", "both"],  # sim.simulate.AUTOSCALER_CHOICES (tested)
         default="hpa",
-        help="hpa: the HPA alone; cachescale: the same HPA with cachescale reshaping its "
-        "envelope and --max-num-seqs; both: the two runs side by side (same requests)",
+        help="hpa: the scenario's autoscaler alone (an HPA, or KEDA's for a scenario with "
+        "keda:); cachescale: the same one with cachescale reshaping its envelope and "
+        "--max-num-seqs; both: the two runs side by side (same requests)",
     )
     simulate.add_argument(
         "--seed", type=seed_flag, metavar="N", help="override the scenario's seed (0 or more)"

@@ -32,6 +32,7 @@ CLUSTER_ONLY_RULES: Permissions = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),
 }
 CLUSTER_PEERING: Permissions = {("kopf.dev", "clusterkopfpeerings"): READ_PATCH}
+KEDA: Permissions = {("keda.sh", "scaledobjects"): READ_PATCH}
 NAMESPACED_PEERING: Permissions = {("kopf.dev", "kopfpeerings"): READ_PATCH}
 
 
@@ -60,8 +61,9 @@ def permissions(role: Manifest) -> Permissions:
             NAMESPACED_RULES | CLUSTER_ONLY_RULES | NAMESPACED_PEERING,
         ),
         ({"watchNamespaces": ["llm"]}, NAMESPACED_RULES | CLUSTER_ONLY_RULES),
+        ({"keda": {"enabled": True}}, NAMESPACED_RULES | CLUSTER_ONLY_RULES | KEDA),
     ],
-    ids=["standalone", "peered", "namespaces-peered", "namespaces-standalone"],
+    ids=["standalone", "peered", "namespaces-peered", "namespaces-standalone", "keda"],
 )
 def test_cluster_role_is_exactly_the_contract(
     values: dict[str, Any], expected: Permissions
@@ -84,15 +86,22 @@ def test_cluster_role_is_exactly_the_contract(
 
 
 @pytest.mark.parametrize(
-    ("replicas", "expected"),
-    [(1, NAMESPACED_RULES), (2, NAMESPACED_RULES | NAMESPACED_PEERING)],
-    ids=["standalone", "peered"],
+    ("replicas", "keda", "expected"),
+    [
+        (1, False, NAMESPACED_RULES),
+        (2, False, NAMESPACED_RULES | NAMESPACED_PEERING),
+        (1, True, NAMESPACED_RULES | KEDA),
+    ],
+    ids=["standalone", "peered", "keda"],
 )
-def test_namespaced_roles_are_exactly_the_contract(replicas: int, expected: Permissions) -> None:
+def test_namespaced_roles_are_exactly_the_contract(
+    replicas: int, keda: bool, expected: Permissions
+) -> None:
     values = {
         "watchNamespaces": ["llm", "llm-staging"],
         "rbac": {"namespaced": True},
         "replicaCount": replicas,
+        "keda": {"enabled": keda},
     }
     manifests = render(values, namespace="cachescale-system")
     # No cluster-wide access at all: no namespaces, no CRD discovery, no cluster peering.
@@ -119,9 +128,14 @@ def test_rbac_create_false_renders_no_rbac() -> None:
 
 
 def test_no_wildcards_and_no_destructive_verbs() -> None:
-    namespaced = {"watchNamespaces": ["a"], "rbac": {"namespaced": True}, "replicaCount": 2}
+    namespaced = {
+        "watchNamespaces": ["a"],
+        "rbac": {"namespaced": True},
+        "replicaCount": 2,
+        "keda": {"enabled": True},
+    }
     roles = [
-        one(render({"replicaCount": 2}), "ClusterRole"),
+        one(render({"replicaCount": 2, "keda": {"enabled": True}}), "ClusterRole"),
         *by_kind(render(namespaced), "Role"),
     ]
     for role in roles:
@@ -136,7 +150,7 @@ def test_every_rule_is_commented_by_why() -> None:
     """Each rule in the template sits under a comment explaining why it is needed."""
     lines = (CHART / "templates" / "rbac.yaml").read_text(encoding="utf-8").splitlines()
     rule_starts = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
-    assert len(rule_starts) == 11
+    assert len(rule_starts) == 12
     for index in rule_starts:
         above = lines[index - 1].strip()
         below_a_sibling = lines[index - 1].strip().startswith("verbs:")

@@ -25,6 +25,7 @@ EXPECTED = {
     "outage-rising-demand",
     "cold-dilution",
     "rag-rechunk",
+    "rag-rechunk-keda",
     "rechunk-heals",
     "rolling-deploy",
     "scaleout-round-robin",

@@ -148,6 +148,13 @@ class ConditionReason(StrEnum):
     """``CacheIsolation=True``: ``MultiTenant`` and every engine hashes with SHA-256."""
     SINGLE_TENANT = "SingleTenant"
     """``CacheIsolation=True``: ``cache.tenancy: SingleTenant``, prefix caching on."""
+    KEDA_FALLBACK = "KEDAFallback"
+    """``MetricsAvailable=False``: the target ScaledObject's KEDA ``Fallback`` condition is
+    True (KEDA's scaler cannot read its metrics and runs ``spec.fallback.replicas``)."""
+    KEDA_IGNORES_NULL_VALUES = "KEDAIgnoresNullValues"
+    """Warning Event, and a note in the ``Ready`` message: a Prometheus trigger of the
+    target ScaledObject has ``ignoreNullValues`` true (KEDA's default), so a missing
+    series reads as 0 and KEDA scales to its minimum during a peak (kedacore/keda#3065)."""
 
 
 class Problem(StrEnum):
@@ -161,7 +168,8 @@ class Problem(StrEnum):
     TARGET_MISMATCH = "TargetMismatch"
     """The HPA does not scale the Deployment, or the container or its flag is missing."""
     HPA_MANAGED_BY_KEDA = "HPAManagedByKEDA"
-    """The HPA belongs to a KEDA ScaledObject."""
+    """The HPA named by ``hpaName`` belongs to a KEDA ScaledObject: name that ScaledObject
+    in ``scaledObjectName`` instead."""
     TARGET_CLAIMED = "TargetClaimed"
     """An older policy names the same HPA and manages it (``controller/claims.py``): this
     one reads, patches and restores nothing."""

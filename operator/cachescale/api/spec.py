@@ -114,17 +114,71 @@ class Tenancy(StrEnum):
     would serve one tenant's KV blocks to another, so the hash must be cryptographic."""
 
 
+ONE_AUTOSCALER = (
+    "set exactly one of hpaName (an autoscaling/v2 HorizontalPodAutoscaler) and "
+    "scaledObjectName (a KEDA ScaledObject, which owns the HPA it generates)"
+)
+
+
+class AutoscalerKind(StrEnum):
+    """What scales the Deployment: the object the policy reads and patches."""
+
+    HPA = "HorizontalPodAutoscaler"
+    SCALED_OBJECT = "ScaledObject"
+
+
 class TargetSpec(SpecModel):
-    """The serving workload this policy manages, in the policy's namespace."""
+    """The serving workload this policy manages, in the policy's namespace, and the one
+    autoscaler that scales it: an HPA or a KEDA ScaledObject."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.hpaName) != has(self.scaledObjectName)",
+                    "message": ONE_AUTOSCALER,
+                }
+            ]
+        }
+    )
 
     deployment_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
     """Name of the Deployment that runs the inference engine."""
     container_name: str = Field(default="vllm", pattern=_DNS_LABEL, max_length=63)
     """Container in that Deployment whose args carry the engine flags."""
-    hpa_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
-    """HorizontalPodAutoscaler (autoscaling/v2) that scales the Deployment."""
+    hpa_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=253)
+    """HorizontalPodAutoscaler (autoscaling/v2) that scales the Deployment. Exactly one of
+    hpaName and scaledObjectName."""
+    scaled_object_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=253)
+    """KEDA ScaledObject (keda.sh/v1alpha1) that scales the Deployment; cachescale patches
+    its maxReplicaCount, minReplicaCount and queue trigger threshold, never the HPA KEDA
+    generates from it. Exactly one of hpaName and scaledObjectName."""
     engine: Engine = Field(default=Engine.VLLM, strict=False)
     """Inference engine: vllm or sglang."""
+
+    @model_validator(mode="after")
+    def _one_autoscaler(self) -> Self:
+        if (self.hpa_name is None) == (self.scaled_object_name is None):
+            both = self.hpa_name is not None
+            raise ValueError(f"{ONE_AUTOSCALER}; {'both are' if both else 'neither is'} set")
+        return self
+
+    @property
+    def autoscaler_kind(self) -> AutoscalerKind:
+        """Which kind of autoscaler the policy names."""
+        return AutoscalerKind.HPA if self.hpa_name is not None else AutoscalerKind.SCALED_OBJECT
+
+    @property
+    def autoscaler_name(self) -> str:
+        """The name of that autoscaler (the validator guarantees exactly one is set)."""
+        name = self.hpa_name if self.hpa_name is not None else self.scaled_object_name
+        assert name is not None
+        return name
+
+    @property
+    def autoscaler(self) -> str:
+        """``HorizontalPodAutoscaler vllm`` or ``ScaledObject vllm``, for messages."""
+        return f"{self.autoscaler_kind.value} {self.autoscaler_name}"
 
 
 class SecretKeyRef(SpecModel):
@@ -471,7 +525,7 @@ class CacheScalingPolicySpec(SpecModel):
     mode: Mode = Field(default=Mode.ADVISE, strict=False)
     """Enforce changes the HPA and engine flags; Advise (default) only recommends."""
     target: TargetSpec
-    """The Deployment, its engine container and its HPA."""
+    """The Deployment, its engine container and its HPA or KEDA ScaledObject."""
     metrics: MetricsSpec
     """Prometheus location, series selector, window and evaluation interval."""
     slo: SLOSpec

@@ -1,4 +1,4 @@
-"""Acting on a decision: the HPA's envelope and the engine's batch ceiling.
+"""Acting on a decision: the HPA's (or KEDA ScaledObject's) envelope and the batch ceiling.
 
 Only what the decision changed is written, with JSON patches that name the exact
 fields (``/spec/minReplicas``, ``/spec/maxReplicas``, the queue metric's
@@ -8,7 +8,17 @@ built from: if someone else changed the object in between, the API server refuse
 and we re-read and rebuild (a bounded number of times). Before the first change the
 HPA's original envelope is recorded in an annotation on the HPA itself; deleting the
 policy puts it back, unless the record no longer reads as the one written
-(``workload.recorded_envelope``): then nothing is restored. Blocking calls: run in a worker thread.
+(``workload.recorded_envelope``): then nothing is restored.
+
+A KEDA ScaledObject is patched the same way, on its own fields: ``/spec/maxReplicaCount``,
+``/spec/minReplicaCount`` and the queue trigger's ``/spec/triggers/N/metadata/threshold``
+(``controller/keda.py`` says which trigger, and why its threshold is the HPA's target).
+The HPA KEDA generates from it is never written: KEDA would overwrite it. A hold lowers
+``maxReplicaCount`` rather than setting ``autoscaling.keda.sh/paused-replicas``: pausing
+freezes KEDA both ways (no scale-down either, and no SLO guard growth within budget) and
+removes its HPA, while a lower ceiling keeps every other KEDA behaviour. A
+``minReplicaCount`` of 0 (scale to zero) is KEDA's and is kept, and a paused ScaledObject
+is not patched at all. Blocking calls: run in a worker thread.
 """
 
 from __future__ import annotations
@@ -20,8 +30,17 @@ from typing import Any
 
 from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
-from cachescale.api.spec import Engine, TargetSpec
+from cachescale.api.spec import AutoscalerKind, Engine, TargetSpec
 from cachescale.controller.engine_flags import rewritten
+from cachescale.controller.keda import (
+    DEFAULT_MAX_REPLICAS,
+    DEFAULT_MIN_REPLICAS,
+    ScaledObjectError,
+    paused_by,
+    queue_trigger,
+    recorded_counts,
+    scaled_object_path,
+)
 from cachescale.controller.kube import ConflictError, KubeApi, NotFoundError, resource_version_test
 from cachescale.controller.workload import (
     TargetError,
@@ -119,6 +138,77 @@ def restore_ops(hpa: Mapping[str, Any], target: TargetSpec) -> list[dict[str, An
     return ops
 
 
+def threshold_text(value: float) -> str:
+    """A trigger threshold as KEDA reads it (a decimal string, at most 3 decimals)."""
+    return f"{round(value, 3):g}"
+
+
+def scaled_object_ops(
+    body: Mapping[str, Any], envelope: Envelope, policy: str
+) -> list[dict[str, Any]]:
+    """JSON-patch ops moving a ScaledObject to ``envelope`` (empty when nothing differs,
+    or when it is paused)."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    annotations = meta.get("annotations")
+    if paused_by(annotations or {}) is not None:
+        return []
+    ops: list[dict[str, Any]] = []
+    low = spec.get("minReplicaCount", DEFAULT_MIN_REPLICAS)
+    if low != 0 and low != envelope.min_replicas:
+        ops.append({"op": "add", "path": "/spec/minReplicaCount", "value": envelope.min_replicas})
+    if spec.get("maxReplicaCount", DEFAULT_MAX_REPLICAS) != envelope.max_replicas:
+        ops.append({"op": "add", "path": "/spec/maxReplicaCount", "value": envelope.max_replicas})
+    queue = queue_trigger(spec)
+    if queue is not None and envelope.target_average_value is not None:
+        wanted = threshold_text(envelope.target_average_value)
+        if queue.threshold != float(wanted):
+            path = f"/spec/triggers/{queue.index}/metadata/threshold"
+            ops.append({"op": "replace", "path": path, "value": wanted})
+    if not ops:
+        return []
+    if annotations is None:
+        ops.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {}})
+        annotations = {}
+    if ORIGINAL_ENVELOPE not in annotations:
+        original: dict[str, Any] = {
+            "minReplicaCount": spec.get("minReplicaCount"),
+            "maxReplicaCount": spec.get("maxReplicaCount"),
+        }
+        if queue is not None:
+            original["triggerIndex"] = queue.index
+            original["threshold"] = str(spec["triggers"][queue.index]["metadata"]["threshold"])
+        ops.append(_annotation_op(ORIGINAL_ENVELOPE, json.dumps(original, sort_keys=True)))
+        ops.append(_annotation_op(MANAGED_BY, policy))
+    return [resource_version_test(body), *ops]
+
+
+def scaled_object_restore_ops(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON-patch ops putting back a ScaledObject's recorded original values (a field that
+    was unset is removed again); empty when none was recorded; ``TargetError`` when the
+    record is not one the operator wrote for this object."""
+    try:
+        original = recorded_counts(body)
+    except ScaledObjectError as error:
+        raise TargetError(error.reason, error.message) from None
+    if original is None:
+        return []
+    spec = body.get("spec") or {}
+    ops: list[dict[str, Any]] = [resource_version_test(body)]
+    for key in ("minReplicaCount", "maxReplicaCount"):
+        if original[key] is not None:
+            ops.append({"op": "add", "path": f"/spec/{key}", "value": original[key]})
+        elif key in spec:
+            ops.append({"op": "remove", "path": f"/spec/{key}"})
+    if "triggerIndex" in original:  # checked: a Prometheus trigger of this object
+        path = f"/spec/triggers/{original['triggerIndex']}/metadata/threshold"
+        ops.append({"op": "add", "path": path, "value": original["threshold"]})
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    for key in (ORIGINAL_ENVELOPE, MANAGED_BY):
+        if key in annotations:
+            ops.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
+    return ops
+
+
 def _with_retries(
     read: Callable[[], Mapping[str, Any]],
     build: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
@@ -142,8 +232,15 @@ def _with_retries(
 def apply_envelope(
     api: KubeApi, namespace: str, target: TargetSpec, envelope: Envelope, policy: str
 ) -> bool:
-    """Patch the HPA to ``envelope``; True when it changed."""
-    path = hpa_path(namespace, target.hpa_name)
+    """Patch the HPA or ScaledObject to ``envelope``; True when it changed."""
+    if target.autoscaler_kind is AutoscalerKind.SCALED_OBJECT:
+        so_path = scaled_object_path(namespace, target.autoscaler_name)
+
+        def build_so(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+            return scaled_object_ops(body, envelope, policy)
+
+        return _with_retries(lambda: api.get(so_path), build_so, so_path, api)
+    path = hpa_path(namespace, target.autoscaler_name)
 
     def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
         return envelope_ops(hpa, envelope, queue_metric(hpa)[0], policy)
@@ -177,10 +274,20 @@ def apply_max_num_seqs(
 
 
 def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
-    """Put the HPA's recorded original envelope back; False when none was recorded or the
-    HPA is gone; ``TargetError`` (nothing written) when the record was tampered with."""
-    path = hpa_path(namespace, target.hpa_name)
+    """Put the HPA's (or ScaledObject's) recorded original envelope back; False when none
+    was recorded or the object is gone; ``TargetError`` (nothing written) when the record
+    was tampered with."""
+    build: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+    if target.autoscaler_kind is AutoscalerKind.SCALED_OBJECT:
+        path = scaled_object_path(namespace, target.autoscaler_name)
+        build = scaled_object_restore_ops
+    else:
+        path = hpa_path(namespace, target.autoscaler_name)
+
+        def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
+            return restore_ops(hpa, target)
+
     try:
-        return _with_retries(lambda: api.get(path), lambda hpa: restore_ops(hpa, target), path, api)
+        return _with_retries(lambda: api.get(path), build, path, api)
     except NotFoundError:
         return False

@@ -1,8 +1,9 @@
-"""Which policy may act on a target: one per HPA, and never the operator itself.
+"""Which policy may act on a target: one per autoscaler, and never the operator itself.
 
 Two policies reshaping one HPA would undo each other's patches every round, and on delete
 whichever restored last would win. So among the policies of a namespace that name the
-same HPA (``spec.target.hpaName``), exactly one **holds** it: the one created first
+same HPA (``spec.target.hpaName``) or the same KEDA ScaledObject
+(``spec.target.scaledObjectName``), exactly one **holds** it: the one created first
 (``metadata.creationTimestamp``), ties broken by name. The rule depends only on what the
 API server stores, so every operator replica, restart and evaluation order agrees on it.
 The others are refused with ``TargetClaimed``: they read nothing, patch nothing, and
@@ -33,7 +34,9 @@ DEPLOYMENT_ENV: Final = "CACHESCALE_OPERATOR_DEPLOYMENT"
 """The name of the operator's Deployment (the chart sets it)."""
 
 ClaimKey: TypeAlias = tuple[str, str]
-"""(namespace, HPA name)."""
+"""(namespace, HPA name) or (namespace, ``ScaledObject/<name>``): a name holds no ``/``,
+so the two kinds never share a key."""
+SCALED_OBJECT_PREFIX: Final = "ScaledObject/"
 
 
 @dataclass(frozen=True, order=True)
@@ -80,10 +83,17 @@ def _target(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def claim_key(body: Mapping[str, Any]) -> ClaimKey | None:
-    """The HPA a policy names, read from the raw spec (None when it names none): a policy
-    claims its HPA whether or not the rest of its spec is valid."""
-    hpa = _target(body).get("hpaName")
-    return (str(_meta(body).get("namespace", "")), hpa) if isinstance(hpa, str) and hpa else None
+    """The autoscaler a policy names, read from the raw spec (None when it names none): a
+    policy claims its HPA or ScaledObject whether or not the rest of its spec is valid (one
+    naming both claims its HPA)."""
+    target = _target(body)
+    namespace = str(_meta(body).get("namespace", ""))
+    hpa, scaled = target.get("hpaName"), target.get("scaledObjectName")
+    if isinstance(hpa, str) and hpa:
+        return namespace, hpa
+    if isinstance(scaled, str) and scaled:
+        return namespace, SCALED_OBJECT_PREFIX + scaled
+    return None
 
 
 def claimant(body: Mapping[str, Any]) -> Claimant:
@@ -123,9 +133,13 @@ def refusal(
     holder = min([*claims.get(key, ()), me])
     if holder.uid == me.uid:
         return None
+    if key[1].startswith(SCALED_OBJECT_PREFIX):
+        what, kind, field = key[1].replace("/", " ", 1), "a ScaledObject", "scaledObjectName"
+    else:
+        what, kind, field = f"HPA {key[1]}", "an HPA", "hpaName"
     return Refusal(
         Problem.TARGET_CLAIMED,
-        f"HPA {key[1]} is managed by policy {namespace}/{holder.name} (of the policies naming "
-        "an HPA, the one created first manages it): this one changes nothing; delete one "
-        "of them or point spec.target.hpaName at another HPA",
+        f"{what} is managed by policy {namespace}/{holder.name} (of the policies naming "
+        f"{kind}, the one created first manages it): this one changes nothing; delete one "
+        f"of them or point spec.target.{field} at another {kind.split()[-1]}",
     )

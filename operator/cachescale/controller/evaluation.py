@@ -38,12 +38,13 @@ from cachescale.api.policy import (
     REBASELINE,
     VERSION,
 )
-from cachescale.api.reasons import Action, Problem, cleared
+from cachescale.api.reasons import Action, ConditionReason, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.claims import Refusal
 from cachescale.controller.events import EventRecorder, PolicyRef
+from cachescale.controller.keda import notes as keda_notes
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
@@ -237,9 +238,12 @@ def _evaluate(
         applied=applied,
         warmup_seconds=float(spec.cache.pod_warmup_seconds),
         prometheus=prometheus_source(operator, spec),
+        **_keda_status(target),
     )
     _write_status(operator, policy, status)
     _announce(operator, policy, decision, applied, now)
+    for warning in target.keda.warnings() if target.keda is not None else ():
+        _event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
     operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)
     if act_error:
         operator.metrics.failed(policy.namespace, policy.name, Problem.API_CONFLICT)
@@ -247,6 +251,24 @@ def _evaluate(
     if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     return Outcome(decision.reason, decision, applied)
+
+
+def _keda_status(target: Target) -> dict[str, Any]:
+    """What a ScaledObject target adds to the status: its traps and notes in the ``Ready``
+    message, and KEDA's Fallback condition folded into ``MetricsAvailable``."""
+    keda = target.keda
+    if keda is None:
+        return {}
+    fallback = None
+    if keda.fallback_active:
+        fallback = (
+            f"KEDA's Fallback condition is True on ScaledObject {keda.name}: its scaler cannot "
+            "read its metrics, so KEDA runs spec.fallback's replicas instead of scaling on them"
+        )
+    return {
+        "autoscaler_notes": (*keda.warnings(), *keda_notes(keda)),
+        "autoscaler_fallback": fallback,
+    }
 
 
 def _problem(

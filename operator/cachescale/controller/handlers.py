@@ -220,7 +220,7 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
             )
         except KubeError as error:
             raise kopf.TemporaryError(
-                f"restoring HPA {spec.target.hpa_name}: {error}", delay=10
+                f"restoring {spec.target.autoscaler}: {error}", delay=10
             ) from error
         except TargetError as error:  # a tampered record: the HPA is left as it is
             restored = False
@@ -228,5 +228,5 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     runtime.locks.pop(policy.uid, None)
     if restored:
         log.info(
-            "%s/%s deleted: HPA %s restored", policy.namespace, policy.name, spec.target.hpa_name
+            "%s/%s deleted: %s restored", policy.namespace, policy.name, spec.target.autoscaler
         )

@@ -78,15 +78,31 @@ def render(
     applied: bool,
     warmup_seconds: float,
     prometheus: str | None = None,
+    autoscaler_notes: tuple[str, ...] = (),
+    autoscaler_fallback: str | None = None,
 ) -> dict[str, Any]:
     """The status after an evaluation that reached a decision (``prometheus``: where the
-    signals were read, ``evaluation.prometheus_source``)."""
+    signals were read, ``evaluation.prometheus_source``). ``autoscaler_notes`` (how a KEDA
+    ScaledObject is managed, and its traps) are appended to the ``Ready`` message, which
+    ``kubectl describe`` shows; ``autoscaler_fallback`` (KEDA's Fallback condition is True)
+    turns ``MetricsAvailable`` False with that message."""
     ready = ConditionVerdict(
         ConditionType.READY,
         ConditionStatus.TRUE,
         ConditionReason.EVALUATED,
-        "the last evaluation completed",
+        "; ".join(["the last evaluation completed", *autoscaler_notes]),
     )
+    verdicts = list(decision.conditions)
+    if autoscaler_fallback is not None:
+        verdicts = [v for v in verdicts if v.type is not ConditionType.METRICS_AVAILABLE]
+        verdicts.append(
+            ConditionVerdict(
+                ConditionType.METRICS_AVAILABLE,
+                ConditionStatus.FALSE,
+                ConditionReason.KEDA_FALLBACK,
+                autoscaler_fallback,
+            )
+        )
     record = _record(decision, now, applied)
     history = previous.history
     if applied:
@@ -94,9 +110,7 @@ def render(
     status = CacheScalingPolicyStatus(
         observed_generation=generation,
         state=decision.state.value,
-        conditions=merge_conditions(
-            previous.conditions, [ready, *decision.conditions], generation, now
-        ),
+        conditions=merge_conditions(previous.conditions, [ready, *verdicts], generation, now),
         signals=_signals(snapshot, now, warmup_seconds, prometheus),
         baseline=_baseline(decision),
         last_decision=record,

@@ -1,11 +1,12 @@
-"""Reading the serving workload: the Deployment, its pods and its HPA.
+"""Reading the serving workload: the Deployment, its pods and its HPA or ScaledObject.
 
 Turns three API reads into the ``WorkloadState`` the decision needs (replicas, ready
 pods and their ages, GPUs per pod, the batch ceiling in the engine's args, the HPA's
 envelope and queue metric, whether a rollout is in progress), or into a named problem
 a human can fix: the Deployment or HPA missing (``TargetNotFound``), an HPA that scales
 something else (``TargetMismatch``), an HPA owned by a KEDA ScaledObject that would
-overwrite every patch (``HPAManagedByKEDA``), a container or flag that is not there, or
+overwrite every patch (``HPAManagedByKEDA``: name the ScaledObject instead, read as an
+HPA by ``controller/keda.py``), a container or flag that is not there, or
 an original-envelope record on the HPA that the operator did not write as it stands
 (edited by hand, truncated, or naming another metric: ``TargetMismatch``, and nothing is
 changed or restored from it). Blocking calls: run in a worker thread.
@@ -23,8 +24,14 @@ from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
-from cachescale.api.spec import Engine, TargetSpec
+from cachescale.api.spec import AutoscalerKind, Engine, TargetSpec
 from cachescale.controller.engine_flags import FlagError, FlagLocation, find_flag
+from cachescale.controller.keda import (
+    ScaledObjectError,
+    ScaledObjectView,
+    read_scaled_object,
+    recorded_counts,
+)
 from cachescale.controller.kube import KubeApi, NotFoundError
 from cachescale.snapshot import HPAState, WorkloadState
 
@@ -53,7 +60,8 @@ class Target:
     """The objects read for one evaluation, and what was derived from them."""
 
     deployment: dict[str, Any]
-    hpa: dict[str, Any]
+    autoscaler: dict[str, Any]
+    """The HPA or the ScaledObject, as read."""
     state: WorkloadState
     pod_ages: dict[str, float]
     """Ready pod name → seconds since it became ready."""
@@ -62,6 +70,8 @@ class Target:
     metric_index: int | None
     """Index in ``hpa.spec.metrics`` of the queue metric whose target is reshaped."""
     max_num_seqs_changed_at: datetime | None
+    keda: ScaledObjectView | None = None
+    """The ScaledObject's reading, when the target names one."""
 
 
 def apps_path(namespace: str, name: str) -> str:
@@ -77,28 +87,44 @@ def hpa_path(namespace: str, name: str) -> str:
 def read_target(
     api: KubeApi, namespace: str, target: TargetSpec, now: datetime, *, keda_allowed: bool = False
 ) -> Target:
-    """Read and check the Deployment, its HPA and its pods (an HPA that KEDA generates is
-    refused unless ``keda_allowed``: read-only callers may look at it)."""
+    """Read and check the Deployment, its HPA or ScaledObject and its pods (an HPA that KEDA
+    generates is refused unless ``keda_allowed``: read-only callers may look at it)."""
     deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
-    hpa = _get(api, hpa_path(namespace, target.hpa_name), "HorizontalPodAutoscaler", target)
-    _check_hpa(hpa, target, keda_allowed)
-    recorded_envelope(hpa, target)
+    keda = None
+    if target.autoscaler_kind is AutoscalerKind.SCALED_OBJECT:
+        try:
+            keda = read_scaled_object(
+                api, namespace, target.autoscaler_name, target.deployment_name
+            )
+            recorded_counts(keda.body)
+        except ScaledObjectError as error:
+            raise TargetError(error.reason, error.message) from None
+        autoscaler = keda.body
+        metric_index = None
+        hpa_state = keda.hpa_state()
+    else:
+        autoscaler = _get(
+            api, hpa_path(namespace, target.autoscaler_name), "HorizontalPodAutoscaler", target
+        )
+        _check_hpa(autoscaler, target, keda_allowed)
+        recorded_envelope(autoscaler, target)
+        metric_index, metric_name, metric_target = queue_metric(autoscaler)
+        hpa_spec = autoscaler.get("spec", {})
+        hpa_state = HPAState(
+            min_replicas=int(hpa_spec.get("minReplicas", 1)),
+            max_replicas=int(hpa_spec["maxReplicas"]),
+            target_average_value=metric_target,
+            metric_name=metric_name,
+        )
     index, container, flag = engine_container(deployment, target)
     pods = api.items(f"/api/v1/namespaces/{namespace}/pods", _selector(deployment))
     ages = _ready_ages(pods, now)
-    metric_index, metric_name, metric_target = queue_metric(hpa)
-    hpa_spec = hpa.get("spec", {})
     state = WorkloadState(
         replicas=int(deployment.get("spec", {}).get("replicas", 1)),
         ready_replicas=int(deployment.get("status", {}).get("readyReplicas", 0) or 0),
         pod_ages_seconds=tuple(ages.values()),
         gpus_per_pod=_gpus(container),
-        hpa=HPAState(
-            min_replicas=int(hpa_spec.get("minReplicas", 1)),
-            max_replicas=int(hpa_spec["maxReplicas"]),
-            target_average_value=metric_target,
-            metric_name=metric_name,
-        ),
+        hpa=hpa_state,
         max_num_seqs=flag.value if flag is not None else None,
         generation=int(deployment.get("metadata", {}).get("generation", 0)),
         rollout_in_progress=_rolling(deployment),
@@ -106,13 +132,14 @@ def read_target(
     changed = deployment.get("metadata", {}).get("annotations", {}).get(MAX_NUM_SEQS_CHANGED)
     return Target(
         deployment=deployment,
-        hpa=hpa,
+        autoscaler=autoscaler,
         state=state,
         pod_ages=ages,
         container_index=index,
         flag=flag,
         metric_index=metric_index,
         max_num_seqs_changed_at=_timestamp(changed),
+        keda=keda,
     )
 
 
@@ -140,7 +167,7 @@ def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, An
     try:
         return api.get(path)
     except NotFoundError:
-        name = target.deployment_name if kind == "Deployment" else target.hpa_name
+        name = target.deployment_name if kind == "Deployment" else target.autoscaler_name
         raise TargetError(
             Problem.TARGET_NOT_FOUND, f"{kind} {name} not found in the policy's namespace"
         ) from None
@@ -153,7 +180,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -
         ):
             raise TargetError(
                 Problem.HPA_MANAGED_BY_KEDA,
-                f"HorizontalPodAutoscaler {target.hpa_name} is owned by KEDA ScaledObject "
+                f"HorizontalPodAutoscaler {target.autoscaler_name} is owned by KEDA ScaledObject "
                 f"{owner.get('name')}, which would overwrite every change; point the policy at "
                 "an HPA you own, or let cachescale advise only",
             )
@@ -161,7 +188,7 @@ def _check_hpa(hpa: Mapping[str, Any], target: TargetSpec, keda_allowed: bool) -
     if ref.get("kind") != "Deployment" or ref.get("name") != target.deployment_name:
         raise TargetError(
             Problem.TARGET_MISMATCH,
-            f"HorizontalPodAutoscaler {target.hpa_name} scales {ref.get('kind')} "
+            f"HorizontalPodAutoscaler {target.autoscaler_name} scales {ref.get('kind')} "
             f"{ref.get('name')}, not Deployment {target.deployment_name}",
         )
 
@@ -189,7 +216,7 @@ def recorded_envelope(hpa: Mapping[str, Any], target: TargetSpec) -> dict[str, A
     if problem:
         raise TargetError(
             Problem.TARGET_MISMATCH,
-            f"HorizontalPodAutoscaler {target.hpa_name}: annotation {ORIGINAL_ENVELOPE} is not "
+            f"{target.autoscaler}: annotation {ORIGINAL_ENVELOPE} is not "
             f"the record cachescale wrote ({problem}), so nothing is changed or restored from "
             "it; put back the original values, or remove the annotation (the current envelope "
             "is then recorded as the original)",

@@ -183,6 +183,21 @@ class SweepSpec(_Model):
             yield dict(zip(axes, combo, strict=True))
 
 
+class KedaSpec(_Model):
+    """A KEDA ScaledObject's own settings (``sim/keda.py`` models it). Its minReplicaCount,
+    maxReplicaCount and threshold are the scenario's ``autoscaler`` min_replicas,
+    max_replicas and target_average_value: the HPA KEDA generates carries them."""
+
+    polling_interval_s: float = Field(
+        default=30.0, gt=0, le=3600, description="pollingInterval: seconds between KEDA's polls."
+    )
+    use_cached_metrics: bool = Field(
+        default=False,
+        description="useCachedMetrics: the HPA reads the last poll's value instead of a "
+        "fresh query at each of its syncs.",
+    )
+
+
 class Scenario(_Model):
     """One simulated experiment, end to end."""
 
@@ -196,6 +211,12 @@ class Scenario(_Model):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="Request stream.")
     autoscaler: HPASpec | None = Field(
         default=None, description="The HPA on vllm:num_requests_waiting; null: fixed fleet."
+    )
+    keda: KedaSpec | None = Field(
+        default=None,
+        description="Set: the autoscaler is a KEDA ScaledObject with a Prometheus trigger on "
+        "sum(vllm:<autoscaler_metric>) (the HPA KEDA generates has autoscaler's min, max "
+        "and, as its threshold, target_average_value); null: a plain HPA.",
     )
     autoscaler_metric: HPAMetric = Field(
         default="num_requests_waiting",

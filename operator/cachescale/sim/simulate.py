@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.validation import error_lines
 from cachescale.sim.hpa import HPAModel
+from cachescale.sim.keda import KedaAutoscaler
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
 from cachescale.sim.present import (
     comparison,
@@ -147,10 +148,17 @@ def _warnings(scenario: Scenario, duration_s: float | None) -> tuple[str, ...]:
 
 
 def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
-    """The named autoscaler configured by ``scenario`` (None when the fleet is fixed)."""
+    """The named autoscaler configured by ``scenario`` (None when the fleet is fixed):
+    ``hpa`` is the scenario's own autoscaler alone (a plain HPA, or KEDA's when the
+    scenario has ``keda``), ``cachescale`` the same one with cachescale reshaping it."""
     if scenario.autoscaler is None:
         return None
-    hpa = HPAAutoscaler(HPAModel(scenario.autoscaler), scenario.autoscaler_metric)
+    model, metric = HPAModel(scenario.autoscaler), scenario.autoscaler_metric
+    hpa = (
+        HPAAutoscaler(model, metric)
+        if scenario.keda is None
+        else KedaAutoscaler(model, metric, scenario.keda)
+    )
     if name == "hpa":
         return hpa
     if name == "cachescale":
@@ -189,7 +197,13 @@ class SimulationOutcome:
             "",
         ]
         for name, result in self.runs.items():
-            lines += [f"autoscaler: {name}", on_call_table(result), "", verdict(result), ""]
+            lines += [
+                f"autoscaler: {_label(name, result)}",
+                on_call_table(result),
+                "",
+                verdict(result),
+                "",
+            ]
             story = policy_story(result)
             if story:
                 lines += [story, ""]
@@ -221,6 +235,14 @@ class SimulationOutcome:
                 self.scenario.report.slo_ttft_p95_s,
                 self.scenario.report.budget_gpu_s_per_1k,
             )
+
+
+def _label(name: str, result: RunResult) -> str:
+    """A run's heading: its ``--autoscaler`` name, or with a KEDA scenario what scaled:
+    "keda" alone, or "cachescale (over keda)"."""
+    if result.scenario.keda is None:
+        return name
+    return "keda" if name == "hpa" else f"{name} (over keda)"
 
 
 def simulate(

@@ -1,0 +1,233 @@
+"""A KEDA ScaledObject target on a real API server: a collapse holds ``maxReplicaCount``
+with a Warning Event, KEDA's generated HPA is never written, and deleting the policy (the
+real operator's kopf delete handler) puts the ScaledObject's original values back.
+
+KEDA's controller cannot run here, so its ScaledObject CRD is the structural stand-in in
+e2e/keda_stand_in_crd.yaml, and the HPA KEDA would generate is created by the test, owned
+by the ScaledObject, as KEDA makes it. The Deployment and its pods are real (the
+controllers and the node stand-in). CI time is short, so the collapse is driven
+in-process: the operator's own evaluation (``controller.evaluation.evaluate``, the code the
+kopf daemon runs) on the real API server, with a clock stepped 10 s per round and the
+engines' numbers from the scripted Prometheus of the kmock tests (tests/controller/
+engine_fake.py); the incident with the emulator and a real Prometheus is
+e2e/test_operator_incident.py's. The delete goes through the real ``cachescale run``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachescale.api.policy import MANAGED_BY, ORIGINAL_ENVELOPE
+from cachescale.api.reasons import ConditionReason, Diagnosis, Hold
+from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
+from cachescale.controller.kube import KubeApi, load_config
+from e2e.harness.cluster import Cluster
+from e2e.kube_helpers import PAUSE, apply, events_for, get, ready_pods, until
+from tests.controller.cluster import Clock
+from tests.controller.cluster import deployment as deployment_body
+from tests.controller.cluster import hpa as hpa_body
+from tests.controller.cluster import policy as policy_body
+from tests.controller.engine_fake import EngineFake, EngineNumbers
+from tests.controller.process_fixture import run_operator
+from tests.gather.gather_fakes import FakePrometheus, fake_prometheus
+
+E2E = Path(__file__).resolve().parent
+CRDS = E2E.parent / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
+STAND_IN = E2E / "keda_stand_in_crd.yaml"
+APP = "vllm"
+PODS = 3
+MODEL = "llama"
+QUERY = f'sum(vllm:num_requests_waiting{{model_name="{MODEL}"}})'
+ROUNDS = 60
+"""At most this many evaluations (10 s apart on the test clock) for each phase."""
+
+
+def install_crd(cluster: Cluster, path: Path, name: str) -> None:
+    """Create a CRD unless it exists (the suite's release may own the policy CRD), and wait
+    until it is served."""
+    created = cluster.kubectl("create", "-f", str(path))
+    assert created.returncode == 0 or "AlreadyExists" in created.stderr, created.stderr
+    ready = cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    assert ready.returncode == 0, ready.stderr
+
+
+def scaled_object() -> dict[str, Any]:
+    """production-stack's ScaledObject (waiting queue, threshold 5), ignoreNullValues left
+    at KEDA's default: the trap cachescale must warn about."""
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": APP},
+        "spec": {
+            "scaleTargetRef": {"name": APP},
+            "minReplicaCount": 2,
+            "maxReplicaCount": 40,
+            "pollingInterval": 15,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": "http://prometheus.monitoring:9090",
+                        "query": QUERY,
+                        "threshold": "5",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def generated_hpa(owner: dict[str, Any]) -> dict[str, Any]:
+    """The HPA KEDA would generate: owned by the ScaledObject, min = the running replicas so
+    the real HPA controller (no metrics API here) never resizes the Deployment."""
+    body = hpa_body(f"keda-hpa-{APP}", target=APP, min_replicas=PODS, max_replicas=40)
+    body["metadata"] = {
+        "name": f"keda-hpa-{APP}",
+        "ownerReferences": [
+            {
+                "apiVersion": "keda.sh/v1alpha1",
+                "kind": "ScaledObject",
+                "name": APP,
+                "uid": owner["metadata"]["uid"],
+            }
+        ],
+    }
+    return body
+
+
+def create_deployment(cluster: Cluster, namespace: str) -> list[str]:
+    """The serving Deployment (``pause`` standing in for vLLM); its Ready pods' names."""
+    body = deployment_body(APP, replicas=PODS, gpus=1, args=["--model", MODEL])
+    engine = body["spec"]["template"]["spec"]["containers"][1]
+    engine["image"] = PAUSE
+    body["spec"]["template"]["spec"]["containers"] = [engine]
+    body["metadata"] = {"name": APP}
+    body.pop("status")
+    apply(cluster, namespace, body)
+
+    def all_ready() -> list[str] | None:
+        pods = ready_pods(cluster, namespace, f"app={APP}")
+        return sorted(p["metadata"]["name"] for p in pods) if len(pods) == PODS else None
+
+    return until(all_ready, f"{PODS} Ready pods", 40)
+
+
+@pytest.fixture
+def prometheus() -> Iterator[tuple[FakePrometheus, EngineFake]]:
+    engines = EngineFake()
+    with fake_prometheus() as fake:
+        fake.respond = engines
+        yield fake, engines
+
+
+def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
+    cluster: Cluster,
+    namespace: str,
+    prometheus: tuple[FakePrometheus, EngineFake],
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    fake, engines = prometheus
+    install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
+    install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")
+    pods = create_deployment(cluster, namespace)
+    apply(cluster, namespace, scaled_object())
+    owner = get(cluster, "scaledobject", APP, "-n", namespace)
+    apply(cluster, namespace, generated_hpa(owner))
+    original = get(cluster, "scaledobject", APP, "-n", namespace)["spec"]
+    hpa_before = get(cluster, "hpa", f"keda-hpa-{APP}", "-n", namespace)
+
+    numbers = EngineNumbers(pods=tuple(pods))
+    engines.set({"namespace": namespace, "model_name": MODEL}, numbers)
+    body = policy_body(APP, prometheus_url=fake.url)
+    body["metadata"] = {"name": APP, "namespace": namespace}
+    body["spec"]["target"] = {"deploymentName": APP, "scaledObjectName": APP}
+    body["spec"]["metrics"]["selector"] = {"namespace": namespace, "model_name": MODEL}
+    apply(cluster, namespace, body)
+
+    # The test clock ends near the real now, so the real operator started below reads a
+    # memory from its past, as after a restart.
+    clock = Clock(datetime.now(UTC) - timedelta(seconds=10 * 2 * ROUNDS))
+    api_client = load_config(str(cluster.kubeconfig))
+    operator = Operator(KubeApi(api_client), clock=clock)
+
+    def evaluate_until(condition: tuple[str, str, str]) -> None:
+        for _ in range(ROUNDS):
+            policy = PolicyObject.of(get(cluster, "csp", APP, "-n", namespace))
+            outcome = evaluate(operator, policy)
+            clock.advance(10)
+            found = outcome.decision and {
+                (c.type.value, c.status.value, str(c.reason)) for c in outcome.decision.conditions
+            }
+            if found and condition in found:
+                return
+        raise AssertionError(f"no {condition} in {ROUNDS} evaluations: {outcome}")
+
+    evaluate_until(("CacheHealthy", "True", ConditionReason.HIT_RATE_AT_BASELINE))
+    numbers.hit_rate, numbers.waiting = 0.04, 9.0
+    evaluate_until(("CacheHealthy", "False", Diagnosis.PREFIX_COLLAPSE))
+
+    held = get(cluster, "scaledobject", APP, "-n", namespace)
+    assert held["spec"]["maxReplicaCount"] == PODS, held["spec"]  # held at the pre-collapse 3
+    record = json.loads(held["metadata"]["annotations"][ORIGINAL_ENVELOPE])
+    assert record["maxReplicaCount"] == 40
+    assert record["threshold"] == "5"
+    status = get(cluster, "csp", APP, "-n", namespace)["status"]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions["ScalingHeld"] == ("True", Hold.COLLAPSE)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "ignoreNullValues is unset (KEDA's default: true)" in ready["message"]
+    warnings = {
+        e["reason"]
+        for e in events_for(cluster, namespace, "CacheScalingPolicy", APP)
+        if e["type"] == "Warning"
+    }
+    assert {Diagnosis.PREFIX_COLLAPSE, ConditionReason.KEDA_IGNORES_NULL_VALUES} <= warnings
+
+    # Delete through the real operator: kopf's finalizer, then the restore on delete.
+    with run_operator(tmp_path, cluster.kubeconfig, namespace):
+
+        def finalized() -> bool | None:
+            found = get(cluster, "csp", APP, "-n", namespace)
+            return True if found["metadata"].get("finalizers") else None
+
+        until(finalized, "kopf's finalizer on the policy", 20)
+        deleted = cluster.kubectl("delete", "csp", APP, "-n", namespace, "--timeout=20s")
+        assert deleted.returncode == 0, deleted.stderr
+    restored = get(cluster, "scaledobject", APP, "-n", namespace)
+    assert restored["spec"] == original
+    annotations = restored["metadata"].get("annotations") or {}
+    assert ORIGINAL_ENVELOPE not in annotations
+    assert MANAGED_BY not in annotations
+
+    # KEDA's HPA: read, never written (the API server's audit log, where there is one).
+    hpa_after = get(cluster, "hpa", f"keda-hpa-{APP}", "-n", namespace)
+    assert hpa_after["spec"] == hpa_before["spec"]
+    assert hpa_after["metadata"].get("annotations") == hpa_before["metadata"].get("annotations")
+    if cluster.plane is not None:
+        whoami = cluster.kubectl("auth", "whoami", "-o", "json")
+        user = json.loads(whoami.stdout)["status"]["userInfo"]["username"]
+        writes = cluster.plane.writes(user, "horizontalpodautoscalers", namespace)
+        assert [w["objectRef"].get("name") for w in writes] == [f"keda-hpa-{APP}"]  # the test's
+        patches = [w for w in writes if w["verb"] == "patch"]
+        assert patches == []
+    print(f"test_keda: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.parametrize("name", ["two-autoscalers.yaml", "no-autoscaler.yaml"])
+def test_the_api_server_refuses_both_or_neither_autoscaler(
+    cluster: Cluster, namespace: str, name: str
+) -> None:
+    install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
+    path = E2E.parent / "examples" / "invalid" / name
+    refused = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    assert refused.returncode != 0, f"the API server accepted {name}"
+    assert "spec.target" in refused.stderr, refused.stderr
+    assert "set exactly one of hpaName" in refused.stderr, refused.stderr
