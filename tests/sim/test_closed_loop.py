@@ -64,6 +64,8 @@ def loops() -> dict[str, LoopSummary]:
         "sliding-window/cachescale": LoopRun.builtin("sliding-window", "cachescale"),
         "sliding-window/hpa": LoopRun.builtin("sliding-window", "hpa"),
         "outage-rising-demand/hpa": LoopRun.builtin("outage-rising-demand", "hpa"),
+        "rag-rechunk-keda/keda": LoopRun.builtin("rag-rechunk-keda", "hpa"),
+        "rag-rechunk-keda/cachescale": LoopRun.builtin("rag-rechunk-keda", "cachescale"),
     }
     for replicas, router in COLD_DILUTION_POINTS:
         jobs[f"cold-dilution-{replicas}-{router}"] = cold_dilution(replicas, router)
@@ -299,3 +301,41 @@ def test_a_metrics_outage_fails_open_and_the_fleet_follows_the_hpa_alone(
     ]
     assert pairs
     assert all(abs(a - c) <= 1 for a, c in pairs)
+
+
+def test_keda_alone_buys_replicas_for_the_collapse(loops: dict[str, LoopSummary]) -> None:
+    alone = loops["rag-rechunk-keda/keda"]
+    assert alone.after.replicas is not None
+    assert alone.before.replicas is not None
+    assert alone.after.replicas >= 1.5 * alone.before.replicas
+
+
+def test_cachescale_over_keda_alerts_within_three_intervals_and_grows_less(
+    loops: dict[str, LoopSummary],
+) -> None:
+    alone, held = loops["rag-rechunk-keda/keda"], loops["rag-rechunk-keda/cachescale"]
+    change = held.scenario.change_at_s
+    policy = scenario_policy(held.scenario)
+    below = next(
+        r
+        for r in held.policy
+        if change is not None
+        and r.t_s > change
+        and r.hit_rate_seen is not None
+        and r.baseline_hit_rate is not None
+        and r.hit_rate_seen < collapse_thresholds(policy.cache, r.baseline_hit_rate)[0]
+    )
+    alert = next(r for r in held.policy if any(x.startswith("PrefixCollapse:") for x in r.raised))
+    assert below.t_s <= alert.t_s <= below.t_s + 3 * policy.metrics.interval_seconds
+    # SLO first (docs/decisions.md, "Precedence"): the fleet grows to what the SLO needs at
+    # the collapsed cost, above the budget's 12, but to half of what KEDA alone buys.
+    ours, theirs = held.after, alone.after
+    assert ours.replicas is not None
+    assert theirs.replicas is not None
+    assert ours.replicas <= 0.5 * theirs.replicas
+    assert ours.gpu_s_per_1k is not None
+    assert theirs.gpu_s_per_1k is not None
+    assert ours.gpu_s_per_1k < theirs.gpu_s_per_1k
+    assert ours.ttft_p95_s is not None
+    assert theirs.ttft_p95_s is not None
+    assert ours.ttft_p95_s < theirs.ttft_p95_s

@@ -1,22 +1,19 @@
 """KEDA's queue trigger in the simulator: its arithmetic (ceil(sum / threshold) over the
 Deployment's replicas, loading pods counted as serving, the polled value with
 useCachedMetrics), and
-``rag-rechunk-keda`` at seed 7, KEDA alone against KEDA with cachescale."""
+the scenario naming its runs. ``rag-rechunk-keda`` itself, KEDA alone against KEDA with
+cachescale, runs with the other closed loops (``test_closed_loop.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from cachescale.decide.diagnosis import collapse_thresholds
 from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.keda import KedaAutoscaler
-from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.run import FleetObservation, run
 from cachescale.sim.scenario import KedaSpec
 from cachescale.sim.simulate import SimulationOutcome, build_autoscaler
-from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
+from tests.sim.closed_loop import LoopRun
 
 
 def keda(**settings: Any) -> KedaAutoscaler:
@@ -64,42 +61,3 @@ def test_a_keda_scenario_names_its_runs_after_what_scaled() -> None:
     outcome = SimulationOutcome(loop.scenario.model_copy(update={"duration_s": 30.0}))
     outcome.runs["hpa"] = run(outcome.scenario, build_autoscaler("hpa", outcome.scenario))
     assert "autoscaler: keda\n" in outcome.to_text()
-
-
-@pytest.fixture(scope="module")
-def loops() -> dict[str, LoopSummary]:
-    return run_all(
-        {
-            "keda": LoopRun.builtin("rag-rechunk-keda", "hpa"),
-            "cachescale": LoopRun.builtin("rag-rechunk-keda", "cachescale"),
-        }
-    )
-
-
-def test_keda_alone_buys_replicas_for_the_collapse(loops: dict[str, LoopSummary]) -> None:
-    alone = loops["keda"]
-    assert alone.after.replicas >= 1.5 * alone.before.replicas
-
-
-def test_cachescale_over_keda_alerts_within_three_intervals_and_grows_less(
-    loops: dict[str, LoopSummary],
-) -> None:
-    alone, held = loops["keda"], loops["cachescale"]
-    change = held.scenario.change_at_s
-    policy = scenario_policy(held.scenario)
-    below = next(
-        r
-        for r in held.policy
-        if change is not None
-        and r.t_s > change
-        and r.hit_rate_seen is not None
-        and r.baseline_hit_rate is not None
-        and r.hit_rate_seen < collapse_thresholds(policy.cache, r.baseline_hit_rate)[0]
-    )
-    alert = next(r for r in held.policy if any(x.startswith("PrefixCollapse:") for x in r.raised))
-    assert below.t_s <= alert.t_s <= below.t_s + 3 * policy.metrics.interval_seconds
-    # SLO first (docs/decisions.md, "Precedence"): the fleet grows to what the SLO needs at
-    # the collapsed cost, above the budget's 12, but to half of what KEDA alone buys.
-    assert held.after.replicas <= 0.5 * alone.after.replicas
-    assert held.after.gpu_s_per_1k < alone.after.gpu_s_per_1k
-    assert held.after.ttft_p95_s < alone.after.ttft_p95_s
