@@ -24,6 +24,7 @@ from typing import Any, Final
 import kopf
 
 from cachescale.api.durations import parse_duration_seconds
+from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
@@ -65,6 +66,8 @@ class Runtime:
     """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
     (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
     a minute before it serves anything, and keeps logging the 403s."""
+    shard: LabelSelector | None = None
+    """``--policy-selector``: the policies this operator serves (None: all of them)."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The policy's lock (created on first use)."""
@@ -145,7 +148,16 @@ def claims(body: kopf.Body, **_: Any) -> dict[ClaimKey, Claimant]:
     return index_entry(body)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+def in_shard(labels: kopf.Labels, memo: Any, **_: Any) -> bool:
+    """Whether the policy is still this operator's. The API server filters the watch by
+    the shard's selector (``controller/serve.py``); a policy relabelled out of it arrives
+    once more, as a deletion carrying its new labels, and this filter is what makes kopf
+    stop its loop then (kopf stops a daemon on a deletion only once it is marked for one)."""
+    runtime: Runtime = memo.runtime
+    return runtime.shard is None or runtime.shard.matches(labels)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, when=in_shard)
 async def policy_loop(
     body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
