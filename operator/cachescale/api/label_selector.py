@@ -1,12 +1,10 @@
-"""Kubernetes label selectors: their syntax, checked before anything is sent, and their
-test on one object's labels.
+"""The syntax of a Kubernetes label selector, checked before anything is sent.
 
 ``cachescale run --policy-selector`` hands its selector to the API server, which filters
-the watch of CacheScalingPolicies with it, and the policy loops stop when their policy no
-longer matches it (``controller/serve.py``). A typo would otherwise surface only once kopf
-starts, as a 400 retried in its logs, with the shard serving nothing. So the selector is
-parsed here with the grammar the API server uses (``k8s.io/apimachinery/pkg/labels``):
-comma-separated requirements, each one of
+the watch of CacheScalingPolicies with it (``controller/serve.py``). A typo would
+otherwise surface only once kopf starts, as a 400 retried in its logs, with the shard
+serving nothing. So the selector is parsed here with the grammar the API server uses
+(``k8s.io/apimachinery/pkg/labels``): comma-separated requirements, each one of
 
 - ``key`` / ``!key`` (the label is present / absent);
 - ``key=value``, ``key==value``, ``key!=value`` (a value may be empty);
@@ -22,7 +20,6 @@ the command line's contract and imports nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -183,8 +180,7 @@ class _Parser:
 
 @dataclass(frozen=True)
 class LabelSelector:
-    """A parsed selector: what the API server filters by, and the same test on one
-    object's labels."""
+    """A parsed selector, as the API server will filter by it."""
 
     requirements: tuple[Requirement, ...]
 
@@ -199,22 +195,3 @@ class LabelSelector:
     def __str__(self) -> str:
         """The selector as sent to the API server (one spelling, whatever the spacing)."""
         return ",".join(str(requirement) for requirement in self.requirements)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether an object with these labels is selected, as the API server decides."""
-        return all(_holds(requirement, labels) for requirement in self.requirements)
-
-
-def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
-    key, operator, values = requirement.key, requirement.operator, requirement.values
-    if operator in ("!", "!=", "notin"):
-        return key not in labels if operator == "!" else labels.get(key) not in values
-    if key not in labels:
-        return False
-    value = labels[key]
-    if operator in _NUMBER_OPERATORS:
-        if not _INTEGER.fullmatch(value):
-            return False
-        number, bound = int(value), int(values[0])
-        return number > bound if operator == ">" else number < bound
-    return operator == "exists" or value in values

@@ -24,7 +24,6 @@ from typing import Any, Final
 import kopf
 
 from cachescale.api.durations import parse_duration_seconds
-from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
@@ -66,8 +65,9 @@ class Runtime:
     """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
     (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
     a minute before it serves anything, and keeps logging the 403s."""
-    shard: LabelSelector | None = None
-    """``--policy-selector``: the policies this operator serves (None: all of them)."""
+    departed: dict[str, asyncio.Event] = field(default_factory=dict)
+    """Per policy (uid) with a running loop: set when the watch reports it gone while it
+    still exists (:func:`departures`), so that loop stops."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The policy's lock (created on first use)."""
@@ -148,40 +148,63 @@ def claims(body: kopf.Body, **_: Any) -> dict[ClaimKey, Claimant]:
     return index_entry(body)
 
 
-def in_shard(labels: kopf.Labels, memo: Any, **_: Any) -> bool:
-    """Whether the policy is still this operator's. The API server filters the watch by
-    the shard's selector (``controller/serve.py``); a policy relabelled out of it arrives
-    once more, as a deletion carrying its new labels, and this filter is what makes kopf
-    stop its loop then (kopf stops a daemon on a deletion only once it is marked for one)."""
+@kopf.on.event(GROUP, VERSION, PLURAL, id="departures")
+def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Stop the loop of a policy the watch reports gone without a deletion under way.
+
+    That is a policy relabelled out of this operator's ``--policy-selector`` (the API
+    server sends a deletion, carrying the old labels, to a filtered watch), or one whose
+    finalizer was removed by hand: kopf forgets the object but does not stop its daemon,
+    which would go on evaluating, and acting, beside the shard the policy moved to. Its
+    metrics go with it (the other shard reports them now)."""
+    if event.get("type") != "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        return  # a deletion under way stops the loop through kopf, then restores
     runtime: Runtime = memo.runtime
-    return runtime.shard is None or runtime.shard.matches(labels)
+    policy = PolicyObject.of(body)
+    gone = runtime.departed.pop(policy.uid, None)
+    if gone is not None:
+        gone.set()
+        log.info(
+            "%s/%s left this operator's watch: no longer served", policy.namespace, policy.name
+        )
+    runtime.operator.metrics.forget(policy.namespace, policy.name)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, when=in_shard)
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def policy_loop(
     body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
-    """Evaluate the policy every interval until it is deleted or the operator stops."""
+    """Evaluate the policy every interval until it is deleted, leaves the watch
+    (:func:`departures`) or the operator stops."""
     runtime: Runtime = memo.runtime
     claims: kopf.Index[ClaimKey, Claimant] = kwargs["claims"]  # kopf passes indexes by id
     loop = asyncio.get_running_loop()
-    # Spread the first evaluations over a third of the interval: 200 policies created (or
-    # an operator restarted) at once would otherwise come due together, every round.
-    await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
-    while not stopped:
-        policy = PolicyObject.of(body)
-        async with runtime.lock(policy.uid):
-            if stopped or body.get("metadata", {}).get("deletionTimestamp"):
-                break  # being deleted: the restore must have the last word
-            try:
-                refused = refusal(body, claims, runtime.itself)
-                await loop.run_in_executor(
-                    runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
-                )
-            except Exception:  # one policy's bug must not end its loop, nor anyone else's
-                log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
-                runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
-        await stopped.wait(interval_of(body.get("spec", {})))
+    uid = PolicyObject.of(body).uid
+    gone = runtime.departed[uid] = asyncio.Event()
+    try:
+        # Spread the first evaluations over a third of the interval: 200 policies created
+        # (or an operator restarted) at once would otherwise come due together, every round.
+        await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
+        while not stopped:
+            policy = PolicyObject.of(body)
+            async with runtime.lock(policy.uid):
+                if stopped or body.get("metadata", {}).get("deletionTimestamp"):
+                    break  # being deleted: the restore must have the last word
+                if gone.is_set():  # an evaluation already under way may have just ended
+                    runtime.operator.metrics.forget(policy.namespace, policy.name)
+                    break
+                try:
+                    refused = refusal(body, claims, runtime.itself)
+                    await loop.run_in_executor(
+                        runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
+                    )
+                except Exception:  # one policy's bug must not end its loop, nor anyone else's
+                    log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
+                    runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
+            await stopped.wait(interval_of(body.get("spec", {})))
+    finally:
+        if runtime.departed.get(uid) is gone:  # not a newer loop's, after a return
+            del runtime.departed[uid]
 
 
 def _evaluate_and_log(operator: Operator, policy: PolicyObject, refused: Refusal | None) -> None:

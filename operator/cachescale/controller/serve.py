@@ -12,7 +12,7 @@ and kopf never sees another shard's policies, which matters because with handler
 it would strip the shared finalizer from every policy its filters skip, letting a policy
 be deleted before the shard that serves it restored the HPA. A policy relabelled out of a
 shard leaves its watch (the API server sends a deletion): its loop stops there
-(``handlers.in_shard``), without a restore, and starts in the shard it now matches.
+(``handlers.departures``), without a restore, and starts in the shard it now matches.
 The claim rule (``controller/claims.py``) sees only the shard's own policies: policies
 naming one HPA must fall in one shard (always so when sharding by namespace).
 """
@@ -72,9 +72,7 @@ def serve(args: argparse.Namespace) -> int:
         default_prometheus_url=args.default_prometheus_url,
     )
     itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
-    runtime = Runtime(
-        operator, itself=itself, scanning=not args.no_scanning, shard=args.policy_selector
-    )
+    runtime = Runtime(operator, itself=itself, scanning=not args.no_scanning)
     try:
         if args.metrics_port:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
