@@ -64,4 +64,3 @@ def test_selectors_the_api_server_accepts_parse_to_one_spelling(text: str, spell
 def test_malformed_selectors_say_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         LabelSelector.parse(text)
-

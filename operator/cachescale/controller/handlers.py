@@ -5,7 +5,9 @@ Each ``CacheScalingPolicy`` gets a daemon that evaluates it every ``spec.metrics
 blocks on the Kubernetes and Prometheus APIs, so it runs in a bounded worker pool: the
 event loop never waits on I/O, and a slow Prometheus delays only the policies that read
 it. An exception in one policy's evaluation is logged, counted and retried next round;
-it never stops that loop or any other.
+it never stops that loop or any other. A policy that leaves the watch while it still
+exists (relabelled out of ``--policy-selector``) has its loop stopped by
+:func:`departures`, which kopf would not do.
 
 kopf keeps its own bookkeeping (handler progress, the last-handled spec, the finalizer)
 in annotations under ``cachescale.dev``: the status schema is strict and written only by
