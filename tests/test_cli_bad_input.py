@@ -395,6 +395,13 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("run-health-port", ["run", "--health-port", "http"], ExitCode.USAGE, "--health-port"),
     ("run-namespace", ["run", "--namespace", "Bad_NS"], ExitCode.USAGE, "--namespace"),
     ("run-peering", ["run", "--peering", "two words"], ExitCode.USAGE, "--peering"),
+    (
+        "run-policy-selector",
+        ["run", "--policy-selector", "team in search"],
+        ExitCode.USAGE,
+        "--policy-selector",
+    ),
+    ("run-policy-selector-empty", ["run", "--policy-selector", ""], ExitCode.USAGE, "empty"),
     ("run-log-format", ["run", "--log-format", "xml"], ExitCode.USAGE, "--log-format"),
     (
         "run-allowed-url-regex",

@@ -57,6 +57,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "all-toggles-on": ALL_ON,
     "all-toggles-on-namespaced": NAMESPACED,
     "namespaces-with-cluster-rbac": {"watchNamespaces": ["llm"], "replicaCount": 3},
+    "shard-by-label": {"policySelector": "shard in (blue,green),!canary", "replicaCount": 2},
     "no-crds-no-rbac-no-sa": {
         "crds": {"install": False},
         "rbac": {"create": False},
@@ -255,6 +256,39 @@ def test_namespaced_operator_peers_in_each_namespace() -> None:
     assert {p["metadata"]["name"] for p in by_kind(custom, "KopfPeering")} == {"cs-leader"}
 
 
+def test_a_shard_passes_its_policy_selector_and_peers_under_its_own_name() -> None:
+    """Two releases splitting the fleet by policy labels: each operator gets its selector,
+    and each release its own peering object, so each shard keeps exactly one active pod."""
+    shards = {
+        release: render({"policySelector": f"shard={release}", "replicaCount": 2}, release=release)
+        for release in ("blue", "green")
+    }
+    for release, manifests in shards.items():
+        args = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert [a for a in args if a.startswith("--policy-selector")] == [
+            f"--policy-selector=shard={release}"
+        ]
+        assert f"--peering={release}-cachescale" in args
+        assert one(manifests, "ClusterKopfPeering")["metadata"]["name"] == f"{release}-cachescale"
+        # A selector narrows what is watched, not what may be done: the same RBAC.
+        unsharded = render({"replicaCount": 2}, release=release)
+        assert one(manifests, "ClusterRole")["rules"] == one(unsharded, "ClusterRole")["rules"]
+    # Set-based selectors reach the operator as one argument, spaces and all.
+    spaced = container({"policySelector": "tier in (a, b),!canary"})["args"]
+    assert "--policy-selector=tier in (a, b),!canary" in spaced
+    # Unset: every policy, no flag.
+    assert not [a for a in container()["args"] if a.startswith("--policy-selector")]
+
+
+def test_a_shard_by_namespace_peers_in_its_own_namespaces() -> None:
+    manifests = render({"watchNamespaces": ["team-a"], "replicaCount": 2}, release="team-a")
+    peering = one(manifests, "KopfPeering")
+    assert (peering["metadata"]["namespace"], peering["metadata"]["name"]) == (
+        "team-a",
+        "team-a-cachescale",
+    )
+
+
 def test_names_follow_the_release() -> None:
     manifests = render(release="prod", namespace="ops")
     assert one(manifests, "Deployment")["metadata"]["name"] == "prod-cachescale"
@@ -363,6 +397,8 @@ def test_values_match_their_schema() -> None:
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
         ({"rbac": {"namespaced": True}}, "watchNamespaces"),
         ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
+        ({"policySelector": "team='search'"}, "policySelector"),
+        ({"policySelector": "a=b\nc=d"}, "policySelector"),
     ],
 )
 def test_bad_values_are_rejected(values: dict[str, Any], message: str) -> None:

@@ -2,12 +2,15 @@
 
 Out of cluster it uses ``--kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``; inside a
 pod, the ServiceAccount. It watches every namespace, or only those given with
-``--namespace`` (repeatable). One replica runs ``--standalone`` (the default); several
-replicas share a kopf peering object (``--peering NAME``) and exactly one acts. Beside
-kopf it serves ``/metrics`` (Prometheus exposition) and ``/healthz`` / ``/readyz``.
-SIGTERM stops it gracefully: running evaluations finish, daemons are cancelled.
-``--allowed-prometheus-url`` (repeatable) limits where policies may make it connect
-(``cachescale.gather.egress``, ``docs/security.md``); without it, anywhere, with a warning.
+``--namespace`` (repeatable), and of those only the policies matching
+``--policy-selector`` (a label selector): several releases, each with its own namespaces
+or selector and its own peering object, split a fleet too big for one process. One
+replica runs ``--standalone`` (the default); several replicas share a kopf peering object
+(``--peering NAME``) and exactly one acts. Beside kopf it serves ``/metrics``
+(Prometheus exposition) and ``/healthz`` / ``/readyz``. SIGTERM stops it gracefully:
+running evaluations finish, daemons are cancelled. ``--allowed-prometheus-url``
+(repeatable) limits where policies may make it connect (``cachescale.gather.egress``,
+``docs/security.md``); without it, anywhere, with a warning.
 
 Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
 ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
@@ -23,6 +26,7 @@ import re
 import sys
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.label_selector import LabelSelector
 from cachescale.gather.command import prometheus_url
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
 
@@ -48,6 +52,14 @@ def _object_name(text: str) -> str:
             f"{text!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)"
         )
     return text
+
+
+def _policy_selector(text: str) -> LabelSelector:
+    """``--policy-selector``: a label selector the API server accepts."""
+    try:
+        return LabelSelector.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label selector: {error}") from None
 
 
 def _allowed_url(entry: str) -> str:
@@ -76,6 +88,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_object_name,
         metavar="NS",
         help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    parser.add_argument(
+        "--policy-selector",
+        type=_policy_selector,
+        metavar="SELECTOR",
+        help=(
+            "serve only the CacheScalingPolicies whose labels match this Kubernetes label "
+            "selector, e.g. 'team=search' or 'tier in (a,b),!canary' (filtered by the API "
+            "server; default: every policy). With --namespace, releases split the fleet "
+            "(docs/install.md, Sharding)"
+        ),
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
     parser.add_argument(

@@ -5,7 +5,9 @@ Each ``CacheScalingPolicy`` gets a daemon that evaluates it every ``spec.metrics
 blocks on the Kubernetes and Prometheus APIs, so it runs in a bounded worker pool: the
 event loop never waits on I/O, and a slow Prometheus delays only the policies that read
 it. An exception in one policy's evaluation is logged, counted and retried next round;
-it never stops that loop or any other.
+it never stops that loop or any other. A policy that leaves the watch while it still
+exists (relabelled out of ``--policy-selector``) has its loop stopped by
+:func:`departures`, which kopf would not do.
 
 kopf keeps its own bookkeeping (handler progress, the last-handled spec, the finalizer)
 in annotations under ``cachescale.dev``: the status schema is strict and written only by
@@ -65,6 +67,9 @@ class Runtime:
     """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
     (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
     a minute before it serves anything, and keeps logging the 403s."""
+    departed: dict[str, asyncio.Event] = field(default_factory=dict)
+    """Per policy (uid) with a running loop: set when the watch reports it gone while it
+    still exists (:func:`departures`), so that loop stops."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The policy's lock (created on first use)."""
@@ -145,31 +150,63 @@ def claims(body: kopf.Body, **_: Any) -> dict[ClaimKey, Claimant]:
     return index_entry(body)
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL, id="departures")
+def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Stop the loop of a policy the watch reports gone without a deletion under way.
+
+    That is a policy relabelled out of this operator's ``--policy-selector`` (the API
+    server sends a deletion, carrying the old labels, to a filtered watch), or one whose
+    finalizer was removed by hand: kopf forgets the object but does not stop its daemon,
+    which would go on evaluating, and acting, beside the shard the policy moved to. Its
+    metrics go with it (the other shard reports them now)."""
+    if event.get("type") != "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        return  # a deletion under way stops the loop through kopf, then restores
+    runtime: Runtime = memo.runtime
+    policy = PolicyObject.of(body)
+    gone = runtime.departed.pop(policy.uid, None)
+    if gone is not None:
+        gone.set()
+        log.info(
+            "%s/%s left this operator's watch: no longer served", policy.namespace, policy.name
+        )
+    runtime.operator.metrics.forget(policy.namespace, policy.name)
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def policy_loop(
     body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
-    """Evaluate the policy every interval until it is deleted or the operator stops."""
+    """Evaluate the policy every interval until it is deleted, leaves the watch
+    (:func:`departures`) or the operator stops."""
     runtime: Runtime = memo.runtime
     claims: kopf.Index[ClaimKey, Claimant] = kwargs["claims"]  # kopf passes indexes by id
     loop = asyncio.get_running_loop()
-    # Spread the first evaluations over a third of the interval: 200 policies created (or
-    # an operator restarted) at once would otherwise come due together, every round.
-    await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
-    while not stopped:
-        policy = PolicyObject.of(body)
-        async with runtime.lock(policy.uid):
-            if stopped or body.get("metadata", {}).get("deletionTimestamp"):
-                break  # being deleted: the restore must have the last word
-            try:
-                refused = refusal(body, claims, runtime.itself)
-                await loop.run_in_executor(
-                    runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
-                )
-            except Exception:  # one policy's bug must not end its loop, nor anyone else's
-                log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
-                runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
-        await stopped.wait(interval_of(body.get("spec", {})))
+    uid = PolicyObject.of(body).uid
+    gone = runtime.departed[uid] = asyncio.Event()
+    try:
+        # Spread the first evaluations over a third of the interval: 200 policies created
+        # (or an operator restarted) at once would otherwise come due together, every round.
+        await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
+        while not stopped:
+            policy = PolicyObject.of(body)
+            async with runtime.lock(policy.uid):
+                if stopped or body.get("metadata", {}).get("deletionTimestamp"):
+                    break  # being deleted: the restore must have the last word
+                if gone.is_set():  # an evaluation already under way may have just ended
+                    runtime.operator.metrics.forget(policy.namespace, policy.name)
+                    break
+                try:
+                    refused = refusal(body, claims, runtime.itself)
+                    await loop.run_in_executor(
+                        runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
+                    )
+                except Exception:  # one policy's bug must not end its loop, nor anyone else's
+                    log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
+                    runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
+            await stopped.wait(interval_of(body.get("spec", {})))
+    finally:
+        if runtime.departed.get(uid) is gone:  # not a newer loop's, after a return
+            del runtime.departed[uid]
 
 
 def _evaluate_and_log(operator: Operator, policy: PolicyObject, refused: Refusal | None) -> None:

@@ -4,6 +4,17 @@ Split from ``controller/command.py`` (the flags) so that building the CLI's pars
 imports no operator dependency: ``cachescale simulate``, ``validate`` and ``emulate`` run
 from a plain ``pip install cachescale``, and only ``run`` needs the ``operator`` extra.
 The kubeconfig and the two ports are checked before kopf starts (exit 1, one line).
+
+A shard (``--policy-selector``) is served by a server-side label selector on the policy
+watch, not by filters on the handlers: the API server sends only the shard's policies,
+so a shard's watch traffic, memory and claims index grow with its own share of the fleet;
+and kopf never sees another shard's policies, which matters because with handler filters
+it would strip the shared finalizer from every policy its filters skip, letting a policy
+be deleted before the shard that serves it restored the HPA. A policy relabelled out of a
+shard leaves its watch (the API server sends a deletion): its loop stops there
+(``handlers.departures``), without a restore, and starts in the shard it now matches.
+The claim rule (``controller/claims.py``) sees only the shard's own policies: policies
+naming one HPA must fall in one shard (always so when sharding by namespace).
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ from aiohttp import web
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
+from cachescale.api.label_selector import LabelSelector
+from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.command import refused
 from cachescale.controller.evaluation import Operator
@@ -87,11 +100,22 @@ async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
             namespaces=args.namespace,
             standalone=args.peering is None,
             peering_name=args.peering,
+            settings=shard_settings(args.policy_selector),
             memo=kopf.Memo(runtime=runtime),
         )
     finally:
         if health is not None:
             await health.cleanup()
+
+
+def shard_settings(shard: LabelSelector | None) -> kopf.OperatorSettings:
+    """kopf's settings before startup: the policy watch (its list too) carries the
+    ``--policy-selector`` as ``labelSelector``; nothing else kopf watches does (namespaces,
+    CRDs, the peering object)."""
+    settings = kopf.OperatorSettings()
+    if shard is not None:
+        settings.watching.label_selectors[GROUP, VERSION, PLURAL] = str(shard)
+    return settings
 
 
 async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
