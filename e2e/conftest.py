@@ -3,7 +3,8 @@
 The cluster is the one KUBECONFIG points at (kind, a real cluster) or, without it, a
 control plane started for the session from the envtest binaries in KUBEBUILDER_ASSETS
 (e2e/harness/), with a node stand-in that runs the pods. Neither: every test skips with
-the reason. `make test` runs them with everything else; `make e2e` runs only them.
+the reason. `make test` runs them with everything else (all on one pytest-xdist worker,
+so one control plane serves them); `make e2e` runs only them.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from e2e.harness.release import Release, install_cycle, uninstall
 E2E = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every e2e test, with the reason, when there is no cluster to talk to."""
+    """Skip every e2e test, with the reason, when there is no cluster to talk to; and keep
+    them all on one pytest-xdist worker (`make unit`), so the session starts one cluster."""
     reason = why_no_cluster()
-    if reason:
-        for item in items:
-            if Path(str(item.fspath)).is_relative_to(E2E):
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(E2E):
+            item.add_marker(pytest.mark.xdist_group("envtest"))
+            if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
