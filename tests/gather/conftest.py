@@ -11,15 +11,6 @@ from tests.gather.gather_dataset import dataset
 from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the users of ``synthetic_prometheus`` on one pytest-xdist worker (`make unit`),
-    so one Prometheus is backfilled and started for them all."""
-    for item in items:
-        if "synthetic_prometheus" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("synthetic-prometheus"))
-
-
 @pytest.fixture(scope="session")
 def synthetic_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a Prometheus serving ``gather_dataset.dataset()``; without the binaries

@@ -21,9 +21,6 @@ from cachescale.sim.run import PolicyRecord
 from cachescale.sim.scenario import load_builtin
 from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
 
-# One pytest-xdist worker builds ``loops`` (the costliest fixture of the suite) for all.
-pytestmark = pytest.mark.xdist_group("closed-loop")
-
 COLD_DILUTION_POINTS = [
     (r, router) for r in (1, 2, 4, 8) for router in ("round_robin", "prefix_aware")
 ]

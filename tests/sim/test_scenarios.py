@@ -16,9 +16,6 @@ import pytest
 from cachescale.sim.scenario import builtin_names, load_builtin, load_file
 from cachescale.sim.simulate import SimulationRequest, simulate
 
-# One pytest-xdist worker runs the session's ``incident`` for every test that reads it.
-pytestmark = pytest.mark.xdist_group("incident")
-
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "batch-pressure",
