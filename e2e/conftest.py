@@ -3,7 +3,8 @@
 The cluster is the one KUBECONFIG points at (kind, a real cluster) or, without it, a
 control plane started for the session from the envtest binaries in KUBEBUILDER_ASSETS
 (e2e/harness/), with a node stand-in that runs the pods. Neither: every test skips with
-the reason. `make test` runs them with everything else; `make e2e` runs only them.
+the reason. `make test` runs them with everything else (all on one pytest-xdist worker,
+so one control plane serves them: e2e/scheduling.py); `make e2e` runs only them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +30,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if Path(str(item.fspath)).is_relative_to(E2E):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called under `pytest -n`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile`` (`make unit`), keep the e2e suite on one worker, so the
+    session starts one cluster (e2e/scheduling.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from e2e.scheduling import OneClusterScheduling  # imports xdist, there only under -n
+
+    return OneClusterScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
