@@ -35,11 +35,11 @@ from tests.prometheus_fixture import (
 APP = "vllm"
 
 
-def create_stack(
+def create_serving_deployment(
     cluster: Cluster, namespace: str, model: str, replicas: int, max_num_seqs: int = 32
-) -> tuple[dict[str, Any], list[str]]:
-    """The Deployment and its HPA (min 2, max 40, 24 running requests per pod); waits for
-    ``replicas`` Ready pods; returns the HPA's spec as created and the pods' names."""
+) -> list[str]:
+    """The serving Deployment (``pause`` standing in for vLLM); waits for ``replicas``
+    Ready pods and returns their names."""
     body = deployment_body(
         APP, replicas=replicas, gpus=1, args=["--model", model, "--max-num-seqs", str(max_num_seqs)]
     )
@@ -49,16 +49,24 @@ def create_stack(
     body["metadata"] = {"name": APP}
     body.pop("status")
     apply(cluster, namespace, body)
-    autoscaler = hpa_body(APP, min_replicas=2, max_replicas=40, average_value="24")
-    autoscaler["metadata"] = {"name": APP}
-    autoscaler.pop("status", None)
-    apply(cluster, namespace, autoscaler)
 
     def all_ready() -> list[str] | None:
         pods = ready_pods(cluster, namespace, f"app={APP}")
         return sorted(p["metadata"]["name"] for p in pods) if len(pods) == replicas else None
 
-    names = until(all_ready, f"{replicas} Ready pods of Deployment {APP}", 90)
+    return until(all_ready, f"{replicas} Ready pods of Deployment {APP}", 90)
+
+
+def create_stack(
+    cluster: Cluster, namespace: str, model: str, replicas: int, max_num_seqs: int = 32
+) -> tuple[dict[str, Any], list[str]]:
+    """The Deployment and its HPA (min 2, max 40, 24 running requests per pod); waits for
+    ``replicas`` Ready pods; returns the HPA's spec as created and the pods' names."""
+    autoscaler = hpa_body(APP, min_replicas=2, max_replicas=40, average_value="24")
+    autoscaler["metadata"] = {"name": APP}
+    autoscaler.pop("status", None)
+    names = create_serving_deployment(cluster, namespace, model, replicas, max_num_seqs)
+    apply(cluster, namespace, autoscaler)
     return dict(autoscaler["spec"]), names
 
 

@@ -29,9 +29,9 @@ from cachescale.api.reasons import ConditionReason, Diagnosis, Hold
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeApi, load_config
 from e2e.harness.cluster import Cluster
-from e2e.kube_helpers import PAUSE, apply, events_for, get, ready_pods, until
+from e2e.kube_helpers import apply, events_for, get, until
+from e2e.serving import create_serving_deployment
 from tests.controller.cluster import Clock
-from tests.controller.cluster import deployment as deployment_body
 from tests.controller.cluster import hpa as hpa_body
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
@@ -102,23 +102,6 @@ def generated_hpa(owner: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def create_deployment(cluster: Cluster, namespace: str) -> list[str]:
-    """The serving Deployment (``pause`` standing in for vLLM); its Ready pods' names."""
-    body = deployment_body(APP, replicas=PODS, gpus=1, args=["--model", MODEL])
-    engine = body["spec"]["template"]["spec"]["containers"][1]
-    engine["image"] = PAUSE
-    body["spec"]["template"]["spec"]["containers"] = [engine]
-    body["metadata"] = {"name": APP}
-    body.pop("status")
-    apply(cluster, namespace, body)
-
-    def all_ready() -> list[str] | None:
-        pods = ready_pods(cluster, namespace, f"app={APP}")
-        return sorted(p["metadata"]["name"] for p in pods) if len(pods) == PODS else None
-
-    return until(all_ready, f"{PODS} Ready pods", 40)
-
-
 @pytest.fixture
 def prometheus() -> Iterator[tuple[FakePrometheus, EngineFake]]:
     engines = EngineFake()
@@ -137,7 +120,7 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     fake, engines = prometheus
     install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
     install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")
-    pods = create_deployment(cluster, namespace)
+    pods = create_serving_deployment(cluster, namespace, MODEL, PODS)
     apply(cluster, namespace, scaled_object())
     owner = get(cluster, "scaledobject", APP, "-n", namespace)
     apply(cluster, namespace, generated_hpa(owner))

@@ -30,15 +30,15 @@ def two_conversations(warm: list[list[int]], audited: list[list[int]], **fields:
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``cachescale audit ARGS`` in a subprocess, from the repository root."""
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``cachescale audit ARGS`` in a subprocess, from ``cwd`` (the repository root)."""
     return subprocess.run(
         [sys.executable, "-m", "cachescale.cli", "audit", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        cwd=REPO,
+        cwd=cwd,
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import CorpusError, parse_corpus
 from cachescale.audit.replay import replay
+from tests.audit.helpers import cli
 
 GOOD = '{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1, 2, 3]}'
 
@@ -52,17 +52,6 @@ def test_one_conversation_cannot_be_split_into_two_passes() -> None:
         replay(parse_corpus(Path("c.jsonl"), GOOD))
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", "audit", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
-
-
 def _one_line_usage_error(done: subprocess.CompletedProcess[str], named: str) -> None:
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     assert done.returncode == ExitCode.USAGE, done.stderr
@@ -73,11 +62,11 @@ def _one_line_usage_error(done: subprocess.CompletedProcess[str], named: str) ->
 def test_cli_malformed_line_and_empty_corpus(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text(f"{GOOD}\n{GOOD[:-1]}\n", encoding="utf-8")
     (tmp_path / "empty.jsonl").write_text("", encoding="utf-8")
-    done = _cli("run", "bad.jsonl", "--out", "r.json", cwd=tmp_path)
+    done = cli("run", "bad.jsonl", "--out", "r.json", cwd=tmp_path)
     _one_line_usage_error(done, "bad.jsonl: line 2: not JSON")
-    _one_line_usage_error(_cli("run", "empty.jsonl", "--out", "r.json", cwd=tmp_path), "empty")
-    _one_line_usage_error(_cli("run", "none.jsonl", "--out", "r.json", cwd=tmp_path), "none")
-    _one_line_usage_error(_cli("run", "bad.jsonl", cwd=tmp_path), "--out")
+    _one_line_usage_error(cli("run", "empty.jsonl", "--out", "r.json", cwd=tmp_path), "empty")
+    _one_line_usage_error(cli("run", "none.jsonl", "--out", "r.json", cwd=tmp_path), "none")
+    _one_line_usage_error(cli("run", "bad.jsonl", cwd=tmp_path), "--out")
 
 
 def test_cli_refuses_results_that_are_not_comparable(tmp_path: Path) -> None:
@@ -86,26 +75,26 @@ def test_cli_refuses_results_that_are_not_comparable(tmp_path: Path) -> None:
         for c in ("a", "b")
     ]
     (tmp_path / "c.jsonl").write_text("\n".join(lines), encoding="utf-8")
-    assert _cli("run", "c.jsonl", "--out", "16.json", cwd=tmp_path).returncode == 0
-    done = _cli("run", "c.jsonl", "--out", "32.json", "--block-size", "32", cwd=tmp_path)
+    assert cli("run", "c.jsonl", "--out", "16.json", cwd=tmp_path).returncode == 0
+    done = cli("run", "c.jsonl", "--out", "32.json", "--block-size", "32", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    _one_line_usage_error(_cli("compare", "16.json", "32.json", cwd=tmp_path), "block_size")
+    _one_line_usage_error(cli("compare", "16.json", "32.json", cwd=tmp_path), "block_size")
     (tmp_path / "junk.json").write_text('{"format": "x"}', encoding="utf-8")
-    _one_line_usage_error(_cli("compare", "16.json", "junk.json", cwd=tmp_path), "junk.json")
-    _one_line_usage_error(_cli("compare", "16.json", "gone.json", cwd=tmp_path), "gone.json")
-    same = _cli("compare", "16.json", "16.json", cwd=tmp_path)
+    _one_line_usage_error(cli("compare", "16.json", "junk.json", cwd=tmp_path), "junk.json")
+    _one_line_usage_error(cli("compare", "16.json", "gone.json", cwd=tmp_path), "gone.json")
+    same = cli("compare", "16.json", "16.json", cwd=tmp_path)
     assert same.returncode == ExitCode.OK, same.stderr
     assert same.stdout.startswith("PASS")
 
 
 def test_cli_regression_exits_1(tmp_path: Path) -> None:
-    done = _cli("demo", "--case", "timestamp-top", "--out", "d", cwd=tmp_path)
+    done = cli("demo", "--case", "timestamp-top", "--out", "d", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for name in ("baseline", "candidate"):
-        ran = _cli("run", f"d/{name}.jsonl", "--out", f"{name}.json", cwd=tmp_path)
+        ran = cli("run", f"d/{name}.jsonl", "--out", f"{name}.json", cwd=tmp_path)
         assert ran.returncode == 0, ran.stderr
         assert "token hit rate" in ran.stdout
-    done = _cli("compare", "baseline.json", "candidate.json", "--format", "markdown", cwd=tmp_path)
+    done = cli("compare", "baseline.json", "candidate.json", "--format", "markdown", cwd=tmp_path)
     assert done.returncode == ExitCode.REGRESSION, done.stderr
     assert "variable text at the top" in done.stdout
     assert "Traceback" not in done.stderr
