@@ -10,7 +10,9 @@ then times ``cachescale audit run`` in-process, as the CLI does it, in three par
 reading and checking the JSONL, the replay (hashing, the engine's lookups, the causes) and
 the result (figures, JSON). It prints the machine, the date, prompt tokens per second,
 and the raw sha256 rate on one 96-byte input (a parent digest and a 16-token block: the
-hashing floor) for comparison. The goal is under 5 s in all.
+hashing floor) for comparison. The goal is under 5 s in all. Then the same corpora once
+per other setting (``--hash-algo sha256_cbor`` and ``xxhash``, ``--engine sglang``): the
+time of the whole run and its token hit rate.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from cachescale.audit.corpus import read_corpus
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result, dumps
 
+VARIANTS = (("vllm", "sha256_cbor"), ("vllm", "xxhash"), ("sglang", "sha256"))
+"""(engine, hash algorithm) settings timed beside the default vLLM + sha256."""
 CONVERSATIONS = 50
 TURNS = 10
 SYSTEM = 2000
@@ -72,6 +76,8 @@ def main() -> None:
     print(f"python {platform.python_version()}, numpy {np.__version__}")
     for rerun in (False, True):
         _measure(rerun)
+    for rerun in (False, True):
+        _measure_variants(rerun)
     rate = _sha256_rate()
     print(f"raw sha256(96 B): {rate:,.0f} calls/s = {rate * 16:,.0f} tokens/s at 16 tokens a block")
 
@@ -101,6 +107,25 @@ def _measure(rerun: bool) -> None:
     hit = sum(o.cached_tokens for o in audit) / sum(o.prompt_tokens for o in audit)
     print(f"token hit rate (both passes) {hit:.3f}")
     print(f"audit: {tokens / total:,.0f} prompt tokens/s")
+
+
+def _measure_variants(rerun: bool) -> None:
+    kind = "every turn misses" if rerun else "append-only"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "corpus.jsonl"
+        tokens = _corpus(path, rerun)
+        for engine, algo in VARIANTS:
+            start = time.perf_counter()
+            corpus = read_corpus(path)
+            outcome = replay(corpus, hash_algo=algo, engine=engine)
+            dumps(build_result(corpus, str(path), outcome))
+            total = time.perf_counter() - start
+            audit = outcome.outcomes
+            hit = sum(o.cached_tokens for o in audit) / sum(o.prompt_tokens for o in audit)
+            print(
+                f"--- {kind}, --engine {engine} --hash-algo {algo}: total {total:5.2f} s, "
+                f"hit rate {hit:.3f}, {tokens / total:,.0f} prompt tokens/s"
+            )
 
 
 if __name__ == "__main__":
