@@ -176,8 +176,13 @@ def test_around_a_policy_centres_on_its_alert_and_reads_where_it_reads(
         config = kubeconfig(tmp_path, cluster.url, namespace="rag")
         flags = ["--step", "12h", "--gpus-per-pod", "2", "--kubeconfig", config]
         code = main(["report", "--around", "policy/vllm", *flags])
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, "")
+        out, err = capsys.readouterr()
+        assert (code, err) == (0, "")
+        assert main(["report", "--around", "policy/vllm", *flags, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["around"] == AROUND.isoformat()
+    assert document["centred_on"].startswith("centred on policy rag/vllm's PrefixCollapse")
+    assert len(document["windows"]) == 8
     lines = out.splitlines()
     assert lines[0] == (
         f"centred on policy rag/vllm's PrefixCollapse since {AROUND:%Y-%m-%d %H:%M} UTC "
