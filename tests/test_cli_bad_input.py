@@ -39,6 +39,7 @@ REPORT = [
     "--step",
     "12h",
 ]
+AROUND_POLICY = ["report", "--around", "policy/vllm", "--step", "12h"]
 INIT = ["init", "--namespace", "llm", "--deployment", "vllm", "--prometheus", CLOSED]
 
 
@@ -309,7 +310,8 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         CLOSED,
     ),
     # report
-    ("report-no-flags", ["report"], ExitCode.USAGE, "--prometheus"),
+    ("report-no-flags", ["report"], ExitCode.USAGE, "--around"),
+    ("report-no-prometheus", REPORT, ExitCode.USAGE, "--prometheus"),
     ("report-url", [*REPORT, "--prometheus", "prometheus:9090"], ExitCode.USAGE, "--prometheus"),
     ("report-step", [*REPORT, "--prometheus", CLOSED, "--step", "soon"], ExitCode.USAGE, "--step"),
     (
@@ -337,10 +339,28 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         "--around",
     ),
     (
-        "report-around-policy",
-        [*REPORT, "--prometheus", CLOSED, "--around", "policy/rag"],
+        "report-around-policy-name",
+        [*REPORT, "--prometheus", CLOSED, "--around", "policy/Rag_1"],
         ExitCode.USAGE,
         "--around",
+    ),
+    (
+        "report-namespace-without-policy",
+        [*REPORT, "--prometheus", CLOSED, "--namespace", "rag"],
+        ExitCode.USAGE,
+        "--namespace",
+    ),
+    (
+        "report-around-policy-kubeconfig-absent",
+        [*AROUND_POLICY, "--kubeconfig", "{tmp}/absent-kubeconfig"],
+        ExitCode.INVALID,
+        "--kubeconfig",
+    ),
+    (
+        "report-around-policy-api-server-down",
+        [*AROUND_POLICY, "--kubeconfig", "{tmp}/closed-kubeconfig"],
+        ExitCode.UNAVAILABLE,
+        "the API server cannot be reached",
     ),
     (
         "report-around-future",

@@ -3,10 +3,11 @@
 Exit codes are part of the interface (scripts and CI rely on them); every subcommand
 returns one of ``api.exit_codes.ExitCode``: 0 success, 1 invalid input (a bad policy, a bad
 scenario, an unusable output path), 2 usage error (the command line itself: a flag that is
-unknown, missing, malformed or out of range), 3 Prometheus could not be read
-(``cachescale signals``, ``cachescale report``), 130 interrupted. Flag values are checked
-by argparse types, so a bad one is a one-line usage error before anything runs. Each
-subcommand is a small function that parses nothing itself and returns its exit code.
+unknown, missing, malformed or out of range), 3 Prometheus or the API server could not be
+read (``cachescale signals``, ``cachescale report``, ``cachescale init``), 130
+interrupted. Flag values are checked by argparse types, so a bad one is a one-line usage
+error before anything runs. Each subcommand is a small function that parses nothing
+itself and returns its exit code.
 
 A reader that stops early (``cachescale signals ... | head -1``) is handled here, once, for
 every subcommand: the closed pipe is not an error of the command, so it exits 0 with no
@@ -220,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_signals_parser(commands)
 
+    from cachescale.controller.report_policy import read_policy
     from cachescale.gather.report_command import add_parser as add_report_parser
 
-    add_report_parser(commands)
+    add_report_parser(commands, read_policy)
 
     from cachescale.controller.command import add_parser as add_run_parser
 

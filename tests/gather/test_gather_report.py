@@ -24,9 +24,11 @@ from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.promql import Selector
 from cachescale.gather.report import Row, read_report, verdict, windows
 from cachescale.gather.signals import SignalRequest
+from tests.controller.cluster import fake_cluster
 from tests.gather import report_dataset as incident
 from tests.gather.gather_dataset import AT
 from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
+from tests.gather.report_policy import RESOURCE, alert, kubeconfig, stored_policy
 
 HOUR = 3600.0
 AROUND = datetime.fromtimestamp(incident.AROUND, UTC)
@@ -160,6 +162,37 @@ def test_json_and_csv_parse(prometheus: str, capsys: pytest.CaptureFixture[str])
     assert float(table[-1]["replicas"]) == pytest.approx(18.0)
     markdown = _cli(prometheus, capsys, "--format", "markdown")
     assert "| +36h..+48h | 0.04 | 0.00 | 0.89s | 18.0 | 31.60 | 1,139 |" in markdown
+
+
+def test_around_a_policy_centres_on_its_alert_and_reads_where_it_reads(
+    prometheus: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The operator raised PrefixCollapse at the incident's change; the policy names the
+    # Prometheus and the selector, and the kubeconfig context names its namespace.
+    since = AROUND.isoformat().replace("+00:00", "Z")
+    policy = stored_policy("rag", {"alerts": [alert(since)]}, prometheus_url=prometheus)
+    with fake_cluster() as cluster:
+        cluster.put(RESOURCE, policy)
+        config = kubeconfig(tmp_path, cluster.url, namespace="rag")
+        flags = ["--step", "12h", "--gpus-per-pod", "2", "--kubeconfig", config]
+        code = main(["report", "--around", "policy/vllm", *flags])
+        out, err = capsys.readouterr()
+        assert (code, err) == (0, "")
+        assert main(["report", "--around", "policy/vllm", *flags, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["around"] == AROUND.isoformat()
+    assert document["centred_on"].startswith("centred on policy rag/vllm's PrefixCollapse")
+    assert len(document["windows"]) == 8
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"centred on policy rag/vllm's PrefixCollapse since {AROUND:%Y-%m-%d %H:%M} UTC "
+        "(status.alerts)"
+    )
+    assert lines[1].startswith('report for {model_name="llama-3-8b",namespace="rag"} (vllm)')
+    assert lines[4].split() == [
+        "-48h..-36h", "0.85", "0.60", "0.47s", "10.0", "31.70", "631", "900", "0.00"
+    ]  # fmt: skip
+    assert "Divergence:" in out
 
 
 def test_sglang_windows_read_through_the_same_signals(synthetic_prometheus: str) -> None:

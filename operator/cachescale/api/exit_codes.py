@@ -40,7 +40,8 @@ class ExitCode(IntEnum):
     an unknown scenario name), or flags that need each other."""
     UNAVAILABLE = 3
     """What the command reads did not answer: Prometheus (``signals``, ``report``), the
-    API server (``init``), or the engine and its ``/metrics`` (``audit run --endpoint``).
-    Distinct from 1 and 2 so scripts can tell "a service is down" from "my input is bad"."""
+    API server (``init``, ``report --around policy/NAME``), or the engine and its
+    ``/metrics`` (``audit run --endpoint``). Distinct from 1 and 2 so scripts can tell "a
+    service is down" from "my input is bad"."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C (SIGINT) before finishing, as shells report it (128 + 2)."""

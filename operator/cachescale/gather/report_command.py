@@ -4,9 +4,14 @@ The command line and the printing of ``gather/report.py``'s rows: a table, Markd
 an incident document), JSON or CSV (for a script), and optionally a PNG. It follows
 ``cachescale signals``' rules: flags checked by argparse types (a bad one is exit 2 naming
 it), the selector parsed as ``name="value"`` pairs only, one line on stderr for any
-failure (1 invalid input, 3 Prometheus unreadable), and the HTTP client imported only in
-``run``, so registering the subcommand costs the CLI nothing. ``--timeout`` is one
-deadline per window: each window is one signals evaluation.
+failure (1 invalid input, 3 Prometheus or the API server unreadable), and the HTTP
+client imported only in ``run``, so registering the subcommand costs the CLI nothing.
+``--timeout`` is one deadline per window: each window is one signals evaluation.
+
+``--around policy/NAME`` reads the policy from the API server through the reader the CLI
+hands :func:`add_parser` (``controller/report_policy.py``; the Kubernetes client is
+imported only then), centres on its last collapse (``report_around.collapse_centre``) and
+takes ``--prometheus``, ``--selector`` and ``--engine`` from its spec when not given.
 """
 
 from __future__ import annotations
@@ -40,6 +45,16 @@ from cachescale.gather.report import (
     verdict,
     windows,
 )
+from cachescale.gather.report_around import (
+    PolicyReader,
+    PolicyReadError,
+    PolicyRef,
+    collapse_centre,
+    namespace_name,
+    no_collapse,
+    policy_ref,
+    sources,
+)
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import Measured, Unit
 
@@ -61,17 +76,16 @@ def _gpus(text: str) -> float:
     return value
 
 
-def _around(text: str) -> datetime:
+def _around(text: str) -> datetime | PolicyRef:
     if text.startswith("policy/"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: centring on a policy's last collapse is not supported yet; give its "
-            "time (ISO 8601 or Unix seconds) from the policy's status"
-        )
+        return policy_ref(text)
     return evaluation_time(text)
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``cachescale report``."""
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], read_policy: PolicyReader
+) -> None:
+    """Register ``cachescale report``; ``read_policy`` reads ``--around policy/NAME``."""
     parser = subparsers.add_parser(
         "report",
         help="hit rate, TTFT, replicas and cost per window around a moment, with a verdict",
@@ -79,28 +93,40 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Print one row of signals per --step window from --around minus --before to "
             "--around plus --after, read from Prometheus history with the operator's own "
             "queries, then a verdict in words. Exit codes: 0 read, 1 invalid input, 2 usage "
-            "error, 3 Prometheus could not be read."
+            "error, 3 Prometheus or the API server could not be read."
         ),
     )
     parser.add_argument(
         "--prometheus",
-        required=True,
         type=prometheus_url,
         metavar="URL",
-        help="Prometheus base URL",
+        help="Prometheus base URL (default with policy/NAME: the policy's metrics.prometheusUrl)",
     )
-    parser.add_argument("--engine", required=True, choices=[e.value for e in Engine])
+    parser.add_argument(
+        "--engine",
+        choices=[e.value for e in Engine],
+        help="default with policy/NAME: the policy's target.engine",
+    )
     parser.add_argument(
         "--selector",
-        required=True,
-        help='label matchers, e.g. \'namespace="llm",model_name="llama-3-8b"\' (only name="value")',
+        help='label matchers, e.g. \'namespace="llm",model_name="llama-3-8b"\' (only '
+        'name="value"; default with policy/NAME: the policy\'s metrics.selector)',
     )
     parser.add_argument(
         "--around",
         required=True,
         type=_around,
-        metavar="TIME",
-        help="the moment to centre on (ISO 8601, UTC when no zone is given, or Unix seconds)",
+        metavar="TIME|policy/NAME",
+        help="the moment to centre on (ISO 8601, UTC when no zone is given, or Unix "
+        "seconds), or policy/NAME: that policy's last PrefixCollapse, read from its status",
+    )
+    parser.add_argument(
+        "--namespace",
+        type=namespace_name,
+        help="the policy's namespace (policy/NAME only; default: the kubeconfig context's)",
+    )
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig (policy/NAME only; default: $KUBECONFIG)"
     )
     parser.add_argument(
         "--step", required=True, type=_step, metavar="D", help="window length, e.g. 12h"
@@ -143,7 +169,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="SECONDS",
         help="time allowed for each window's queries and retries together (default %(default)g)",
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, read_policy=read_policy, centred_on=None)
 
 
 def _fail(message: str, code: ExitCode) -> int:
@@ -159,9 +185,25 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"needs {error.name}: pip install 'cachescale[operator]'", ExitCode.INVALID)
 
     try:
-        selector = Selector.parse(args.selector)
+        selector = None if args.selector is None else Selector.parse(args.selector)
     except SelectorError as error:
         return _fail(f"--selector: {error}", ExitCode.USAGE)
+    if isinstance(args.around, PolicyRef):
+        try:
+            selector = _centre_on_policy(args, selector)
+        except PolicyReadError as error:
+            return _fail(str(error), error.code)
+        except ImportError as error:
+            needs = f"--around policy/NAME needs {error.name}: pip install 'cachescale[operator]'"
+            return _fail(needs, ExitCode.INVALID)
+    else:
+        for flag in ("--namespace", "--kubeconfig"):
+            if getattr(args, flag[2:]) is not None:
+                return _fail(f"{flag} applies only to --around policy/NAME", ExitCode.USAGE)
+        missing = [f"--{f}" for f in ("prometheus", "engine", "selector") if not getattr(args, f)]
+        if missing or selector is None:
+            needed = f"{', '.join(missing)} needed unless --around is policy/NAME"
+            return _fail(needed, ExitCode.USAGE)
     try:
         spans, future = windows(args.around, args.step, args.before, args.after, datetime.now(UTC))
     except ValueError as error:
@@ -199,9 +241,49 @@ def run(args: argparse.Namespace) -> int:
     sentences = verdict(rows, args.slo_ttft_p95)
     header = _header(args, str(selector), len(rows), future, elapsed)
     if args.out is not None:
-        _write_png(Path(args.out) / PNG_NAME, rows, header, args.slo_ttft_p95)
+        title = f"{args.centred_on}\n{header}" if args.centred_on else header
+        _write_png(Path(args.out) / PNG_NAME, rows, title, args.slo_ttft_p95)
+    if args.centred_on and args.format == "csv":  # the CSV on stdout stays rows only
+        print(args.centred_on, file=sys.stderr)
     sys.stdout.write(_render(args.format, rows, sentences, header, args, elapsed) + "\n")
     return ExitCode.OK
+
+
+def _centre_on_policy(args: argparse.Namespace, selector: Selector | None) -> Selector:
+    """Read ``--around policy/NAME``, centre ``args.around`` on its last collapse and fill
+    the flags not given from its spec; the selector to read with (``selector``, from
+    ``--selector``, when given). Raises ``PolicyReadError`` or ``ImportError`` (no
+    ``operator`` extra)."""
+    name = args.around.name
+    read = args.read_policy(args.kubeconfig, args.namespace, name)
+    policy = f"{read.namespace}/{name}"
+    centre = collapse_centre(policy, read.body.get("status") or {})
+    if centre is None:
+        raise PolicyReadError(no_collapse(policy), ExitCode.INVALID)
+    try:
+        found = sources(read.body.get("spec") or {}, read.namespace)
+    except ValueError as error:
+        raise PolicyReadError(f"policy {policy}: {error}", ExitCode.INVALID) from None
+    if args.prometheus is None:
+        if found.prometheus_url is None:
+            raise PolicyReadError(
+                f"policy {policy} reads the operator's default Prometheus (no "
+                "spec.metrics.prometheusUrl); give --prometheus URL",
+                ExitCode.INVALID,
+            )
+        args.prometheus = found.prometheus_url
+    args.engine = args.engine or found.engine.value
+    args.around = centre.at
+    args.centred_on = centre.sentence
+    if selector is not None:
+        return selector
+    try:
+        selector = Selector.of(found.selector)
+    except SelectorError as error:
+        where = f"policy {policy}'s metrics.selector"
+        raise PolicyReadError(f"{where}: {error}", ExitCode.INVALID) from None
+    args.selector = str(selector)
+    return selector
 
 
 def _header(
@@ -261,7 +343,10 @@ def _render(
             writer.writerow([row.window.label, start, end, *values])
         return buffer.getvalue().rstrip("\n")
     if form == "markdown":
-        lines = [f"**{header}**", "", "| window | " + " | ".join(COLUMNS.values()) + " |"]
+        lines = [f"**{header}**", ""]
+        if args.centred_on:
+            lines += [f"_{args.centred_on}_", ""]
+        lines.append("| window | " + " | ".join(COLUMNS.values()) + " |")
         lines.append("|" + "---|" * (len(COLUMNS) + 1))
         for row in rows:
             cells = [_cell(m) for m in row.columns().values()]
@@ -269,7 +354,8 @@ def _render(
         lines += ["", *(f"- {sentence}" for sentence in sentences)]
         lines += [f"- note: {note}" for note in notes(rows)]
         return "\n".join(lines)
-    lines = [header, "", *_table(rows), "", "verdict:"]
+    lines = [*([args.centred_on] if args.centred_on else []), header, "", *_table(rows)]
+    lines += ["", "verdict:"]
     lines += [f"  {sentence}" for sentence in sentences]
     lines += [f"note: {note}" for note in notes(rows)]
     return "\n".join(lines)
@@ -282,6 +368,7 @@ def _json(
         "engine": args.engine,
         "selector": args.selector,
         "around": args.around.isoformat(),
+        "centred_on": args.centred_on,
         "step_seconds": args.step,
         "gpus_per_pod": args.gpus_per_pod,
         "slo_ttft_p95_seconds": args.slo_ttft_p95,
