@@ -441,7 +441,7 @@ class CacheSpec(SpecModel):
     tenancy: Tenancy = Field(default=Tenancy.SINGLE_TENANT, strict=False)
     """SingleTenant or MultiTenant: with MultiTenant, the CacheIsolation condition is False
     while an engine hashes prefix blocks with a non-cryptographic hash (xxhash, builtin)."""
-    prompt_sources: list[PromptSource] = Field(default_factory=list, max_length=MAX_PROMPT_SOURCES)
+    prompt_sources: list[PromptSource] = Field(default=[], max_length=MAX_PROMPT_SOURCES)
     """Where the prompts come from (RAG APIs, gateways, template ConfigMaps): when a
     collapse is suspected or raised, their changes in the hour before the drop are named,
     besides those in the policy's own namespace. At most 16."""
