@@ -10,8 +10,9 @@ for changes between an hour before the drop and the drop:
 - Deployment rollouts: a ReplicaSet revision created in that window, with the image,
   command, args and env-name difference from the previous revision's pod template;
 - ConfigMap and Secret writes: ``metadata.managedFields[].time`` and the manager's name.
-  Secrets are listed as metadata only (``PartialObjectMetadataList``) and only where a
-  prompt source declares them: their contents are never asked for, kept or written.
+  Both are listed as metadata only (``PartialObjectMetadataList``, ``KubeApi.metadata_items``):
+  their contents are never asked for, kept or written. Secrets are listed only where a
+  prompt source declares them (their ``list`` grant is an opt-in: ``docs/security.md``).
 
 The most likely culprit (prompt sources first, then the closest before the drop) is named
 in the alert message, the ``PrefixCollapse`` Event and ``status.suspectedChange``; with no
@@ -142,12 +143,9 @@ def _read(
         for deployment in deployments:
             changes.extend(_rollouts(ns, deployment, replica_sets[ns], since, until))
         return changes
-    if place.kind is PromptSourceKind.CONFIG_MAP:
-        items = api.items(f"/api/v1/namespaces/{ns}/configmaps", place.selector)
-    else:
-        items = api.metadata_items(f"/api/v1/namespaces/{ns}/secrets", place.selector)
-    # Only metadata is kept: a ConfigMap's or Secret's contents go no further than here.
-    metadata = [dict(item.get("metadata") or {}) for item in items]
+    plural = "configmaps" if place.kind is PromptSourceKind.CONFIG_MAP else "secrets"
+    items = api.metadata_items(f"/api/v1/namespaces/{ns}/{plural}", place.selector)
+    metadata = [item["metadata"] for item in items]
     return [c for meta in metadata if (c := _write(place.kind, ns, meta, since, until))]
 
 
