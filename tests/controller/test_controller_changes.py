@@ -34,6 +34,7 @@ CONFIG_MAPS = "v1/configmaps"
 DEPLOYMENTS = "apps/v1/deployments"
 SECRETS = "v1/secrets"
 SECRET_VALUE = "hunter2-do-not-leak"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 RAG_SOURCE = {"namespace": "rag", "kind": "Deployment", "labelSelector": "app=rag-api"}
 
 
@@ -112,7 +113,9 @@ def written(resource: str, kind: str, name: str, namespace: str, at: datetime) -
     }
     if kind == "Secret":
         obj["data"] = {"token": base64.b64encode(SECRET_VALUE.encode()).decode()}
-        obj["stringData"] = {"plain": SECRET_VALUE}
+        # kubectl apply keeps the whole object, data included, in an annotation.
+        applied = json.dumps({"kind": "Secret", "data": obj["data"]})
+        obj["metadata"]["annotations"] = {LAST_APPLIED: applied, "note": SECRET_VALUE}
     else:
         obj["data"] = {"template.txt": "You are a helpful assistant. {context}"}
     return obj

@@ -145,8 +145,22 @@ def _read(
         return changes
     plural = "configmaps" if place.kind is PromptSourceKind.CONFIG_MAP else "secrets"
     items = api.metadata_items(f"/api/v1/namespaces/{ns}/{plural}", place.selector)
-    metadata = [item["metadata"] for item in items]
-    return [c for meta in metadata if (c := _write(place.kind, ns, meta, since, until))]
+    # Even metadata can carry the contents (kubectl apply's last-applied-configuration
+    # annotation holds the whole object, a Secret's data included): keep names and times.
+    stamps = [_stamps(item["metadata"]) for item in items]
+    return [c for meta in stamps if (c := _write(place.kind, ns, meta, since, until))]
+
+
+def _stamps(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Of an object's metadata, only its name, creation time and who wrote it when."""
+    return {
+        "name": meta.get("name"),
+        "creationTimestamp": meta.get("creationTimestamp"),
+        "managedFields": [
+            {key: entry.get(key) for key in ("manager", "operation", "time")}
+            for entry in meta.get("managedFields") or []
+        ],
+    }
 
 
 def _rollouts(
