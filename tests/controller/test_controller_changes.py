@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kmock
@@ -22,6 +22,8 @@ import pytest
 from kmock._internal.rendering import Response
 
 from cachescale.api.reasons import ConditionReason, Diagnosis
+from cachescale.api.spec import PromptSourceKind
+from cachescale.controller.changes import Change, Place, Scan, describe, template_diff
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.kube import METADATA_ONLY
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
@@ -300,3 +302,92 @@ def test_a_failed_read_is_reported_and_the_decision_goes_on(
     message = status["suspectedChange"]["message"]
     assert message.startswith("rag-api (Deployment, namespace rag) rolled out revision 42")
     assert "not read: ConfigMaps in namespace llm: HTTP 403" in message
+
+
+# --- the words, without an API ------------------------------------------------------------
+
+
+def replica_set(revision: int, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {"annotations": {"deployment.kubernetes.io/revision": str(revision)}},
+        "spec": {"template": {"spec": {"containers": containers}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "words"),
+    [
+        (
+            [{"name": "api", "image": "ghcr.io/acme/rag-api:1.8.2"}],
+            [{"name": "api", "image": "ghcr.io/acme/rag-api:1.8.3"}],
+            "image ghcr.io/acme/rag-api:1.8.2 → 1.8.3",
+        ),
+        (
+            [{"name": "api", "image": "rag-api:1"}],
+            [{"name": "api", "image": "other-api:1"}],
+            "image rag-api:1 → other-api:1",
+        ),
+        (
+            [{"name": "api", "image": "a", "args": ["--chunk=512", "--k=4"]}],
+            [{"name": "api", "image": "a", "args": ["--chunk=1024", "--k=4"]}],
+            "args --chunk=512 → --chunk=1024",
+        ),
+        (
+            [{"name": "api", "image": "a", "env": [{"name": "TOKEN", "value": SECRET_VALUE}]}],
+            [{"name": "api", "image": "a", "env": [{"name": "TOKEN", "value": "other"}]}],
+            "env changed",
+        ),
+        (
+            [{"name": "api", "image": "a"}, {"name": "proxy", "image": "envoy:1"}],
+            [{"name": "api", "image": "a"}, {"name": "proxy", "image": "envoy:2"}],
+            "image of container proxy envoy:1 → 2",
+        ),
+        (
+            [{"name": "api", "image": "a", "resources": {"limits": {"cpu": "1"}}}],
+            [{"name": "api", "image": "a", "resources": {"limits": {"cpu": "2"}}}],
+            "pod template changed",
+        ),
+    ],
+    ids=["tag", "repository", "args", "env-value-not-said", "sidecar", "other"],
+)
+def test_a_revision_is_described_by_its_template_difference(
+    before: list[dict[str, Any]], after: list[dict[str, Any]], words: str
+) -> None:
+    assert template_diff(replica_set(1, before), replica_set(2, after)) == words
+
+
+def test_declared_sources_rank_before_the_own_namespace_then_the_closest_first() -> None:
+    onset = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    own = Place("llm", PromptSourceKind.CONFIG_MAP, None)
+    declared = Place("rag", PromptSourceKind.DEPLOYMENT, "app=rag-api")
+    found = Scan(
+        changes=[
+            Change(PromptSourceKind.CONFIG_MAP, "llm", "late", onset, "updated by x", False),
+            Change(
+                PromptSourceKind.DEPLOYMENT,
+                "rag",
+                "rag-api",
+                onset - timedelta(minutes=30),
+                "rolled out revision 3",
+                True,
+            ),
+            Change(
+                PromptSourceKind.DEPLOYMENT,
+                "rag",
+                "gateway",
+                onset - timedelta(seconds=90),
+                "rolled out revision 7",
+                True,
+            ),
+        ]
+    )
+    assert describe(found, [declared], [own], onset) == (
+        "gateway (Deployment, namespace rag) rolled out revision 7 90 seconds before the hit "
+        "rate fell; also changed: rag-api (Deployment, namespace rag) 30 minutes before, "
+        "late (ConfigMap, namespace llm) 0 seconds before"
+    )
+    failed = Scan(failures={declared: "HTTP 403: forbidden", own: "HTTP 403: forbidden"})
+    assert describe(failed, [declared], [own], onset).startswith(
+        "could not look for changes before the drop; not read: Deployments app=rag-api in "
+        "namespace rag: HTTP 403: forbidden"
+    )

@@ -186,7 +186,7 @@ def _rollouts(
         if created is None or not since <= created <= until:
             continue
         previous = owned[index - 1][1] if index else None
-        diff = _template_diff(previous, rs) if previous is not None else "first revision"
+        diff = template_diff(previous, rs) if previous is not None else "first revision"
         what = f"rolled out revision {revision}" + (f" ({diff})" if diff else "")
         changes.append(
             Change(PromptSourceKind.DEPLOYMENT, ns, str(meta["name"]), created, what, False)
@@ -212,7 +212,7 @@ def _containers(rs: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {str(c.get("name")): c for c in spec.get("containers") or []}
 
 
-def _template_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def template_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """``image rag-api:1.8.2 → 1.8.3; args --chunk=512 → --chunk=1024``, naming the
     container when the pod has several; env is only said to have changed (a value may be
     a credential); ``pod template changed`` when nothing of that differs."""
