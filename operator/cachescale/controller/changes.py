@@ -17,8 +17,9 @@ for changes between an hour before the drop and the drop:
 The most likely culprit (prompt sources first, then the closest before the drop) is named
 in the alert message, the ``PrefixCollapse`` Event and ``status.suspectedChange``; with no
 change, that is said too (it points at the clients or the traffic mix). A failed read is
-named in the message and never stops the evaluation. The decision engine stays pure:
-the words are added to its decision here, after it decided (``docs/decisions.md``,
+named in the message and never stops the evaluation, and the look happens after the
+decision was acted on, so it never delays it. The decision engine stays pure: the words
+are added to its decision here, after it decided (``docs/decisions.md``,
 "PrefixCollapse").
 """
 
@@ -118,6 +119,10 @@ def scan(
             found = _read(api, place, since, until, replica_sets)
         except KubeError as error:
             result.failures[place] = str(error)
+            continue
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            # An answer not shaped as expected: said, like a failed read, never raised.
+            result.failures[place] = f"an unexpected answer ({type(error).__name__})"
             continue
         for change in found:
             key = (change.kind, change.namespace, change.name, change.what)

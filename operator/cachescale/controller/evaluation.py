@@ -225,15 +225,16 @@ def _evaluate(
     memory = _memory(policy, previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
-    decision, suspected = correlate(
-        operator.api, spec, policy.namespace, previous.suspected_change, decision, now
-    )
     applied, act_error = _act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
         kept = memory.last_max_num_seqs_change_at
         unapplied = decision.memory.model_copy(update={"last_max_num_seqs_change_at": kept})
         decision = replace(decision, memory=unapplied)
+    # After acting, so its list calls never delay what was decided; only the words change.
+    decision, suspected = correlate(
+        operator.api, spec, policy.namespace, previous.suspected_change, decision, now
+    )
     status = render(
         previous,
         decision,
