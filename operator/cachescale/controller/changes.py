@@ -113,7 +113,7 @@ def scan(
     result = Scan()
     seen: dict[tuple[str, str, str, str], Change] = {}
     replica_sets: dict[str, list[dict[str, Any]]] = {}
-    for place in [*declared, *own]:
+    for place in dict.fromkeys([*declared, *own]):  # a source declared twice is read once
         is_declared = place in declared
         try:
             found = _read(api, place, since, until, replica_sets)
