@@ -19,6 +19,7 @@ from tests.api.crd_emulation import crd_errors
 
 SHAPE = {"layers": 32, "kvHeads": 8, "headDim": 128, "weightsGiB": 16}
 GPU = {"memoryGiB": 80}
+RAG = {"namespace": "rag", "kind": "Deployment", "labelSelector": "app=rag-api"}
 
 
 def base_policy() -> dict[str, Any]:
@@ -199,6 +200,29 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ("cooldown-a-week", {"batching.cooldown": "168h"}, True, ""),
     ("cooldown-over-a-week", {"batching.cooldown": "169h"}, False, "cooldown"),
     ("cooldown-past-go-range", {"batching.cooldown": "9999999h"}, False, "cooldown"),
+    ("prompt-source", {"cache.promptSources": [RAG]}, True, ""),
+    ("prompt-source-secret", {"cache.promptSources": [{**RAG, "kind": "Secret"}]}, True, ""),
+    ("prompt-source-kind", {"cache.promptSources": [{**RAG, "kind": "Pod"}]}, False, "kind"),
+    (
+        "prompt-source-no-selector",
+        {"cache.promptSources": [{"namespace": "rag", "kind": "Deployment"}]},
+        False,
+        "labelSelector",
+    ),
+    (
+        "prompt-source-empty-selector",
+        {"cache.promptSources": [{**RAG, "labelSelector": ""}]},
+        False,
+        "labelSelector",
+    ),
+    (
+        "prompt-source-namespace",
+        {"cache.promptSources": [{**RAG, "namespace": "Rag_Ns"}]},
+        False,
+        "namespace",
+    ),
+    ("prompt-sources-16", {"cache.promptSources": [RAG] * 16}, True, ""),
+    ("prompt-sources-17", {"cache.promptSources": [RAG] * 17}, False, "promptSources"),
 ]
 
 
@@ -234,6 +258,15 @@ def test_numbers_must_be_finite(value: float) -> None:
     # Not in CASES: JSON cannot carry NaN, so the API server never sees one.
     problems = problems_in_document(edited({"slo.ttftP95Seconds": value}), 1)
     assert [p.path for p in problems] == ["spec.slo.ttftP95Seconds"], problems
+
+
+def test_a_malformed_prompt_source_selector_is_named() -> None:
+    # Not in CASES: the selector's grammar is the operator's check (the CRD bounds its
+    # length only), so a malformed one shows as InvalidSpec, not at kubectl apply.
+    policy = edited({"cache.promptSources": [{**RAG, "labelSelector": "app in (a"}]})
+    (problem,) = problems_in_document(policy, 1)
+    assert problem.path == "spec.cache.promptSources[0].labelSelector", problem
+    assert "is not a label selector" in problem.message
 
 
 def test_unknown_field_rejected_by_pydantic() -> None:

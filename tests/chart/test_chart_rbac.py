@@ -2,7 +2,8 @@
 
 The contract (docs/install.md#permissions): every write is a patch, only Events are
 created, nothing is deleted or updated, no Secret is readable unless listed by name in
-``rbac.prometheusSecrets`` (then in its namespace only), and the cluster-wide
+``rbac.prometheusSecrets`` (then in its namespace only) or its namespace is in
+``rbac.changeCorrelation.secretNamespaces`` (then ``list`` there only), and the cluster-wide
 extras (namespaces, CRD discovery) and the peering objects appear only where kopf needs them.
 """
 
@@ -24,6 +25,8 @@ NAMESPACED_RULES: Permissions = {
     ("apps", "deployments"): READ_PATCH,
     ("autoscaling", "horizontalpodautoscalers"): READ_PATCH,
     ("", "pods"): frozenset({"get", "list", "watch"}),
+    ("apps", "replicasets"): frozenset({"list"}),
+    ("", "configmaps"): frozenset({"list"}),
     ("", "events"): frozenset({"create", "patch"}),
     ("events.k8s.io", "events"): frozenset({"create", "patch"}),
 }
@@ -41,7 +44,7 @@ def permissions(role: Manifest) -> Permissions:
     found: Permissions = {}
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
-        assert "secrets" not in rule["resources"], "Secrets only through prometheusSecrets"
+        assert "secrets" not in rule["resources"], "Secrets only through their own Roles"
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 key = (group, resource)
@@ -150,7 +153,7 @@ def test_every_rule_is_commented_by_why() -> None:
     """Each rule in the template sits under a comment explaining why it is needed."""
     lines = (CHART / "templates" / "rbac.yaml").read_text(encoding="utf-8").splitlines()
     rule_starts = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
-    assert len(rule_starts) == 12
+    assert len(rule_starts) == 17
     for index in rule_starts:
         above = lines[index - 1].strip()
         below_a_sibling = lines[index - 1].strip().startswith("verbs:")
@@ -193,3 +196,43 @@ def test_prometheus_secrets_are_readable_by_name_in_their_namespace_only(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "cachescale", "namespace": "cachescale-system"}
     ]
+
+
+def test_prompt_source_namespaces_get_list_only_in_namespaced_mode() -> None:
+    values = {
+        "watchNamespaces": ["llm"],
+        "rbac": {"namespaced": True, "changeCorrelation": {"namespaces": ["rag"]}},
+    }
+    manifests = render(values, namespace="cachescale-system")
+    (role,) = [r for r in by_kind(manifests, "Role") if r["metadata"]["namespace"] == "rag"]
+    assert permissions(role) == {
+        ("apps", "deployments"): frozenset({"list"}),
+        ("apps", "replicasets"): frozenset({"list"}),
+        ("", "configmaps"): frozenset({"list"}),
+    }
+    bindings = by_kind(manifests, "RoleBinding")
+    (binding,) = [b for b in bindings if b["metadata"]["namespace"] == "rag"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # Cluster-wide, the ClusterRole already reaches every namespace: no extra Role.
+    cluster_wide = render({"rbac": {"changeCorrelation": {"namespaces": ["rag"]}}})
+    assert not by_kind(cluster_wide, "Role")
+
+
+@pytest.mark.parametrize("namespaced", [False, True], ids=["cluster", "namespaced"])
+def test_secret_metadata_is_listable_only_where_opted_in(namespaced: bool) -> None:
+    values = {
+        "watchNamespaces": ["llm"],
+        "rbac": {"namespaced": namespaced, "changeCorrelation": {"secretNamespaces": ["rag"]}},
+    }
+    manifests = render(values, namespace="cachescale-system")
+    secret_roles = [r for r in by_kind(manifests, "Role") if "secrets" in str(r["rules"])]
+    assert [r["metadata"]["namespace"] for r in secret_roles] == ["rag"]
+    assert secret_roles[0]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}
+    ]
+    binding = next(
+        b
+        for b in by_kind(manifests, "RoleBinding")
+        if b["roleRef"]["name"] == secret_roles[0]["metadata"]["name"]
+    )
+    assert binding["metadata"]["namespace"] == "rag"

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_v
 
 from cachescale.api.base import ApiModel
 from cachescale.api.durations import DURATION_PATTERN, parse_duration_seconds
+from cachescale.api.label_selector import LabelSelector
 
 # Kubernetes object names (DNS-1123 subdomain for Deployments/HPAs, label for containers).
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -384,6 +385,43 @@ class BudgetSpec(SpecModel):
         return self
 
 
+MAX_PROMPT_SOURCES = 16
+"""Declared prompt sources: each costs one or two list calls when a collapse is suspected."""
+
+
+class PromptSourceKind(StrEnum):
+    """What kind of object builds or holds the prompts (read for changes, never written)."""
+
+    DEPLOYMENT = "Deployment"
+    """A service that builds prompts (a RAG API, a gateway): its ReplicaSet revisions."""
+    CONFIG_MAP = "ConfigMap"
+    """Prompt templates: when and by which manager they were last written."""
+    SECRET = "Secret"
+    """Metadata only (when and by whom written), never the contents."""
+
+
+class PromptSource(SpecModel):
+    """Where this policy's prompts come from: a namespace, a kind and the labels of the
+    objects. When a collapse is suspected or raised, changes to them in the hour before
+    the drop are named (``docs/decisions.md``, "PrefixCollapse")."""
+
+    namespace: str = Field(pattern=_DNS_LABEL, max_length=63)
+    """The namespace of the objects."""
+    kind: PromptSourceKind = Field(strict=False)
+    """Deployment, ConfigMap or Secret (Secrets are read as metadata only)."""
+    label_selector: str = Field(min_length=1, max_length=1024)
+    """A Kubernetes label selector, e.g. app=rag-api (required: never a whole namespace)."""
+
+    @field_validator("label_selector")
+    @classmethod
+    def _selector_parses(cls, text: str) -> str:
+        try:
+            LabelSelector.parse(text)
+        except ValueError as error:
+            raise ValueError(f"labelSelector {text!r} is not a label selector: {error}") from None
+        return text
+
+
 class CacheSpec(SpecModel):
     """When a prefix-cache hit-rate drop counts as a collapse, and what to do about it."""
 
@@ -403,6 +441,10 @@ class CacheSpec(SpecModel):
     tenancy: Tenancy = Field(default=Tenancy.SINGLE_TENANT, strict=False)
     """SingleTenant or MultiTenant: with MultiTenant, the CacheIsolation condition is False
     while an engine hashes prefix blocks with a non-cryptographic hash (xxhash, builtin)."""
+    prompt_sources: list[PromptSource] = Field(default=[], max_length=MAX_PROMPT_SOURCES)
+    """Where the prompts come from (RAG APIs, gateways, template ConfigMaps): when a
+    collapse is suspected or raised, their changes in the hour before the drop are named,
+    besides those in the policy's own namespace. At most 16."""
 
 
 class ModelShape(SpecModel):

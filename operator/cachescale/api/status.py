@@ -184,6 +184,19 @@ class ActiveAlert(ApiModel):
     """A human acknowledged it (annotation cachescale.dev/acknowledge)."""
 
 
+class SuspectedChange(ApiModel):
+    """What changed before a collapse's drop: the most likely culprit, or that nothing
+    changed where the operator looked (``docs/decisions.md``, "PrefixCollapse")."""
+
+    onset: datetime
+    """The drop it was looked up for: the collapse's first evaluation under the threshold."""
+    checked_at: datetime
+    """When the sources were read (once when the collapse is suspected, once when raised)."""
+    message: str = Field(max_length=2048)
+    """The culprit in words, e.g. "rag-api (Deployment, namespace rag) rolled out revision
+    42 (image rag-api:1.8.2 → 1.8.3) 4 minutes before the hit rate fell"."""
+
+
 class CacheScalingPolicyStatus(ApiModel):
     """Observed state of a CacheScalingPolicy."""
 
@@ -204,6 +217,9 @@ class CacheScalingPolicyStatus(ApiModel):
     """Recent decisions that changed something, newest first."""
     alerts: list[ActiveAlert] = Field(default_factory=list, max_length=8)
     """Alerts active now (also exported as the cachescale_alert_active metric)."""
+    suspected_change: SuspectedChange | None = None
+    """While a collapse is suspected or alerted: what changed in the prompt sources and the
+    policy's namespace in the hour before the drop (also in the alert's message)."""
     memory: dict[str, Any] | None = Field(
         default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )

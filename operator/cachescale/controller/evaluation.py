@@ -9,7 +9,8 @@ cannot be read (the decision then freezes: ``MetricsUnavailable``), a Prometheus
 credentials Secret the operator may not use (``MetricsURLNotAllowed``,
 ``CredentialsNotAllowed``: refused before anything is fetched or sent, see
 ``docs/security.md``), an API conflict while acting (``ApiConflict``) — and never in an
-exception that would stop the loop of this or any other policy.
+exception that would stop the loop of this or any other policy. A suspected or raised
+collapse also names what changed before it (``changes.py``), after the decision.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from cachescale.api.reasons import Action, ConditionReason, Problem, cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
 from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
+from cachescale.controller.changes import correlate
 from cachescale.controller.claims import Refusal
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
@@ -229,6 +231,10 @@ def _evaluate(
         kept = memory.last_max_num_seqs_change_at
         unapplied = decision.memory.model_copy(update={"last_max_num_seqs_change_at": kept})
         decision = replace(decision, memory=unapplied)
+    # After acting, so its list calls never delay what was decided; only the words change.
+    decision, suspected = correlate(
+        operator.api, spec, policy.namespace, previous.suspected_change, decision, now
+    )
     status = render(
         previous,
         decision,
@@ -238,6 +244,7 @@ def _evaluate(
         applied=applied,
         warmup_seconds=float(spec.cache.pod_warmup_seconds),
         prometheus=prometheus_source(operator, spec),
+        suspected_change=suspected,
         **_keda_status(target),
     )
     _write_status(operator, policy, status)

@@ -33,6 +33,8 @@ a 5xx, then a :class:`KubeError` like any other, never an untyped transport exce
 RETRIED = (429, 500, 502, 503, 504, UNREACHABLE)
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Asks a list for its items' metadata only (``metadata_items``)."""
 
 
 class KubeError(Exception):
@@ -92,6 +94,13 @@ class KubeApi:
         query = [("labelSelector", label_selector)] if label_selector else []
         return list(self._call("GET", path, query=query).get("items", []))
 
+    def metadata_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Only the metadata of the items at ``path`` (a ``PartialObjectMetadataList``):
+        how Secrets are listed, so their contents are never even sent."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        listed = self._call("GET", path, query=query, accept=METADATA_ONLY)
+        return [{"metadata": dict(item.get("metadata") or {})} for item in listed.get("items", [])]
+
     def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> dict[str, Any]:
         """Apply a JSON patch (default) or a merge patch to the object at ``path``."""
         return self._call("PATCH", path, body=body, content_type=content_type)
@@ -108,9 +117,10 @@ class KubeApi:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> dict[str, Any]:
         for attempt in range(RETRIES + 1):
-            status, data = self._send(method, path, query or [], body, content_type)
+            status, data = self._send(method, path, query or [], body, content_type, accept)
             if status < 400:
                 return dict(json.loads(data)) if data else {}
             if status in RETRIED and attempt < RETRIES:
@@ -120,13 +130,19 @@ class KubeApi:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(
-        self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: Any,
+        content_type: str,
+        accept: str,
     ) -> tuple[int, bytes]:
         verb, url, headers, payload, _ = self._client.param_serialize(
             method=method,
             resource_path=path,
             query_params=query,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
         )

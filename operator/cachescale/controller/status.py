@@ -24,6 +24,7 @@ from cachescale.api.status import (
     DecisionRecord,
     ObservedSignals,
     QualifiedSignal,
+    SuspectedChange,
     UnknownSignal,
 )
 from cachescale.decide import Decision, words
@@ -80,12 +81,14 @@ def render(
     prometheus: str | None = None,
     autoscaler_notes: tuple[str, ...] = (),
     autoscaler_fallback: str | None = None,
+    suspected_change: SuspectedChange | None = None,
 ) -> dict[str, Any]:
     """The status after an evaluation that reached a decision (``prometheus``: where the
     signals were read, ``evaluation.prometheus_source``). ``autoscaler_notes`` (how a KEDA
     ScaledObject is managed, and its traps) are appended to the ``Ready`` message, which
     ``kubectl describe`` shows; ``autoscaler_fallback`` (KEDA's Fallback condition is True)
-    turns ``MetricsAvailable`` False with that message."""
+    turns ``MetricsAvailable`` False with that message. ``suspected_change``: what changed
+    before a building or alerted collapse (``controller/changes.py``)."""
     ready = ConditionVerdict(
         ConditionType.READY,
         ConditionStatus.TRUE,
@@ -124,6 +127,7 @@ def render(
             )
             for a in decision.alerts
         ],
+        suspected_change=suspected_change,
         memory=decision.memory.model_dump(mode="json", by_alias=True),
     )
     return status.to_wire()

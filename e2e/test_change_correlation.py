@@ -1,0 +1,106 @@
+"""Change correlation's reads on a real API server (``controller/changes.py``).
+
+The kmock tests (tests/controller/test_controller_changes.py) drive a whole collapse; what
+they cannot show is how a real API server answers: ReplicaSets numbered by the real
+Deployment controller, ``managedFields`` kept by the server with the manager's name, label
+selectors applied by the server, and a ``PartialObjectMetadataList`` that leaves a
+Secret's data out. So this test makes a real rollout, a ConfigMap edit and a Secret write,
+then runs the operator's own look (``scan`` and ``describe``) against them. No pod needs
+to start and nothing is waited for but the Deployment controller's new ReplicaSet.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cachescale.api.spec import PromptSourceKind
+from cachescale.controller.changes import Place, describe, scan
+from cachescale.controller.kube import METADATA_ONLY, KubeApi, load_config
+from e2e.harness.cluster import Cluster
+from e2e.kube_helpers import apply, until
+
+SECRET_VALUE = "hunter2-do-not-leak"
+
+
+def rag_api(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "rag-api", "labels": {"app": "rag-api"}},
+        "spec": {
+            "replicas": 0,  # no pod needed: the ReplicaSets are what is read
+            "selector": {"matchLabels": {"app": "rag-api"}},
+            "template": {
+                "metadata": {"labels": {"app": "rag-api"}},
+                "spec": {"containers": [{"name": "api", "image": image, "args": ["--chunk=512"]}]},
+            },
+        },
+    }
+
+
+def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_server(
+    cluster: Cluster, namespace: str
+) -> None:
+    api = KubeApi(load_config(str(cluster.kubeconfig)))
+    apply(cluster, namespace, rag_api("rag-api:1.8.2"))
+    owned = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    until(lambda: api.items(owned) or None, "the first ReplicaSet", 20)
+    apply(cluster, namespace, rag_api("rag-api:1.8.3"))
+    until(lambda: len(api.items(owned)) == 2 or None, "the second ReplicaSet", 20)
+    # A Deployment the selector leaves out, rolled out too: never named.
+    other = rag_api("other:1")
+    other["metadata"] = {"name": "other", "labels": {"app": "other"}}
+    other["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+    other["spec"]["template"]["metadata"]["labels"] = {"app": "other"}
+    apply(cluster, namespace, other)
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "prompt-templates", "labels": {"app": "rag-api"}},
+        "data": {"template.txt": "You are a helpful assistant."},
+    }
+    apply(cluster, namespace, cm)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "rag-token", "labels": {"app": "rag-api"}},
+        "data": {"token": base64.b64encode(SECRET_VALUE.encode()).decode()},
+    }
+    apply(cluster, namespace, secret)
+
+    onset = datetime.now(UTC) + timedelta(seconds=5)
+    declared = [
+        Place(namespace, PromptSourceKind.DEPLOYMENT, "app=rag-api"),
+        Place(namespace, PromptSourceKind.CONFIG_MAP, "app=rag-api"),
+        Place(namespace, PromptSourceKind.SECRET, "app=rag-api"),
+    ]
+    found = scan(api, declared, [], onset - timedelta(hours=1), onset)
+    assert not found.failures, found.failures
+    by_name = {c.name: c for c in found.changes}
+    rollout = by_name["rag-api"].what
+    assert rollout == "rolled out revision 2 (image rag-api:1.8.2 → 1.8.3)", found.changes
+    assert by_name["prompt-templates"].what == "created by kubectl-client-side-apply"
+    assert by_name["rag-token"].what == "created by kubectl-client-side-apply"
+    assert "other" not in by_name
+    message = describe(found, declared, [], onset)
+    # The latest write first (all are declared), the others after it, by name.
+    assert message.startswith(f"prompt-templates (ConfigMap, namespace {namespace}) created by")
+    assert f"rag-api (Deployment, namespace {namespace})" in message
+
+    # The server honours the metadata-only Accept header: the data is not even sent
+    # (metadata_items would drop it anyway; the raw answer shows the server's part).
+    path = f"/api/v1/namespaces/{namespace}/secrets"
+    answer = api._call("GET", path, query=[("labelSelector", "app=rag-api")], accept=METADATA_ONLY)
+    assert answer["kind"] == "PartialObjectMetadataList", answer.get("kind")
+    (item,) = answer["items"]
+    assert set(item) == {"apiVersion", "kind", "metadata"}, set(item)  # no data
+    # ...but kubectl apply copied the data into an annotation: what the operator keeps of
+    # the metadata (names and times) must not carry it.
+    assert SECRET_VALUE in base64.b64decode(secret["data"]["token"]).decode()
+    assert secret["data"]["token"] in json.dumps(item["metadata"])
+    for text in (message, repr(found)):
+        assert SECRET_VALUE not in text
+        assert secret["data"]["token"] not in text
