@@ -86,9 +86,13 @@ def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_
     assert by_name["rag-token"].what == "created by kubectl-client-side-apply"
     assert "other" not in by_name
     message = describe(found, declared, [], onset)
-    # The latest write first (all are declared), the others after it, by name.
-    assert message.startswith(f"prompt-templates (ConfigMap, namespace {namespace}) created by")
-    assert f"rag-api (Deployment, namespace {namespace})" in message
+    # The latest write first (all are declared; the server keeps whole seconds, so the
+    # ConfigMap and the Secret may tie, and then the name decides), the others after it.
+    first = message.split(" (", 1)[0]
+    assert by_name[first].at == max(c.at for c in found.changes), (message, found.changes)
+    assert message.startswith(f"{first} ({by_name[first].kind}, namespace {namespace}) created by")
+    for name in {"rag-api", "prompt-templates", "rag-token"} - {first}:
+        assert f"{name} ({by_name[name].kind}, namespace {namespace})" in message, message
 
     # The server honours the metadata-only Accept header: the data is not even sent
     # (metadata_items would drop it anyway; the raw answer shows the server's part).
