@@ -34,13 +34,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import ssl
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import Corpus, Record
@@ -89,8 +90,6 @@ PROFILES = (
     Profile("sglang", ((_SGLANG, "input"), *_SGLANG_HITS), _SGLANG_HITS),
 )
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 class LiveError(Exception):
@@ -114,19 +113,16 @@ class Counters:
 
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """The samples of a Prometheus text exposition (name, labels, value)."""
-    samples = []
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, labels, value = match.groups()
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        samples.append((name, dict(_LABEL.findall(labels or "")), number))
-    return samples
+    """The samples of a Prometheus text exposition (name, labels, value); an exposition
+    that does not parse has none (the caller then finds no prefix-cache counters)."""
+    try:
+        return [
+            (sample.name, dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+    except ValueError:
+        return []
 
 
 def _sum(samples: list[tuple[str, dict[str, str], float]], wanted: tuple[Any, ...]) -> float:
