@@ -91,7 +91,6 @@ PROFILES = (
 )
 
 
-
 class LiveError(Exception):
     """The live audit could not run; ``code`` is the exit code, the message one line."""
 
