@@ -224,46 +224,47 @@ def test_startup_binds_the_live_indexes_into_the_operator(cluster: FakeCluster) 
 # --- selectors ----------------------------------------------------------------------------
 
 LABELS = [
-    {"app": "vllm", "tier": "gpu"},
-    {"app": "vllm", "tier": "cpu", "canary": "true"},
-    {"app": "vllm"},
-    {"app": "sglang", "tier": "gpu"},
-    {"app": "vllm", "tier": ""},
+    {"role": "vllm", "tier": "gpu"},
+    {"role": "vllm", "tier": "cpu", "canary": "true"},
+    {"role": "vllm"},
+    {"role": "sglang", "tier": "gpu"},
+    {"role": "vllm", "tier": ""},
     {},
 ]
 
 
-@pytest.mark.parametrize(
-    ("selector", "chosen"),
-    [
-        ({"matchLabels": {"app": "vllm"}}, [0, 1, 2, 4]),
-        ({"matchLabels": {"app": "vllm", "tier": "gpu"}}, [0]),
-        ({"matchLabels": {"tier": ""}}, [4]),
-        ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}, [0, 3]),
-        (
-            {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu", "cpu"]}]},
-            [0, 1, 3],
-        ),
-        (
-            {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
-            [1, 2, 4, 5],
-        ),
-        ({"matchExpressions": [{"key": "canary", "operator": "Exists"}]}, [1]),
-        ({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}, [0, 2, 3, 4, 5]),
-        (
-            {
-                "matchLabels": {"app": "vllm"},
-                "matchExpressions": [
-                    {"key": "tier", "operator": "Exists"},
-                    {"key": "canary", "operator": "DoesNotExist"},
-                    {"key": "tier", "operator": "NotIn", "values": ["cpu"]},
-                ],
-            },
-            [0, 4],
-        ),
-        ({"matchLabels": {"app": "llama"}}, []),
-    ],
-)
+SELECTORS: list[tuple[dict[str, Any], list[int]]] = [
+    ({"matchLabels": {"role": "vllm"}}, [0, 1, 2, 4]),
+    ({"matchLabels": {"role": "vllm", "tier": "gpu"}}, [0]),
+    ({"matchLabels": {"tier": ""}}, [4]),
+    ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}, [0, 3]),
+    (
+        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu", "cpu"]}]},
+        [0, 1, 3],
+    ),
+    (
+        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
+        [1, 2, 4, 5],
+    ),
+    ({"matchExpressions": [{"key": "canary", "operator": "Exists"}]}, [1]),
+    ({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}, [0, 2, 3, 4, 5]),
+    (
+        {
+            "matchLabels": {"role": "vllm"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "Exists"},
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "NotIn", "values": ["cpu"]},
+            ],
+        },
+        [0, 4],
+    ),
+    ({"matchLabels": {"role": "llama"}}, []),
+]
+"""Deployment selectors of every form ``_selector`` writes, and which of ``LABELS`` each picks."""
+
+
+@pytest.mark.parametrize(("selector", "chosen"), SELECTORS)
 def test_selectors_match_as_the_api_server_matches(
     selector: dict[str, Any], chosen: list[int]
 ) -> None:
