@@ -413,7 +413,9 @@ def _stable(body: dict[str, Any]) -> dict[str, Any]:
 # --- Secrets ------------------------------------------------------------------------------
 
 
-def test_a_secret_is_read_once_per_ttl_and_a_failure_not_kept(cluster: FakeCluster) -> None:
+def test_an_opted_in_secret_is_read_once_per_ttl_and_nothing_else_kept(
+    cluster: FakeCluster,
+) -> None:
     now = [0.0]
     facade = ix.IndexedReads(cluster.api, ix.Indexes({}, {}, {}), clock=lambda: now[0])
     path = f"/api/v1/namespaces/{NAMESPACE}/secrets/prom"
@@ -444,6 +446,12 @@ def test_a_secret_is_read_once_per_ttl_and_a_failure_not_kept(cluster: FakeClust
     now[0] = ix.SECRET_TTL_S + 1
     facade.get(path)
     assert sent() == 3
+    secret["metadata"]["labels"] = {}  # not opted in: read each time, never kept
+    cluster.put("v1/secrets", secret)
+    now[0] = 3 * ix.SECRET_TTL_S
+    assert facade.get(path)["metadata"] == {"labels": {}}
+    facade.get(path)
+    assert sent() == 5
 
 
 # --- the request counter ------------------------------------------------------------------

@@ -23,7 +23,8 @@ never use a projection: ``controller/actions.py`` reads the full object before a
 Secrets are not watched: the operator may only ``get`` the Secrets named in
 ``rbac.prometheusSecrets`` (least privilege), so a Secret read is kept for
 :data:`SECRET_TTL_S` instead, and a rotated token or a removed opt-in label is seen within
-that time. A failed read is not kept: the next evaluation asks again.
+that time. Only a Secret that carries the opt-in label (``docs/security.md``) is kept; one
+that does not, or a failed read, is not: the next evaluation asks again.
 
 kopf changes the indexes in its event loop while evaluations read them in worker threads:
 a read takes ``list()`` of one store, which CPython does without releasing the GIL, and
@@ -42,7 +43,7 @@ from typing import Any, Final
 import kopf
 
 from cachescale.api.label_selector import LabelSelector, Requirement
-from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
+from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.controller.keda import PAUSED, PAUSED_REPLICAS
 from cachescale.controller.kube import KubeApi
 from cachescale.controller.workload import GPU_RESOURCES
@@ -245,8 +246,8 @@ _OBJECTS: Final = {
 
 
 class IndexedReads:
-    """``read_target``'s reads (``kube.Reads``) from the indexes, Secrets for a while
-    from memory, anything else from the API server."""
+    """``read_target``'s reads (``kube.Reads``) from the indexes, opted-in Secrets for a
+    while from memory, anything else from the API server."""
 
     def __init__(
         self, api: KubeApi, indexes: Indexes, clock: Callable[[], float] = time.monotonic
@@ -289,6 +290,8 @@ class IndexedReads:
                 return copy.deepcopy(kept[1])
         secret = self._api.get(path)
         projected = {"metadata": _pick(secret.get("metadata"), "labels"), **_pick(secret, "data")}
+        if (projected["metadata"].get("labels") or {}).get(PROMETHEUS_CREDENTIALS) != "true":
+            return projected  # not opted in: refused by the caller, and not kept
         with self._lock:
             fresh = {p: e for p, e in self._secrets.items() if now - e[0] < SECRET_TTL_S}
             fresh[path] = (now, projected)
