@@ -8,7 +8,8 @@ every evaluation reads the target, freezes and writes its status, whose
 Asserted: once two evaluations are done, ``cachescale_kube_requests_total`` for get and
 list does not move over the following ones (status patches do: the counter is live),
 and a user's edit of the HPA's maxReplicas is in the status within one interval, still
-without a read.
+without a read. (Advise mode: in Enforce mode ``controller/actions.py`` still reads the
+HPA in full before deciding whether to patch it, one get per evaluation.)
 
 Then the reads themselves, without the operator: ``read_target`` through indexes built
 from the API server's own lists equals ``read_target`` sent to it, and the pod selectors

@@ -41,6 +41,7 @@ from tests.controller.cluster import (
 )
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.test_controller_keda import SCALED_OBJECTS, keda_hpa, scaled_object
+from tests.controller.test_shard import parse_run
 from tests.gather.gather_fakes import FakePrometheus
 
 DEPLOYMENTS = "apps/v1/deployments"
@@ -473,3 +474,8 @@ def test_every_request_is_counted_by_verb(cluster: FakeCluster) -> None:
         return metrics.registry.get_sample_value("cachescale_kube_requests_total", {"verb": verb})
 
     assert (count("get"), count("list"), count("patch"), count("create")) == (3, 1, 1, 0)
+
+
+def test_scaled_objects_are_indexed_only_with_the_keda_flag() -> None:
+    assert parse_run("--keda").keda is True
+    assert parse_run().keda is False
