@@ -34,6 +34,7 @@ returns copies, so an evaluation never sees a store change under it nor changes 
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -75,7 +76,20 @@ _MATCHED: Final = frozenset({"exists", "!", "=", "==", "!=", "in", "notin"})
 def _pick(source: Mapping[str, Any] | None, *keys: str) -> dict[str, Any]:
     """Copies of ``keys`` of ``source`` that are present (absent stays absent)."""
     source = source or {}
-    return {key: copy.deepcopy(source[key]) for key in keys if key in source}
+    return {key: _compact(source[key]) for key in keys if key in source}
+
+
+def _compact(value: Any) -> Any:
+    """A copy of a JSON value with its strings interned: field names, label keys and
+    values, namespaces and timestamps repeat across thousands of objects (each parsed
+    into strings of its own), and are then held once."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
 
 
 def _metadata(meta: Mapping[str, Any], annotations: tuple[str, ...], *keys: str) -> Projection:
@@ -138,7 +152,7 @@ def scaled_object_projection(body: Mapping[str, Any]) -> Projection:
         "metadata": _metadata(
             body.get("metadata") or {}, (ORIGINAL_ENVELOPE, PAUSED, PAUSED_REPLICAS)
         ),
-        "spec": copy.deepcopy(dict(body.get("spec") or {})),
+        "spec": _compact(body.get("spec") or {}),
         "status": projected_status,
     }
 
@@ -160,7 +174,7 @@ def pod_projection(body: Mapping[str, Any]) -> Projection:
 
 def _key(body: Mapping[str, Any]) -> ObjectKey:
     meta = body.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+    return sys.intern(str(meta.get("namespace", ""))), sys.intern(str(meta.get("name", "")))
 
 
 def pod_entries(body: Mapping[str, Any]) -> dict[PodKey, Projection]:
