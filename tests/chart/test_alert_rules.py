@@ -193,6 +193,7 @@ CONTRACT_METRICS = {
     "cachescale_evaluation_duration_seconds",
     "cachescale_evaluation_errors_total",
     "cachescale_last_evaluation_timestamp_seconds",
+    "cachescale_kube_requests_total",
 }
 
 

@@ -37,6 +37,7 @@ from tests.prometheus_fixture import free_port_block
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SERVED_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 OBSERVED_VERBS = {"get", "list", "watch"}
+TARGET_KINDS = ("apps/v1/deployments", "autoscaling/v2/horizontalpodautoscalers", "v1/pods")
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
@@ -80,12 +81,16 @@ def prepare_for_kopf(cluster: FakeCluster) -> None:
       without verbs kopf logs "Non-watchable resources will not be served" and idles;
     - ``v1/namespaces`` and ``apiextensions.k8s.io/v1/customresourcedefinitions`` in
       discovery: kopf's namespace and resource observers wait for both;
-    - the Namespace object the operator is scoped to.
+    - the Namespace object the operator is scoped to;
+    - the verbs of the Deployments, HPAs and pods, which kopf lists and watches into the
+      operator's target indexes (``controller/indexes.py``), as a real API server lists them.
     """
     resources = cluster.emulator.resources
     policies = resources[POLICIES]
     policies.verbs = set(SERVED_VERBS)
     policies.subresources = {"status"}
+    for indexed in TARGET_KINDS:
+        resources[indexed].verbs = set(SERVED_VERBS)
     resources["v1/namespaces"] = kmock.ResourceInfo(
         namespaced=False, kind="Namespace", verbs=OBSERVED_VERBS
     )

@@ -47,7 +47,7 @@ from cachescale.controller.changes import correlate
 from cachescale.controller.claims import Refusal
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
-from cachescale.controller.kube import ConflictError, KubeApi, KubeError
+from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
 from cachescale.controller.workload import Target, TargetError, read_target
@@ -143,6 +143,9 @@ class Operator:
         default=decide
     )
     """Decides (``decide.decide``); pure, so wrapping it cannot change what it returns."""
+    indexed_reads: Reads | None = None
+    """Where targets and credential Secrets are read: the running operator's watch-fed
+    indexes (``controller/indexes.py``); None: ``api``, directly. Writes go to ``api``."""
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _lock: Lock = field(default_factory=Lock)
     _reported: set[tuple[str, ...]] = field(default_factory=set)
@@ -150,6 +153,11 @@ class Operator:
     def __post_init__(self) -> None:
         if self.events is None:
             self.events = EventRecorder(self.api)
+
+    @property
+    def reads(self) -> Reads:
+        """``indexed_reads``, else the API server."""
+        return self.api if self.indexed_reads is None else self.indexed_reads
 
     def prometheus(self, config: PrometheusConfig) -> PrometheusClient:
         """One client per distinct Prometheus endpoint and credentials, shared by the
@@ -210,7 +218,7 @@ def _evaluate(
     if refusal is not None:
         return _problem(operator, policy, previous, refusal.reason, refusal.message, now)
     try:
-        target = read_target(operator.api, policy.namespace, spec.target, now)
+        target = read_target(operator.reads, policy.namespace, spec.target, now)
     except TargetError as error:
         return _problem(operator, policy, previous, error.reason, error.message, now)
     except KubeError as error:
@@ -357,9 +365,9 @@ def _prometheus_config(
     auth = spec.metrics.auth
     token = ca_file = None
     if auth is not None and auth.bearer_token_secret_ref is not None:
-        token = _secret(operator.api, namespace, auth.bearer_token_secret_ref).strip()
+        token = _secret(operator.reads, namespace, auth.bearer_token_secret_ref).strip()
     if auth is not None and auth.ca_secret_ref is not None:
-        ca_file = _ca_file(_secret(operator.api, namespace, auth.ca_secret_ref))
+        ca_file = _ca_file(_secret(operator.reads, namespace, auth.ca_secret_ref))
     verify = not (auth is not None and auth.insecure_skip_verify)
     return PrometheusConfig(url=url, bearer_token=token, ca_file=ca_file, verify_tls=verify)
 
@@ -380,7 +388,7 @@ def prometheus_source(operator: Operator, spec: CacheScalingPolicySpec) -> str |
     return f"{redact_url(url)} ({origin})"
 
 
-def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:
+def _secret(api: Reads, namespace: str, ref: SecretKeyRef) -> str:
     """The decoded value of ``ref`` in the policy's namespace, if the Secret opted in with
     the ``PROMETHEUS_CREDENTIALS`` label: a policy author who may not read a Secret must
     not get it sent to a server of their choice (a confused deputy)."""
