@@ -513,7 +513,7 @@ def _act(
     applied = False
     try:
         applied = apply_envelope(
-            operator.api, policy.namespace, spec.target, decision.envelope, owner
+            operator.api, policy.namespace, spec.target, decision.envelope, owner, target.autoscaler
         )
         wanted = decision.max_num_seqs
         if wanted is not None and wanted != target.state.max_num_seqs:
