@@ -50,6 +50,7 @@ from cachescale.controller.keda import notes as keda_notes
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
+from cachescale.controller.status_writes import StatusWrites
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.egress import AllowedUrls
@@ -135,6 +136,9 @@ class Operator:
     # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
     """Makes the client for one Prometheus endpoint."""
+    status_writes: StatusWrites = field(default_factory=StatusWrites)
+    """The last status written per policy: a status PATCH only when something changed
+    (``controller/status_writes.py``)."""
     read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
         default=gather_signals
     )
@@ -247,7 +251,7 @@ def _evaluate(
         suspected_change=suspected,
         **_keda_status(target),
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _announce(operator, policy, decision, applied, now)
     for warning in target.keda.warnings() if target.keda is not None else ():
         _event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
@@ -290,7 +294,7 @@ def _problem(
     status = render_problem(
         previous, reason, message, generation=policy.generation, now=now, also=also
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _event(operator, policy, "Warning", reason, message, now)
     operator.metrics.failed(policy.namespace, policy.name, reason)
     return Outcome(reason)
@@ -518,12 +522,21 @@ def _act(
     return applied, ""
 
 
-def _write_status(operator: Operator, policy: PolicyObject, status: Mapping[str, Any]) -> None:
+def _write_status(
+    operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
+) -> None:
+    """PATCH the status when it changed or is due for a refresh (``status_writes``); only
+    an accepted write is remembered, so a failed one is retried next evaluation."""
+    writes = operator.status_writes
+    if not writes.due(policy.uid, status, policy.status, now):
+        return
     try:
         # Replace the whole status: a merge patch would keep a signal that became unknown.
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
+        return
+    writes.wrote(policy.uid, status, now)
 
 
 def _announce(
