@@ -165,6 +165,34 @@ def test_a_failed_write_is_retried_on_the_next_evaluation(
     assert conditions["MetricsAvailable"]["status"] == "False"
 
 
+def test_after_a_failed_write_the_next_evaluation_writes_even_if_nothing_changed(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As after an API outage: what the server holds is unknown, so the status is written
+    though it equals the last one accepted."""
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    patch = operator.api.patch
+
+    def refusing(path: str, body: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise KubeError(503, "the API server is unavailable")
+
+    monkeypatch.setattr(operator.api, "patch", refusing)
+    engines.down = True  # a change, so a write is attempted, and refused
+    run(operator, cluster, clock, rounds=1)
+    monkeypatch.setattr(operator.api, "patch", patch)
+    engines.down = False  # back where the last accepted write left it
+    before = status_writes(cluster)
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1, "steady again: skipped"
+
+
 def test_a_status_changed_by_someone_else_is_rewritten(
     cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
 ) -> None:

@@ -525,8 +525,9 @@ def _act(
 def _write_status(
     operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
 ) -> None:
-    """PATCH the status when it changed or is due for a refresh (``status_writes``); only
-    an accepted write is remembered, so a failed one is retried next evaluation."""
+    """PATCH the status when it changed or is due for a refresh (``status_writes``). A
+    failed write forgets the last one: what the API server holds is then unknown, so the
+    next evaluation writes whatever it finds (after an API outage, at once)."""
     writes = operator.status_writes
     if not writes.due(policy.uid, status, policy.status, now):
         return
@@ -535,6 +536,7 @@ def _write_status(
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
+        writes.forget(policy.uid)
         return
     writes.wrote(policy.uid, status, now)
 

@@ -21,11 +21,11 @@ status equals it once both are *normalised*:
 
 Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
 suspected change and everything else in memory compare exactly. A restart forgets the
-cache, so its first evaluation writes; a write that failed is not remembered, so the next
-evaluation writes again; and a stored status that no longer matches the last write (edited
-by hand, or written by another process) is rewritten. The trade, documented in
-``docs/reliability.md``: a restart can replay at most ``STATUS_REFRESH_SECONDS`` of that
-steady progress.
+cache, so its first evaluation writes; a write that failed forgets the last one, so the
+next evaluation writes whatever it has (also once an API outage ends); and a stored status
+that no longer matches the last write (edited by hand, or written by another process) is
+rewritten. The trade, documented in ``docs/reliability.md``: a restart can replay at most
+``STATUS_REFRESH_SECONDS`` of that steady progress.
 """
 
 from __future__ import annotations
@@ -150,6 +150,6 @@ class StatusWrites:
             self._last[uid] = _Written(normalised(status), now)
 
     def forget(self, uid: str) -> None:
-        """The policy is gone: drop what was kept for it."""
+        """The policy is gone, or a write failed: drop what was kept for it."""
         with self._lock:
             self._last.pop(uid, None)
