@@ -203,7 +203,7 @@ def evaluate(operator: Operator, policy: PolicyObject, refusal: Refusal | None =
 def _evaluate(
     operator: Operator, policy: PolicyObject, now: datetime, refusal: Refusal | None
 ) -> Outcome:
-    previous = _previous_status(policy)
+    previous = _previous_status(policy, operator.status_writes.latest(policy.uid, policy.status))
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
@@ -426,12 +426,16 @@ def _summary(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
 
 
-def _previous_status(policy: PolicyObject) -> CacheScalingPolicyStatus:
-    """The stored status, or an empty one if absent or unreadable (written by an older
-    version, edited by hand): the next write replaces it, and the warning says that the
-    memory inside it (baseline, alerts, cooldowns) is lost with it."""
+def _previous_status(
+    policy: PolicyObject, unwritten: Mapping[str, Any] | None
+) -> CacheScalingPolicyStatus:
+    """The last status rendered when this process kept it (``unwritten``: a write was
+    skipped since the stored one, ``status_writes.StatusWrites.latest``), else the stored
+    status, or an empty one if absent or unreadable (written by an older version, edited
+    by hand): the next write replaces it, and the warning says that the memory inside it
+    (baseline, alerts, cooldowns) is lost with it."""
     try:
-        return CacheScalingPolicyStatus.model_validate(policy.status or {})
+        return CacheScalingPolicyStatus.model_validate(unwritten or policy.status or {})
     except ValidationError as error:
         log.warning(
             "%s/%s: the stored status is invalid, so it is replaced and the baseline is "
@@ -530,6 +534,7 @@ def _write_status(
     next evaluation writes whatever it finds (after an API outage, at once)."""
     writes = operator.status_writes
     if not writes.due(policy.uid, status, policy.status, now):
+        writes.skipped(policy.uid, status)
         return
     try:
         # Replace the whole status: a merge patch would keep a signal that became unknown.

@@ -4,7 +4,9 @@ would notice changed, and at least every ``STATUS_REFRESH_SECONDS``.
 A fleet of policies evaluated every interval would otherwise rewrite every status every
 interval, though most evaluations end where the last one did. So the operator keeps, in
 memory and per policy, what it last wrote and when, and skips the write when the new
-status equals it once both are *normalised*:
+status equals it once both are *normalised*. The next evaluation then continues from the
+status it rendered, not the stored one, so what is skipped is not lost in this process
+(``latest``). Normalised means:
 
 - the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
   ``lastDecision.time``, the baseline's ``updatedAt``;
@@ -114,7 +116,11 @@ def _displayed(values: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Written:
     normalised: dict[str, Any]
+    """The last status written, normalised."""
     at: datetime
+    """When it was written."""
+    latest: Mapping[str, Any]
+    """The last status rendered, written or not: the next evaluation's previous status."""
 
 
 @dataclass
@@ -147,7 +153,25 @@ class StatusWrites:
     def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
         """``status`` was written at ``now`` (call only after the API accepted it)."""
         with self._lock:
-            self._last[uid] = _Written(normalised(status), now)
+            self._last[uid] = _Written(normalised(status), now, status)
+
+    def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
+        """``status`` was not written (``due`` said so): it is still what the next
+        evaluation continues from, its streaks and averages one evaluation further."""
+        with self._lock:
+            last = self._last.get(uid)
+            if last is not None:
+                self._last[uid] = _Written(last.normalised, last.at, status)
+
+    def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The last status rendered for the policy, when the stored one (``stored``) is
+        still the last written; None otherwise (nothing kept, or changed by someone else:
+        the stored one is then the truth)."""
+        with self._lock:
+            last = self._last.get(uid)
+        if last is None or stored is None or normalised(stored) != last.normalised:
+            return None
+        return last.latest
 
     def forget(self, uid: str) -> None:
         """The policy is gone, or a write failed: drop what was kept for it."""
