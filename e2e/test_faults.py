@@ -373,6 +373,15 @@ class Faults:
 
         return wait(written, timeout_s, "a status write by the operator")
 
+    def next_evaluation(self, after: float, timeout_s: float) -> float:
+        """When the operator next evaluated the policy (its own gauge) after ``after``."""
+
+        def evaluated() -> float | None:
+            at = self.operator.last_evaluation(self.namespace, APP)
+            return at if at is not None and at > after else None
+
+        return wait(evaluated, timeout_s, "an evaluation by the operator")
+
     def steady(self) -> Steady:
         status = self.status()
         return Steady(
@@ -653,8 +662,8 @@ def test_operator_killed_with_sigkill_during_a_patch_sequence(faults: Faults) ->
     after = [e for e in faults.status_writes() if _when(e) >= patched_at]
     restarted = faults.start_operator()
     ready = time.time()
-    first = faults.next_status_write(ready, 4 * INTERVAL_S)
-    faults.next_status_write(first, 2 * INTERVAL_S)
+    first = faults.next_status_write(ready, 4 * INTERVAL_S)  # a restart's first one writes
+    faults.next_evaluation(first, 2 * INTERVAL_S)  # the next one writes only what changed
     watch.stop()
     new = faults.envelope()
     assert old["spec"]["maxReplicas"] == 40, old
