@@ -190,9 +190,7 @@ class OperatorProcess:
         Unlike ``status.signals.observedAt``, this moves at every evaluation, including
         those whose status write is skipped as unchanged."""
         wanted = frozenset({("namespace", namespace), ("policy", name)})
-        for labels, value in self.samples(
-            "cachescale_last_evaluation_timestamp_seconds"
-        ).items():
+        for labels, value in self.samples("cachescale_last_evaluation_timestamp_seconds").items():
             if wanted <= labels:
                 return value
         return None
