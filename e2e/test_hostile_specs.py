@@ -538,12 +538,12 @@ def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
     itself["target"]["deploymentName"] = release.name
     apply(cluster, release.namespace, body("itself", itself))
     fuzzed = hostile.fuzzed
-    observed: list[tuple[float, str]] = []
+    observed: list[tuple[float, float]] = []
 
     def evaluations() -> None:
-        found = get(cluster, "csp", "healthy", "-n", namespace) or {}
-        stamp = str(found.get("status", {}).get("signals", {}).get("observedAt", ""))
-        if stamp and (not observed or observed[-1][1] != stamp):
+        # The operator's own gauge: the status is written only when it changed.
+        stamp = hostile.operator.last_evaluation(namespace, "healthy")
+        if stamp is not None and (not observed or observed[-1][1] != stamp):
             observed.append((time.monotonic(), stamp))
 
     def deciding() -> bool:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import kmock
 import kmock._internal.parsing as kmock_parsing
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.controller.cluster import NAMESPACE, FakeCluster
 from tests.polling import wait_for
@@ -151,10 +152,13 @@ def cachescale_command() -> list[str]:
 class OperatorProcess:
     """A running ``cachescale run`` and its log."""
 
-    def __init__(self, process: subprocess.Popen[bytes], log: Path, health_port: int) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], log: Path, health_port: int, metrics_port: int
+    ) -> None:
         self.process = process
         self.log = log
         self.health_url = f"http://127.0.0.1:{health_port}"
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
 
     def output(self) -> str:
         """Everything it printed so far (stdout and stderr)."""
@@ -173,6 +177,28 @@ class OperatorProcess:
             return int(error.code)
         except OSError:
             return None
+
+    def samples(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
+        """Every sample of metric ``name`` on its ``/metrics``, by label set (parsed by
+        ``prometheus_client``'s own exposition parser)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        return {
+            frozenset(sample.labels.items()): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        }
+
+    def last_evaluation(self, namespace: str, name: str) -> float | None:
+        """When it last evaluated policy ``namespace/name`` (its own gauge; None: not yet).
+        Unlike ``status.signals.observedAt``, this moves at every evaluation, including
+        those whose status write is skipped as unchanged."""
+        wanted = frozenset({("namespace", namespace), ("policy", name)})
+        for labels, value in self.samples("cachescale_last_evaluation_timestamp_seconds").items():
+            if wanted <= labels:
+                return value
+        return None
 
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Wait until ``/readyz`` answers 200; fail early if the process died."""
@@ -210,16 +236,17 @@ def run_operator(
 
 @contextmanager
 def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[OperatorProcess]:
-    """Start ``cachescale run --kubeconfig KUBECONFIG ARGS...`` with metrics off and probes
-    on a free port, its output in ``workdir/operator.log``; wait until it is ready. Killed
+    """Start ``cachescale run --kubeconfig KUBECONFIG ARGS...`` with metrics and probes
+    on free ports, its output in ``workdir/operator.log``; wait until it is ready. Killed
     on the way out, whatever happened. (The e2e suite starts its peered and cluster-wide
     operators through this too.)"""
-    health_port = free_port_block(1)
+    health_port = free_port_block(2)
+    metrics_port = health_port + 1
     command = [
         *cachescale_command(),
         "run",
         "--kubeconfig", str(kubeconfig),
-        "--metrics-port", "0",
+        "--metrics-port", str(metrics_port),
         "--health-port", str(health_port),
         *args,
     ]  # fmt: skip
@@ -229,7 +256,7 @@ def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[Oper
     log = workdir / "operator.log"
     with log.open("wb") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env)
-    operator = OperatorProcess(process, log, health_port)
+    operator = OperatorProcess(process, log, health_port, metrics_port)
     try:
         operator.wait_ready()
         yield operator

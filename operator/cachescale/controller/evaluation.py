@@ -50,6 +50,7 @@ from cachescale.controller.keda import notes as keda_notes
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
+from cachescale.controller.status_writes import StatusWrites
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.egress import AllowedUrls
@@ -135,6 +136,9 @@ class Operator:
     # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
     """Makes the client for one Prometheus endpoint."""
+    status_writes: StatusWrites = field(default_factory=StatusWrites)
+    """The last status written per policy: a status PATCH only when something changed
+    (``controller/status_writes.py``)."""
     read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
         default=gather_signals
     )
@@ -207,7 +211,7 @@ def evaluate(operator: Operator, policy: PolicyObject, refusal: Refusal | None =
 def _evaluate(
     operator: Operator, policy: PolicyObject, now: datetime, refusal: Refusal | None
 ) -> Outcome:
-    previous = _previous_status(policy)
+    previous = _previous_status(policy, operator.status_writes.latest(policy.uid, policy.status))
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
@@ -255,7 +259,7 @@ def _evaluate(
         suspected_change=suspected,
         **_keda_status(target),
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _announce(operator, policy, decision, applied, now)
     for warning in target.keda.warnings() if target.keda is not None else ():
         _event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
@@ -298,7 +302,7 @@ def _problem(
     status = render_problem(
         previous, reason, message, generation=policy.generation, now=now, also=also
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _event(operator, policy, "Warning", reason, message, now)
     operator.metrics.failed(policy.namespace, policy.name, reason)
     return Outcome(reason)
@@ -430,12 +434,16 @@ def _summary(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
 
 
-def _previous_status(policy: PolicyObject) -> CacheScalingPolicyStatus:
-    """The stored status, or an empty one if absent or unreadable (written by an older
-    version, edited by hand): the next write replaces it, and the warning says that the
-    memory inside it (baseline, alerts, cooldowns) is lost with it."""
+def _previous_status(
+    policy: PolicyObject, unwritten: Mapping[str, Any] | None
+) -> CacheScalingPolicyStatus:
+    """The last status rendered when this process kept it (``unwritten``: a write was
+    skipped since the stored one, ``status_writes.StatusWrites.latest``), else the stored
+    status, or an empty one if absent or unreadable (written by an older version, edited
+    by hand): the next write replaces it, and the warning says that the memory inside it
+    (baseline, alerts, cooldowns) is lost with it."""
     try:
-        return CacheScalingPolicyStatus.model_validate(policy.status or {})
+        return CacheScalingPolicyStatus.model_validate(unwritten or policy.status or {})
     except ValidationError as error:
         log.warning(
             "%s/%s: the stored status is invalid, so it is replaced and the baseline is "
@@ -526,12 +534,24 @@ def _act(
     return applied, ""
 
 
-def _write_status(operator: Operator, policy: PolicyObject, status: Mapping[str, Any]) -> None:
+def _write_status(
+    operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
+) -> None:
+    """PATCH the status when it changed or is due for a refresh (``status_writes``). A
+    failed write forgets the last one: what the API server holds is then unknown, so the
+    next evaluation writes whatever it finds (after an API outage, at once)."""
+    writes = operator.status_writes
+    if not writes.due(policy.uid, status, policy.status, now):
+        writes.skipped(policy.uid, status)
+        return
     try:
         # Replace the whole status: a merge patch would keep a signal that became unknown.
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
+        writes.forget(policy.uid)
+        return
+    writes.wrote(policy.uid, status, now)
 
 
 def _announce(

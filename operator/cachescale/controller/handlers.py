@@ -158,11 +158,15 @@ def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> No
     server sends a deletion, carrying the old labels, to a filtered watch), or one whose
     finalizer was removed by hand: kopf forgets the object but does not stop its daemon,
     which would go on evaluating, and acting, beside the shard the policy moved to. Its
-    metrics go with it (the other shard reports them now)."""
-    if event.get("type") != "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
-        return  # a deletion under way stops the loop through kopf, then restores
+    metrics go with it (the other shard reports them now). Any policy gone from the watch
+    also drops its last written status (``controller/status_writes.py``)."""
+    if event.get("type") != "DELETED":
+        return
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
+    runtime.operator.status_writes.forget(policy.uid)
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return  # a deletion under way stops the loop through kopf, then restores
     gone = runtime.departed.pop(policy.uid, None)
     if gone is not None:
         gone.set()
