@@ -40,7 +40,10 @@ def test_the_restore_waits_out_an_evaluation_and_none_starts_after(
     runtime = Runtime(Operator(cluster.api, clock=clock, make_decision=slow_decide))
     memo = kopf.Memo(runtime=runtime)
     body = kopf.Body(cast(kopf.RawBody, raw))
-    runtime.members["uid-vllm"] = Member(body, {}, asyncio.Event(), runtime.guard("uid-vllm"))
+    no_claims: Any = {}
+    runtime.members["uid-vllm"] = Member(
+        body, no_claims, asyncio.Event(), runtime.guard("uid-vllm")
+    )
     due = [Due("uid-vllm", 0.0, 10.0)]
 
     async def scenario() -> None:
