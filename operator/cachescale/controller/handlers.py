@@ -6,8 +6,8 @@ policy is evaluated. Each ``CacheScalingPolicy`` gets a kopf daemon that only re
 it with the scheduler and waits: kopf stops that daemon on deletion, on a peering pause
 and at shutdown, and :func:`departures` stops it when the policy leaves the watch while it
 still exists (relabelled out of ``--policy-selector``), which kopf would not do; every
-way out unregisters the policy. A daemon is an idle task; the measurements of many of
-them against the scheduler's bookkeeping are in docs/decisions.md, section 16.
+way out unregisters the policy. A daemon is an idle task (what thousands of them cost:
+docs/decisions.md, "Scheduling evaluations").
 
 The scheduler submits the policies of one gather group that are due together as one
 job to a bounded worker pool: the event loop never waits on I/O, the group's signals are

@@ -5,8 +5,8 @@ evaluation sends its own ~21 Prometheus queries, so the load grows with the numb
 policies. Here the policies of one gather group (the handlers say which: one Prometheus,
 credentials and window) come due together, so one job reads all of them with one query
 per signal (``gather/grouped.py``), and the cost grows with the number of groups. The
-bookkeeping is a dict entry per policy, not a task (docs/decisions.md, section 16, has the
-measurements).
+bookkeeping is a dict entry per policy, not a task (measurements: docs/decisions.md,
+"Scheduling evaluations").
 
 The due times of a group are the slots ``offset + k × interval`` of the wall clock: the
 offset is a stable hash of the group, so groups are spread over the interval, the slots
