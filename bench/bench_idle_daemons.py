@@ -63,23 +63,28 @@ def operate(daemons: bool) -> None:
     import kopf
 
     from cachescale.api.policy import GROUP, PLURAL, VERSION
-    from cachescale.controller.handlers import configure
+    from cachescale.controller.handlers import configure, kubeconfig_login
 
     started = [0]
+    registry = kopf.OperatorRegistry()  # not the operator's handlers, imported with configure
 
-    @kopf.on.startup()
+    @kopf.on.login(registry=registry)
+    def _login(**_: Any) -> kopf.ConnectionInfo:
+        return kubeconfig_login(os.environ["KUBECONFIG"])
+
+    @kopf.on.startup(registry=registry)
     async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, scanning=False)
 
     if daemons:
 
-        @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+        @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, registry=registry)
         async def _idle(stopped: kopf.DaemonStopped, **_: Any) -> None:
             started[0] += 1
             await stopped.wait()
     else:
 
-        @kopf.on.event(GROUP, VERSION, PLURAL)
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
         def _seen(**_: Any) -> None:
             started[0] += 1
 
@@ -90,7 +95,7 @@ def operate(daemons: bool) -> None:
 
     async def main() -> None:
         asyncio.get_running_loop().create_task(report())
-        await kopf.operator(namespaces=[NAMESPACE], standalone=True)
+        await kopf.operator(registry=registry, namespaces=[NAMESPACE], standalone=True)
 
     asyncio.run(main())
 
@@ -116,12 +121,14 @@ def measure_operator(
     command += ["--daemons"] if daemons else []
     began = time.monotonic()
     with subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
     ) as child:
         assert child.stdout is not None
         for line in child.stdout:
             if int(line) >= count:
                 break
+        else:
+            raise RuntimeError(f"the operator exited with {child.wait()}")
         settled = time.monotonic() - began
         before = cpu_seconds(child.pid)
         time.sleep(window)
