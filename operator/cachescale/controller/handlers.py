@@ -270,8 +270,7 @@ async def policy_loop(
     runtime: Runtime = memo.runtime
     uid = PolicyObject.of(body).uid
     gone = runtime.departed[uid] = asyncio.Event()
-    # kopf passes indexes by id
-    member = Member(body, kwargs["claims"], gone, runtime.guard(uid))
+    member = Member(body, kwargs["claims"], gone, runtime.guard(uid))  # indexes come by id
     runtime.members[uid] = member
     default_url = runtime.operator.default_prometheus_url
     runtime.scheduler.register(
@@ -291,6 +290,7 @@ async def policy_loop(
 
 
 async def _until_stopped_or_gone(stopped: kopf.DaemonStopped, gone: asyncio.Event) -> None:
+    """Return once kopf stops the daemon or the policy leaves the watch."""
     while not stopped and not gone.is_set():
         waits = {asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(gone.wait())}
         try:
@@ -363,7 +363,13 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         runtime.guards.pop(policy.uid, None)
 
 
-async def _restore(runtime: Runtime, policy: PolicyObject, body: kopf.Body, claims: Any) -> None:
+async def _restore(
+    runtime: Runtime,
+    policy: PolicyObject,
+    body: kopf.Body,
+    claims: kopf.Index[ClaimKey, Claimant],
+) -> None:
+    """The restore itself, unless the HPA was never this policy's to change."""
     if refusal(body, claims, runtime.itself) is not None:
         return  # the HPA is another policy's (or the operator's own): never touched
     try:
