@@ -120,9 +120,7 @@ def measure_operator(
     command = [sys.executable, "-m", "bench.bench_idle_daemons", "--operate"]
     command += ["--daemons"] if daemons else []
     began = time.monotonic()
-    with subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
-    ) as child:
+    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None
         for line in child.stdout:
             if int(line) >= count:
