@@ -123,6 +123,29 @@ class OperatorMetrics:
             LABELS,
             registry=self.registry,
         )
+        self._add_scheduler_metrics()
+
+    def _add_scheduler_metrics(self) -> None:
+        """The scheduler's punctuality, over all policies (``controller/scheduler.py``)."""
+        self._lateness = Histogram(
+            "cachescale_evaluation_lateness_seconds",
+            "Seconds from a policy's due time to the start of its evaluation.",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self._missed = Counter(
+            "cachescale_evaluation_missed_intervals",
+            "Whole intervals that passed without a due policy's evaluation starting.",
+            registry=self.registry,
+        )
+
+    def started_late(self, seconds: float) -> None:
+        """A policy's evaluation started ``seconds`` after its due time."""
+        self._lateness.observe(seconds)
+
+    def missed_intervals(self, count: int) -> None:
+        """``count`` more whole intervals passed without a policy's evaluation starting."""
+        self._missed.inc(count)
 
     def observe(
         self,
