@@ -93,6 +93,7 @@ def test_a_steady_state_evaluation_reads_nothing_and_sees_an_hpa_edit(
         )
         steady = requests_sent(operator)
         assert (steady["get"], steady["list"]) == (settled["get"], settled["list"]), steady
+        assert steady.get("patch") == settled.get("patch"), "nothing changed: nothing written"
 
         edited = cluster.kubectl(
             "patch",
