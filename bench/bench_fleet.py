@@ -38,7 +38,7 @@ policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between
 evaluations; lateness is a gap minus the interval, and a gap spanning more than 1.5
 intervals counts its extra intervals as missed (a policy with no evaluation in the window
 misses them all). When the operator exports ``cachescale_evaluation_lateness_seconds`` and
-``cachescale_missed_evaluations_total``, their deltas are reported beside.
+``cachescale_evaluation_missed_intervals_total``, their deltas are reported beside.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ class Evaluations:
                 elif sample.name.startswith(
                     (
                         "cachescale_evaluation_lateness_seconds",
-                        "cachescale_missed",
+                        "cachescale_evaluation_missed",
                         "cachescale_kube",
                     )
                 ) and not sample.name.endswith("_created"):
@@ -582,9 +582,10 @@ def render(args: argparse.Namespace, run: Run) -> str:
         "",
         "| per 30 s interval | value |",
         "|---|---|",
-        f"| evaluations seen (expected {run.count * rounds:,.0f}) | {counted / rounds:,.0f} |",
-        f"| missed intervals (whole window) | {missed:,} |",
-        f"| lateness p95 / max (s) | {quantile(late, 0.95):.1f} / {quantile(late, 1.0):.1f} |",
+        f"| evaluations (wanted {run.count:,}) | {counted / rounds:,.0f} |",
+        f"| missed intervals (policy × interval, whole window) | {missed:,} |",
+        f"| lateness p95 / max (s), over {len(late):,} evaluations after a first | "
+        + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
         f"| Prometheus API requests | {sum(prom.values()):,.0f} "
         f"({', '.join(f'{k} {v:,.0f}' for k, v in prom.items())}) |",
         f"| API-server requests (minus its own baseline) | {sum(api.values()):,.1f} "
@@ -595,16 +596,34 @@ def render(args: argparse.Namespace, run: Run) -> str:
         f"| operator peak RSS (VmHWM) | {run.rss_mib:,.0f} MiB |",
         f"| Prometheus / API-server CPU-seconds | {cpu.get('prometheus', 0.0):.2f} "
         f"/ {cpu.get('apiserver', 0.0):.2f} |",
-        *(f"| operator's own `{k}` | {v:,.1f} |" for k, v in own.items()),
+        *own_rows(own),
     ]
     return "\n".join(lines) + "\n"
 
 
-def git_describe() -> str:
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+def own_rows(own: Mapping[str, float]) -> list[str]:
+    """The operator's own counters, per interval; its lateness histogram as a p95 bound."""
+    bucket = "cachescale_evaluation_lateness_seconds_bucket"
+    buckets = sorted(
+        (float(json.loads(k[len(bucket) :])["le"]), v)
+        for k, v in own.items()
+        if k.startswith(bucket)
     )
-    return head.stdout.strip()[:90] or "?"
+    rows = [f"| operator's own `{k}` | {v:,.1f} |" for k, v in own.items() if bucket not in k]
+    if buckets and buckets[-1][1] > 0:
+        bound = next(le for le, seen in buckets if seen >= 0.95 * buckets[-1][1])
+        rows.append(f"| operator's own lateness histogram: p95 ≤ | {bound:g} s |")
+    return rows
+
+
+def git_describe() -> str:
+    """The last commit that changed the operator's code, and the branch checked out."""
+    git = ["git", "-C", str(ROOT)]
+    last = [*git, "log", "-1", "--format=%h %s", "--", "operator"]
+    commit = subprocess.run(last, capture_output=True, text=True, check=False).stdout.strip()
+    branch = [*git, "branch", "--show-current"]
+    on = subprocess.run(branch, capture_output=True, text=True, check=False).stdout.strip()
+    return f"{commit[:80]} (on {on})"
 
 
 def machine() -> str:
