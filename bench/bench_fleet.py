@@ -37,8 +37,10 @@ its ``/metrics`` (read every 15 s, as a Prometheus would) for the evaluations: e
 policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between its
 evaluations; lateness is a gap minus the interval, and a gap spanning more than 1.5
 intervals counts its extra intervals as missed (a policy with no evaluation in the window
-misses them all). When the operator exports ``cachescale_evaluation_lateness_seconds`` and
-``cachescale_evaluation_missed_intervals_total``, their deltas are reported beside.
+misses them all). Beside them, the deltas of the operator's own counters: decisions by
+reason, evaluation errors by kind and, when it exports them,
+``cachescale_evaluation_lateness_seconds`` (its p95 bucket),
+``cachescale_evaluation_missed_intervals_total`` and ``cachescale_kube_requests_total``.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ POLL_S = 15.0
 INTERVAL_S = 30.0
 BASELINE_S = 20.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PER_POLICY = ("policy", "namespace")
+"""Labels summed over in the operator's own counters."""
 OPERATOR_RESOURCES = frozenset(
     [
         "cachescalingpolicies",
@@ -398,10 +402,13 @@ class Evaluations:
                         "cachescale_evaluation_lateness_seconds",
                         "cachescale_evaluation_missed",
                         "cachescale_kube",
+                        "cachescale_evaluation_errors_total",
+                        "cachescale_decisions_total",
                     )
                 ) and not sample.name.endswith("_created"):
                     key = sample.name + json.dumps(
-                        {k: v for k, v in sample.labels.items() if k != "policy"}, sort_keys=True
+                        {k: v for k, v in sample.labels.items() if k not in PER_POLICY},
+                        sort_keys=True,
                     )
                     counters[key] += sample.value
         self.counters = dict(counters)
