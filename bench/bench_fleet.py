@@ -76,7 +76,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.harness.cluster import tool
 from e2e.harness.control_plane import ControlPlane, control_plane
 from e2e.operators import operator_process
-from tests.controller.cluster import NAMESPACE, deployment, hpa, policy
+from tests.controller.cluster import NAMESPACE, deployment, hpa, pods, policy
 from tests.polling import wait_for
 from tests.prometheus_fixture import PROMETHEUS, free_port
 
@@ -277,13 +277,20 @@ class Kube:
 
 
 def create_policy(kube: Kube, k: int, prometheus_port: int, since: str) -> None:
-    """Deployment (settled), HPA, policy (memory seeded), each created, then its status."""
+    """Deployment (settled), its pod (ready for an hour), HPA, policy (memory seeded): each
+    created, then given its status."""
     name = name_of(k)
     apps = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
     kube.send("POST", apps, deployment(name, replicas=1))
     settled = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}
     settled |= {"readyReplicas": 1, "availableReplicas": 1}
     kube.send("PATCH", f"{apps}/{name}/status", {"status": settled}, patch=True)
+    [pod] = pods(name, 1, dt.datetime.fromisoformat(since), age_s=0.0)
+    ready = {"status": {"phase": "Running", **pod.pop("status")}}
+    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.13.0"}
+    pod["spec"] = {"containers": [engine], "automountServiceAccountToken": False}
+    kube.send("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    kube.send("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-0/status", ready, patch=True)
     body = hpa(name, target=name, min_replicas=1)
     kube.send("POST", f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers", body)
     host = "127.0.0.1" if k % 2 == 0 else "localhost"
@@ -308,7 +315,11 @@ def create_policy(kube: Kube, k: int, prometheus_port: int, since: str) -> None:
 
 def create_fleet(plane: ControlPlane, count: int, prometheus_port: int, threads: int) -> float:
     """Every policy's objects, ``threads`` at a time; the wall seconds it took."""
-    plane.admin_api().post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    admin = plane.admin_api()
+    admin.post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    # Pods need the namespace's default ServiceAccount, which the (absent)
+    # controller-manager would create.
+    admin.post(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
     crd = ROOT / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
     applied = subprocess.run(
         [str(tool("kubectl")), "--kubeconfig", str(plane.kubeconfig), "apply", "-f", str(crd)],
@@ -580,8 +591,9 @@ def render(args: argparse.Namespace, run: Run) -> str:
         "",
         f"- operator: `{git_describe()}`",
         f"- machine: {machine()}",
-        f"- setup: {run.count:,} × (Deployment + HPA + policy) created in {run.creation_s:.0f} s "
-        f"({args.threads} threads, 5 requests each); {run.evaluated:,} policies evaluated at "
+        f"- setup: {run.count:,} × (Deployment + pod + HPA + policy) created in "
+        f"{run.creation_s:.0f} s "
+        f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies evaluated at "
         f"least once {run.first_round_s:.0f} s after the operator started; then measured "
         f"{rounds:.2f} intervals of 30 s, one interval later; 1-minute load average "
         f"{run.a.load} at its start, {run.b.load} at its end (everything runs under nice 10 "
