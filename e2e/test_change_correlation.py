@@ -5,8 +5,9 @@ they cannot show is how a real API server answers: ReplicaSets numbered by the r
 Deployment controller, ``managedFields`` kept by the server with the manager's name, label
 selectors applied by the server, and a ``PartialObjectMetadataList`` that leaves a
 Secret's data out. So this test makes a real rollout, a ConfigMap edit and a Secret write,
-then runs the operator's own look (``scan`` and ``describe``) against them. No pod needs
-to start and nothing is waited for but the Deployment controller's new ReplicaSet.
+then runs the operator's own look (``scan`` and ``describe``) against them, with the
+chart's ServiceAccount and RBAC. No pod needs to start and nothing is waited for but the
+Deployment controller's new ReplicaSet.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from cachescale.api.spec import PromptSourceKind
 from cachescale.controller.changes import Place, describe, scan
 from cachescale.controller.kube import METADATA_ONLY, KubeApi, load_config
 from e2e.harness.cluster import Cluster
+from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, until
 
 SECRET_VALUE = "hunter2-do-not-leak"
@@ -42,9 +45,15 @@ def rag_api(image: str) -> dict[str, Any]:
 
 
 def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_server(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
 ) -> None:
-    api = KubeApi(load_config(str(cluster.kubeconfig)))
+    """The look runs as the chart's ServiceAccount: Secrets are listed only where
+    ``rbac.changeCorrelation.secretNamespaces`` opts in, and said unread elsewhere."""
+    api = KubeApi(load_config(str(cluster.kubeconfig)))  # the test's own writes and waits
+    kubeconfig = cluster.token_kubeconfig(
+        tmp_path / "operator.kubeconfig", release.namespace, release.service_account
+    )
+    operator = KubeApi(load_config(str(kubeconfig)))
     apply(cluster, namespace, rag_api("rag-api:1.8.2"))
     owned = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
     until(lambda: api.items(owned) or None, "the first ReplicaSet", 20)
@@ -77,7 +86,18 @@ def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_
         Place(namespace, PromptSourceKind.CONFIG_MAP, "app=rag-api"),
         Place(namespace, PromptSourceKind.SECRET, "app=rag-api"),
     ]
-    found = scan(api, declared, [], onset - timedelta(hours=1), onset)
+    since = onset - timedelta(hours=1)
+    refused = scan(operator, declared, [], since, onset)  # the chart's default values
+    assert list(refused.failures) == [declared[2]], refused.failures
+    assert "403" in refused.failures[declared[2]], refused.failures
+    assert {c.name for c in refused.changes} == {"rag-api", "prompt-templates"}
+    with upgraded(cluster, release, f"rbac.changeCorrelation.secretNamespaces={{{namespace}}}"):
+        found = scan(operator, declared, [], since, onset)
+        # The server honours the metadata-only Accept header: the data is not even sent
+        # (metadata_items would drop it anyway; the raw answer shows the server's part).
+        path = f"/api/v1/namespaces/{namespace}/secrets"
+        query = [("labelSelector", "app=rag-api")]
+        answer = operator._call("GET", path, query=query, accept=METADATA_ONLY)
     assert not found.failures, found.failures
     by_name = {c.name: c for c in found.changes}
     rollout = by_name["rag-api"].what
@@ -94,10 +114,6 @@ def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_
     for name in {"rag-api", "prompt-templates", "rag-token"} - {first}:
         assert f"{name} ({by_name[name].kind}, namespace {namespace})" in message, message
 
-    # The server honours the metadata-only Accept header: the data is not even sent
-    # (metadata_items would drop it anyway; the raw answer shows the server's part).
-    path = f"/api/v1/namespaces/{namespace}/secrets"
-    answer = api._call("GET", path, query=[("labelSelector", "app=rag-api")], accept=METADATA_ONLY)
     assert answer["kind"] == "PartialObjectMetadataList", answer.get("kind")
     (item,) = answer["items"]
     assert set(item) == {"apiVersion", "kind", "metadata"}, set(item)  # no data

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.validation import check_text
 from cachescale.controller.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
 from e2e.harness.api import ApiError
 from e2e.harness.cluster import Cluster
@@ -134,8 +135,18 @@ LEAVES = [
     ("batching", "manageMaxNumSeqs"), ("batching", "minNumSeqs"), ("batching", "maxNumSeqs"),
     ("batching", "cooldown"), ("batching", "cacheReserveGiB"),
     ("batching", "gpu", "memoryGiB"), ("batching", "model", "weightsGiB"),
+    ("target", "scaledObjectName"), ("cache", "promptSources"),
     ("target",), ("metrics",), ("unknownField",),
 ]  # fmt: skip
+SOURCE = {"namespace": "rag", "kind": "Deployment", "labelSelector": "app=rag-api"}
+"""A valid ``spec.cache.promptSources`` item."""
+SOURCE_VALUES = {
+    "namespace": st.one_of(TEXT, st.sampled_from(["rag", "n" * 63, "n" * 64, "Rag", "rag.prod"])),
+    "kind": st.one_of(TEXT, st.sampled_from(["Deployment", "ConfigMap", "Secret", "Pod"])),
+    "labelSelector": st.one_of(
+        TEXT, st.sampled_from(["app=rag-api", "app in (a", "a" * 1025, "!canary", "=x"])
+    ),
+}
 
 NUMERIC = {
     "ttftP95Seconds", "ttftP99Seconds", "gpuSecondsPer1kRequests", "minReplicas",
@@ -143,6 +154,27 @@ NUMERIC = {
     "podWarmupSeconds", "minNumSeqs", "maxNumSeqs", "cacheReserveGiB", "memoryGiB",
     "weightsGiB",
 }  # fmt: skip
+
+
+@st.composite
+def prompt_sources(draw: st.DrawFn) -> Any:
+    """A list of valid items, 1 to 1,000 of them, one or two of them made hostile (a field
+    replaced, removed or added, or the item not an object); or not a list at all."""
+    if draw(st.integers(0, 5)) == 0:
+        return draw(st.one_of(ANYTHING, st.just(dict(SOURCE))))
+    items: list[Any] = [dict(SOURCE) for _ in range(draw(st.sampled_from([1, 2, 16, 17, 1000])))]
+    for _ in range(draw(st.integers(0, 2))):
+        index = draw(st.integers(0, len(items) - 1))
+        key = draw(st.sampled_from([*SOURCE_VALUES, "labels", None]))
+        if key is None:
+            items[index] = draw(ANYTHING)
+        elif not isinstance(items[index], dict):
+            continue
+        elif key == "labels" or draw(st.integers(0, 4)):
+            items[index][key] = draw(SOURCE_VALUES.get(key, ANYTHING))
+        else:
+            items[index].pop(key, None)
+    return items
 
 
 @st.composite
@@ -160,6 +192,12 @@ def hostile_specs(draw: st.DrawFn) -> dict[str, Any]:
             parent.pop(path[-1], None)
         elif path[-1] == "selector":
             parent["selector"] = draw(st.dictionaries(TEXT, TEXT, max_size=4))
+        elif path[-1] == "promptSources":
+            parent["promptSources"] = draw(prompt_sources())
+        elif path[-1] == "scaledObjectName":
+            if draw(st.booleans()):  # instead of the HPA (else both are set)
+                parent.pop("hpaName", None)
+            parent["scaledObjectName"] = draw(st.one_of(TEXT, TEXT, ANYTHING))
         else:  # mostly the right type at a hostile value, else anything at all
             kind = NUMBERS if path[-1] in NUMERIC else TEXT
             parent[path[-1]] = draw(st.one_of(kind, kind, ANYTHING))
@@ -379,6 +417,119 @@ def test_nan_inf_huge_and_foreign_targets_are_refused_by_the_api_server(
     assert "namespace" not in stored["spec"]["target"]
 
 
+def edited(spec: dict[str, Any], section: str, edits: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``edits`` merged into ``spec[section]`` (a None value removes a key)."""
+    merged = {**spec.get(section, {}), **edits}
+    return {**spec, section: {key: value for key, value in merged.items() if value is not None}}
+
+
+def sources(count: int) -> list[dict[str, str]]:
+    """``count`` valid prompt sources, each its own object (YAML would alias one repeated)."""
+    return [dict(SOURCE) for _ in range(count)]
+
+
+NAME, SELECTOR = "scaledObjectName", "labelSelector"
+AUTOSCALER_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("both autoscalers", {NAME: APP}, "exactly one of"),
+    ("neither autoscaler", {"hpaName": None}, "exactly one of"),
+    ("both, the HPA's name empty", {"hpaName": "", NAME: APP}, "hpaName"),
+    *(
+        (f"{NAME} {what}", {"hpaName": None, NAME: name}, NAME)
+        for what, name in [
+            ("upper case", "Vllm"),
+            ("with an underscore", "vllm_keda"),
+            ("ending in a dash", "vllm-"),
+            ("ending in a newline", "vllm\n"),
+            ("with a slash", "keda/vllm"),
+            ("empty", ""),
+            ("of 254 characters", "a" * 254),
+            ("of 70k characters", "a" * 70_000),
+            ("a number", 5),
+            ("a list", [APP]),
+        ]
+    ),
+]
+"""``spec.target`` edits the API server and ``cachescale validate`` both refuse, and the
+word both name."""
+SOURCE_CASES: list[tuple[str, Any, str]] = [
+    ("an object", SOURCE, "promptSources"),
+    ("a string", "app=rag-api", "promptSources"),
+    ("of 17 items", sources(17), "promptSources"),
+    ("of 1,000 items", sources(1000), "promptSources"),
+    ("with a string item", ["app=rag-api"], "promptSources"),
+    ("with a null item", [None], "promptSources"),
+    ("with a nested list", [[SOURCE]], "promptSources"),
+    ("with an empty item", [{}], "namespace"),
+    ("with a Pod", [{**SOURCE, "kind": "Pod"}], "kind"),
+    ("with a lower-case kind", [{**SOURCE, "kind": "deployment"}], "kind"),
+    ("without a selector", [{"namespace": "rag", "kind": "Secret"}], SELECTOR),
+    ("with an empty selector", [{**SOURCE, SELECTOR: ""}], SELECTOR),
+    ("with a 1,025-byte selector", [{**SOURCE, SELECTOR: "a" * 1025}], SELECTOR),
+    ("with a 70k selector", [{**SOURCE, SELECTOR: "a=" + "b" * 70_000}], SELECTOR),
+    ("with a namespace of 64", [{**SOURCE, "namespace": "n" * 64}], "namespace"),
+    ("with a dotted namespace", [{**SOURCE, "namespace": "rag.prod"}], "namespace"),
+    ("with an unknown field", [{**SOURCE, "labels": {"app": "x"}}], "labels"),
+    ("bad in the 16th item", [*sources(15), {**SOURCE, "kind": "Job"}], "kind"),
+]
+"""``spec.cache.promptSources`` values both refuse, and the word both name."""
+
+
+def test_autoscaler_names_and_prompt_sources_are_refused_alike(hostile: Hostile) -> None:
+    """``spec.target.scaledObjectName`` and ``spec.cache.promptSources``: the API server
+    (schema, CEL and strict field validation) and ``cachescale validate`` refuse each of
+    these, both naming the field. A label selector that does not parse is stored (the CRD
+    bounds its length only) and refused by the operator: it and a policy on a ScaledObject
+    that does not exist are created for real: the operator says why for each, and the
+    next test sees it keep evaluating the healthy policy meanwhile."""
+    base = valid_spec(hostile.prometheus_url)
+    cases = [(what, edited(base, "target", edits), word) for what, edits, word in AUTOSCALER_CASES]
+    cases += [
+        (f"promptSources {what}", edited(base, "cache", {"promptSources": value}), word)
+        for what, value, word in SOURCE_CASES
+    ]
+    for what, spec, word in cases:
+        outcome = hostile.submit(spec)
+        assert outcome.refused, f"{what}: stored by the API server"
+        assert word in outcome.refused, f"{what}: {outcome.refused[:300]}"
+        problems = check_text(yaml.safe_dump(body("fuzz", spec))).problems
+        assert problems, f"{what}: refused by the API server, accepted by cachescale validate"
+        assert any(word in p.path or word in p.message for p in problems), (what, problems)
+        assert all("\n" not in p.message for p in problems), (what, problems)
+        print(f"  {what}: {outcome.refused[:140]} | validate: {problems[0].message[:100]}")
+    # Stored by the server; the selector refused by validate and by the operator.
+    stored = {
+        "selector": edited(base, "cache", {"promptSources": [{**SOURCE, SELECTOR: "app in (a"}]}),
+        "no-scaled-object": edited(base, "target", {"hpaName": None, NAME: "no-such-keda"}),
+    }
+    for name, spec in stored.items():
+        outcome = hostile.submit(spec)
+        assert outcome.refused is None, f"{name}: {outcome.refused}"
+        invalid = check_text(yaml.safe_dump(body(name, spec))).problems
+        assert bool(invalid) == (name == "selector"), invalid
+        if invalid:
+            assert [p.path for p in invalid] == [f"spec.cache.promptSources[0].{SELECTOR}"]
+            assert outcome.operator is not None
+            assert "is not a label selector" in outcome.operator, outcome
+        hostile.fuzzed.append(f"hand-{name}")
+        apply(hostile.cluster, hostile.namespace, body(hostile.fuzzed[-1], spec))
+    # The operator says why, in one line, for each.
+    expected = {
+        "hand-selector": ({"InvalidSpec"}, "is not a label selector"),
+        "hand-no-scaled-object": ({"TargetNotFound", "ApiError"}, "ScaledObject no-such-keda"),
+    }
+    for name, (reasons, words) in expected.items():
+
+        def said(name: str = name, reasons: set[str] = reasons) -> dict[str, Any] | None:
+            ready = hostile.ready(name)
+            return ready if ready and ready["reason"] in reasons else None
+
+        ready = until(said, f"{name}: the operator's reason", INTERVAL_S * 3)
+        assert ready["status"] == "False", ready
+        assert words in ready["message"], ready
+        assert "\n" not in ready["message"], ready
+        print(f"  {name}: {ready['reason']}: {ready['message'][:160]}")
+
+
 def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
     hostile: Hostile,
 ) -> None:
@@ -387,12 +538,12 @@ def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
     itself["target"]["deploymentName"] = release.name
     apply(cluster, release.namespace, body("itself", itself))
     fuzzed = hostile.fuzzed
-    observed: list[tuple[float, str]] = []
+    observed: list[tuple[float, float]] = []
 
     def evaluations() -> None:
-        found = get(cluster, "csp", "healthy", "-n", namespace) or {}
-        stamp = str(found.get("status", {}).get("signals", {}).get("observedAt", ""))
-        if stamp and (not observed or observed[-1][1] != stamp):
+        # The operator's own gauge: the status is written only when it changed.
+        stamp = hostile.operator.last_evaluation(namespace, "healthy")
+        if stamp is not None and (not observed or observed[-1][1] != stamp):
             observed.append((time.monotonic(), stamp))
 
     def deciding() -> bool:
@@ -457,8 +608,9 @@ def test_when_the_holder_is_deleted_the_next_policy_takes_over(hostile: Hostile)
     # Every other policy on that HPA (generated ones, created later) now names the new holder.
     for name in hostile.fuzzed:
         found = get(cluster, "csp", name, "-n", namespace)
-        if found["spec"]["target"]["hpaName"] != APP:
-            continue
+        refused = (hostile.ready(name) or {}).get("reason") == "InvalidSpec"
+        if found["spec"]["target"].get("hpaName") != APP or refused:
+            continue  # not on that HPA, or a spec the operator refuses: it claims nothing
 
         def renamed(name: str = name) -> dict[str, Any] | None:
             now = hostile.ready(name)

@@ -29,6 +29,7 @@ from cachescale.api.reasons import ConditionReason, Diagnosis, Hold
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeApi, load_config
 from e2e.harness.cluster import Cluster
+from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, events_for, get, until
 from e2e.serving import create_serving_deployment
 from tests.controller.cluster import Clock
@@ -110,13 +111,45 @@ def prometheus() -> Iterator[tuple[FakePrometheus, EngineFake]]:
         yield fake, engines
 
 
+def can_i(cluster: Cluster, kubeconfig: Path, verb: str, resource: str, namespace: str) -> str:
+    """``kubectl auth can-i`` as whoever ``kubeconfig`` authenticates."""
+    asked = cluster.kubectl(
+        "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, resource, "-n", namespace
+    )
+    return asked.stdout.strip()
+
+
 def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     cluster: Cluster,
+    release: Release,
     namespace: str,
     prometheus: tuple[FakePrometheus, EngineFake],
     tmp_path: Path,
 ) -> None:
+    """All of it as the chart's ServiceAccount, with the RBAC of ``keda.enabled=true``."""
     started = time.monotonic()
+    kubeconfig = cluster.token_kubeconfig(
+        tmp_path / "operator.kubeconfig", release.namespace, release.service_account
+    )
+    install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")  # can-i needs it discoverable
+    assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "no"
+    with upgraded(cluster, release, "keda.enabled=true"):
+        assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "yes"
+        for verb in ("create", "delete", "update"):  # patch only, as for HPAs
+            assert can_i(cluster, kubeconfig, verb, "scaledobjects.keda.sh", namespace) == "no"
+        hold_and_restore(cluster, namespace, prometheus, kubeconfig, tmp_path)
+    print(f"test_keda: {time.monotonic() - started:.1f} s")
+
+
+def hold_and_restore(
+    cluster: Cluster,
+    namespace: str,
+    prometheus: tuple[FakePrometheus, EngineFake],
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """The collapse held on the ScaledObject, then the restore on delete, with the
+    operator's credentials from ``kubeconfig``."""
     fake, engines = prometheus
     install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
     install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")
@@ -138,8 +171,7 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     # The test clock ends near the real now, so the real operator started below reads a
     # memory from its past, as after a restart.
     clock = Clock(datetime.now(UTC) - timedelta(seconds=10 * 2 * ROUNDS))
-    api_client = load_config(str(cluster.kubeconfig))
-    operator = Operator(KubeApi(api_client), clock=clock)
+    operator = Operator(KubeApi(load_config(str(kubeconfig))), clock=clock)
 
     def evaluate_until(condition: tuple[str, str, str]) -> None:
         for _ in range(ROUNDS):
@@ -175,7 +207,7 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     assert {Diagnosis.PREFIX_COLLAPSE, ConditionReason.KEDA_IGNORES_NULL_VALUES} <= warnings
 
     # Delete through the real operator: kopf's finalizer, then the restore on delete.
-    with run_operator(tmp_path, cluster.kubeconfig, namespace):
+    with run_operator(tmp_path, kubeconfig, namespace):
 
         def finalized() -> bool | None:
             found = get(cluster, "csp", APP, "-n", namespace)
@@ -185,7 +217,7 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
         deleted = cluster.kubectl("delete", "csp", APP, "-n", namespace, "--timeout=20s")
         assert deleted.returncode == 0, deleted.stderr
     restored = get(cluster, "scaledobject", APP, "-n", namespace)
-    assert restored["spec"] == original
+    assert restored["spec"] == original, (restored["spec"], original)
     annotations = restored["metadata"].get("annotations") or {}
     assert ORIGINAL_ENVELOPE not in annotations
     assert MANAGED_BY not in annotations
@@ -195,13 +227,11 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     assert hpa_after["spec"] == hpa_before["spec"]
     assert hpa_after["metadata"].get("annotations") == hpa_before["metadata"].get("annotations")
     if cluster.plane is not None:
-        whoami = cluster.kubectl("auth", "whoami", "-o", "json")
+        whoami = cluster.kubectl("--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json")
         user = json.loads(whoami.stdout)["status"]["userInfo"]["username"]
-        writes = cluster.plane.writes(user, "horizontalpodautoscalers", namespace)
-        assert [w["objectRef"].get("name") for w in writes] == [f"keda-hpa-{APP}"]  # the test's
-        patches = [w for w in writes if w["verb"] == "patch"]
-        assert patches == []
-    print(f"test_keda: {time.monotonic() - started:.1f} s")
+        assert user.startswith("system:serviceaccount:"), user
+        assert cluster.plane.writes(user, "horizontalpodautoscalers", namespace) == []
+        assert cluster.plane.writes(user, "scaledobjects", namespace), "the hold was its patch"
 
 
 @pytest.mark.parametrize("name", ["two-autoscalers.yaml", "no-autoscaler.yaml"])

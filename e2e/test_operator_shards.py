@@ -9,7 +9,7 @@ again) and the second that it is new (its loop starts). The shards run standalon
 chart release has its own peering object (tests/chart/test_chart_render.py), and
 e2e/test_operator_peering.py shows one such object keeps exactly one pod active.
 
-About 25 s: two operator starts, a first evaluation each (within a third of the 10 s
+About 40 s: two operator starts, a first evaluation each (at its group's next slot of the 10 s
 interval), the move, and one interval and a half of silence from the shard it left.
 """
 

@@ -394,8 +394,10 @@ class ControlPlane:
         self.wait_serving(new)
 
     def compact_etcd(self) -> int:
-        """Compact etcd's history up to its current revision (etcd's JSON gateway): every
-        older resourceVersion is gone, so a watch resumed from one gets 410 Gone."""
+        """Compact etcd's history (etcd's JSON gateway) up to a revision newer than every
+        object's: a key outside the API server's ``/registry`` is written first, so even
+        a watch resumed from the latest resourceVersion (a quiet cluster, where nothing
+        was written since) gets 410 Gone."""
 
         def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
             request = urllib.request.Request(
@@ -407,8 +409,9 @@ class ControlPlane:
                 answer: dict[str, Any] = json.load(response)
                 return answer
 
-        key = base64.b64encode(b"/registry").decode()
-        revision = int(post("/v3/kv/range", {"key": key, "limit": 1})["header"]["revision"])
+        key = base64.b64encode(b"/cachescale-e2e/compaction").decode()
+        value = base64.b64encode(b"bumped").decode()  # any put moves the revision on
+        revision = int(post("/v3/kv/put", {"key": key, "value": value})["header"]["revision"])
         post("/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
 

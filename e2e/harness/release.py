@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from e2e.harness.cluster import REPO, Cluster
@@ -97,6 +99,23 @@ def install_cycle(cluster: Cluster) -> Release:
     release.run("crd-after-uninstall", cluster.kubectl("get", CRD, "-o", "name"), started)
     _helm(release, cluster, "reinstall", "install", NAME, str(CHART), *where, *wait_flags(cluster))
     return release
+
+
+@contextmanager
+def upgraded(cluster: Cluster, release: Release, *values: str) -> Iterator[None]:
+    """The session's release upgraded with ``--set`` ``values`` on top of its own, then
+    rolled back to what it was (the next test sees the default values again)."""
+    where = ("-n", release.namespace)
+    sets = [arg for value in values for arg in ("--set", value)]
+    up = cluster.helm(
+        "upgrade", release.name, str(CHART), *where, "--reuse-values", *sets, *wait_flags(cluster)
+    )
+    assert up.returncode == 0, up.stderr
+    try:
+        yield
+    finally:
+        back = cluster.helm("rollback", release.name, *where, *wait_flags(cluster))
+        assert back.returncode == 0, back.stderr
 
 
 def uninstall(cluster: Cluster, release: Release) -> None:

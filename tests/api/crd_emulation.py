@@ -11,12 +11,29 @@ is available).
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import celpy
 import jsonschema
 
 Schema = dict[str, Any]
+
+
+def _go_pattern(
+    validator: Any, pattern: str, instance: Any, schema: Schema
+) -> Iterator[jsonschema.ValidationError]:
+    """``pattern`` as the API server reads it (Go's regexp): ``$`` is the end of the text.
+    Python's ``$`` also matches before a final newline, so a name ending in a newline
+    would pass here and be refused by the server."""
+    if validator.is_type(instance, "string"):
+        go = re.sub(r"(?<!\\)\$", r"\\Z", pattern)
+        if not re.search(go, instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": _go_pattern})
 
 
 def _prune_nulls(value: Any, schema: Schema) -> Any:
@@ -80,7 +97,7 @@ def crd_errors(crd: Schema, document: Schema) -> list[str]:
     """Messages the API server would give for ``document``; empty when it is accepted."""
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     document = _apply_defaults(_prune_nulls(copy.deepcopy(document), schema), schema)
-    validator = jsonschema.Draft4Validator(schema)
+    validator = _Validator(schema)
     errors = [
         f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
         for error in validator.iter_errors(document)

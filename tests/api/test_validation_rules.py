@@ -135,6 +135,69 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
         False,
         "scaledObjectName",
     ),
+    # scaledObjectName is a DNS subdomain like hpaName: bounded, lower case, no blanks.
+    (
+        "target-scaled-object-dotted",
+        {"target.hpaName": None, "target.scaledObjectName": "llama.keda-1"},
+        True,
+        "",
+    ),
+    (
+        "target-scaled-object-253",
+        {"target.hpaName": None, "target.scaledObjectName": "a" * 253},
+        True,
+        "",
+    ),
+    (
+        "target-scaled-object-254",
+        {"target.hpaName": None, "target.scaledObjectName": "a" * 254},
+        False,
+        "scaledObjectName",
+    ),
+    (
+        "target-scaled-object-70k",
+        {"target.hpaName": None, "target.scaledObjectName": "a" * 70_000},
+        False,
+        "scaledObjectName",
+    ),
+    *(
+        (
+            f"target-scaled-object-{what}",
+            {"target.hpaName": None, "target.scaledObjectName": name},
+            False,
+            "scaledObjectName",
+        )
+        for what, name in [
+            ("empty", ""),
+            ("underscore", "llama_keda"),
+            ("trailing-dash", "llama-"),
+            ("leading-dot", ".llama"),
+            ("blank", "llama keda"),
+            ("slash", "keda/llama"),
+            ("unicode", "llamá"),
+            # Go's `$` is the end of the text: no newline slips in after the name.
+            ("trailing-newline", "llama\n"),
+        ]
+    ),
+    (
+        "target-scaled-object-number",
+        {"target.hpaName": None, "target.scaledObjectName": 5},
+        False,
+        "scaledObjectName",
+    ),
+    # Both or neither, whatever the other name holds: the one-of rule still names both.
+    (
+        "target-both-with-a-bad-name",
+        {"target.scaledObjectName": "Llama"},
+        False,
+        "scaledObjectName",
+    ),
+    (
+        "target-both-empty-hpa",
+        {"target.hpaName": "", "target.scaledObjectName": "llama"},
+        False,
+        "hpaName",
+    ),
     ("drop-just-below-one", {"cache.collapseRelativeDrop": 0.99}, True, ""),
     ("drop-one", {"cache.collapseRelativeDrop": 1}, False, "collapseRelativeDrop"),
     ("drop-zero", {"cache.collapseRelativeDrop": 0}, False, "collapseRelativeDrop"),
@@ -223,6 +286,94 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ),
     ("prompt-sources-16", {"cache.promptSources": [RAG] * 16}, True, ""),
     ("prompt-sources-17", {"cache.promptSources": [RAG] * 17}, False, "promptSources"),
+    ("prompt-sources-1000", {"cache.promptSources": [RAG] * 1000}, False, "promptSources"),
+    ("prompt-sources-empty", {"cache.promptSources": []}, True, ""),
+    # The shapes around an item: a list of objects, each with exactly its three fields.
+    ("prompt-sources-object", {"cache.promptSources": RAG}, False, "promptSources"),
+    ("prompt-sources-string", {"cache.promptSources": "app=rag-api"}, False, "promptSources"),
+    ("prompt-source-string", {"cache.promptSources": ["app=rag-api"]}, False, "promptSources"),
+    ("prompt-source-number", {"cache.promptSources": [5]}, False, "promptSources"),
+    ("prompt-source-nested", {"cache.promptSources": [[RAG]]}, False, "promptSources"),
+    # A null item is not pruned as a null field is: it is an item of the wrong type.
+    ("prompt-source-null", {"cache.promptSources": [None]}, False, "promptSources"),
+    ("prompt-source-empty-object", {"cache.promptSources": [{}]}, False, "namespace"),
+    *(
+        (f"prompt-source-without-{key}", {"cache.promptSources": [item]}, False, key)
+        for key in ("namespace", "kind")
+        for item in [{k: v for k, v in RAG.items() if k != key}]
+    ),
+    ("prompt-source-configmap", {"cache.promptSources": [{**RAG, "kind": "ConfigMap"}]}, True, ""),
+    *(
+        (
+            f"prompt-source-kind-{what}",
+            {"cache.promptSources": [{**RAG, "kind": kind}]},
+            False,
+            "kind",
+        )
+        for what, kind in [
+            ("lowercase", "deployment"),
+            ("plural", "Deployments"),
+            ("padded", " Secret"),
+            ("empty", ""),
+            ("group", "apps/v1/Deployment"),
+            ("number", 1),
+        ]
+    ),
+    *(
+        (
+            f"prompt-source-namespace-{what}",
+            {"cache.promptSources": [{**RAG, "namespace": ns}]},
+            valid,
+            "namespace",
+        )
+        for what, ns, valid in [
+            ("63", "n" * 63, True),
+            ("64", "n" * 64, False),
+            ("70k", "n" * 70_000, False),
+            ("empty", "", False),
+            ("dotted", "rag.prod", False),
+            ("newline", "rag\nprod", False),
+            ("trailing-newline", "rag\n", False),
+            ("number", 7, False),
+        ]
+    ),
+    (
+        "prompt-source-selector-1024",
+        {"cache.promptSources": [{**RAG, "labelSelector": "a=b," * 255 + "a=bb"}]},
+        True,
+        "",
+    ),
+    (
+        "prompt-source-selector-1025",
+        {"cache.promptSources": [{**RAG, "labelSelector": "a=b," * 255 + "a=bbb"}]},
+        False,
+        "labelSelector",
+    ),
+    (
+        "prompt-source-selector-70k",
+        {"cache.promptSources": [{**RAG, "labelSelector": "a=" + "b" * 70_000}]},
+        False,
+        "labelSelector",
+    ),
+    (
+        "prompt-source-selector-number",
+        {"cache.promptSources": [{**RAG, "labelSelector": 5}]},
+        False,
+        "labelSelector",
+    ),
+    (
+        "prompt-source-selector-list",
+        {"cache.promptSources": [{**RAG, "labelSelector": ["app=rag-api"]}]},
+        False,
+        "labelSelector",
+    ),
+    # A bad item anywhere in the list is named, not only the first.
+    (
+        "prompt-source-last-bad",
+        {"cache.promptSources": [RAG] * 15 + [{**RAG, "kind": "Pod"}]},
+        False,
+        "kind",
+    ),
 ]
 
 

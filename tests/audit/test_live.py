@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from cachescale.api import engine_metrics
+from cachescale.api.spec import Engine
 from cachescale.audit.live import (
     PROFILES,
     Counters,
@@ -30,6 +32,7 @@ from cachescale.audit.live import (
     read_counters,
 )
 from cachescale.cli import main
+from cachescale.gather.promql import QueryScope, Selector, detection_query
 from tests.polling import wait_for
 from tests.prometheus_fixture import free_port_block, run_emulator, small_scenario
 
@@ -247,13 +250,21 @@ def test_each_engine_generation_counters_are_read(
     assert read_counters(chosen, samples) == Counters(queries, hits)
 
 
-def test_the_profiles_read_the_names_the_signals_layer_knows() -> None:
-    promql = (REPO / "operator/cachescale/gather/promql.py").read_text(encoding="utf-8")
+def test_the_profiles_read_the_names_the_operator_queries() -> None:
+    """Every counter the live audit reads is one of the engine metric names the operator's
+    PromQL uses too (one home, ``api/engine_metrics.py``), and so are its SGLang modes."""
+    known = {value for name, value in vars(engine_metrics).items() if name.isupper()}
     vllm, legacy, sglang = PROFILES
-    names = [name for name, _ in (*vllm.queries, *vllm.hits, *sglang.queries)]
-    names.append(legacy.queries[0][0])  # gather detects the old names, then refuses them
-    for name in names:
-        assert f'"{name}"' in promql, name
-    for _, mode in sglang.queries:
-        assert mode is not None
-        assert mode in promql
+    for profile in PROFILES:
+        for name, mode in (*profile.queries, *profile.hits):
+            assert name in known, name
+            assert mode is None or mode in (
+                engine_metrics.SGLANG_INPUT_MODE,
+                *engine_metrics.SGLANG_HIT_MODES,
+            ), mode
+    detected = detection_query(Engine.VLLM, QueryScope.for_selector(Selector.of({"a": "b"})))
+    for name in (vllm.queries[0][0], legacy.queries[0][0]):  # gather detects both, as here
+        assert name in detected, (name, detected)
+    assert sglang.queries[0][0] in detection_query(
+        Engine.SGLANG, QueryScope.for_selector(Selector.of({"a": "b"}))
+    )

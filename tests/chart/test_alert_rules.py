@@ -193,6 +193,9 @@ CONTRACT_METRICS = {
     "cachescale_evaluation_duration_seconds",
     "cachescale_evaluation_errors_total",
     "cachescale_last_evaluation_timestamp_seconds",
+    "cachescale_kube_requests_total",
+    "cachescale_evaluation_lateness_seconds",
+    "cachescale_evaluation_missed_intervals_total",
 }
 
 

@@ -442,3 +442,17 @@ def test_namespaced_rbac_turns_kopf_scanning_off() -> None:
     assert "--no-scanning" not in args({})
     assert "--no-scanning" not in args({"watchNamespaces": ["llm"]})
     assert "--no-scanning" in args({"watchNamespaces": ["llm"], "rbac": {"namespaced": True}})
+
+
+def test_keda_enabled_indexes_scaled_objects_where_rbac_lets_it_watch_them() -> None:
+    """``--keda`` (a watch-fed index of ScaledObjects) only with the rule that allows it."""
+    for values, indexed in (({}, False), ({"keda": {"enabled": True}}, True)):
+        rendered = render(values)
+        container = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        rules = one(rendered, "ClusterRole")["rules"]
+        watched = any(
+            "scaledobjects" in r["resources"] and {"list", "watch"} <= set(r["verbs"])
+            for r in rules
+        )
+        assert ("--keda" in container["args"]) is indexed
+        assert watched is indexed

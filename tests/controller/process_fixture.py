@@ -29,6 +29,7 @@ from pathlib import Path
 
 import kmock
 import kmock._internal.parsing as kmock_parsing
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.controller.cluster import NAMESPACE, FakeCluster
 from tests.polling import wait_for
@@ -37,6 +38,7 @@ from tests.prometheus_fixture import free_port_block
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SERVED_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 OBSERVED_VERBS = {"get", "list", "watch"}
+TARGET_KINDS = ("apps/v1/deployments", "autoscaling/v2/horizontalpodautoscalers", "v1/pods")
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
@@ -80,12 +82,16 @@ def prepare_for_kopf(cluster: FakeCluster) -> None:
       without verbs kopf logs "Non-watchable resources will not be served" and idles;
     - ``v1/namespaces`` and ``apiextensions.k8s.io/v1/customresourcedefinitions`` in
       discovery: kopf's namespace and resource observers wait for both;
-    - the Namespace object the operator is scoped to.
+    - the Namespace object the operator is scoped to;
+    - the verbs of the Deployments, HPAs and pods, which kopf lists and watches into the
+      operator's target indexes (``controller/indexes.py``), as a real API server lists them.
     """
     resources = cluster.emulator.resources
     policies = resources[POLICIES]
     policies.verbs = set(SERVED_VERBS)
     policies.subresources = {"status"}
+    for indexed in TARGET_KINDS:
+        resources[indexed].verbs = set(SERVED_VERBS)
     resources["v1/namespaces"] = kmock.ResourceInfo(
         namespaced=False, kind="Namespace", verbs=OBSERVED_VERBS
     )
@@ -146,10 +152,13 @@ def cachescale_command() -> list[str]:
 class OperatorProcess:
     """A running ``cachescale run`` and its log."""
 
-    def __init__(self, process: subprocess.Popen[bytes], log: Path, health_port: int) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], log: Path, health_port: int, metrics_port: int
+    ) -> None:
         self.process = process
         self.log = log
         self.health_url = f"http://127.0.0.1:{health_port}"
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
 
     def output(self) -> str:
         """Everything it printed so far (stdout and stderr)."""
@@ -168,6 +177,28 @@ class OperatorProcess:
             return int(error.code)
         except OSError:
             return None
+
+    def samples(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
+        """Every sample of metric ``name`` on its ``/metrics``, by label set (parsed by
+        ``prometheus_client``'s own exposition parser)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        return {
+            frozenset(sample.labels.items()): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        }
+
+    def last_evaluation(self, namespace: str, name: str) -> float | None:
+        """When it last evaluated policy ``namespace/name`` (its own gauge; None: not yet).
+        Unlike ``status.signals.observedAt``, this moves at every evaluation, including
+        those whose status write is skipped as unchanged."""
+        wanted = frozenset({("namespace", namespace), ("policy", name)})
+        for labels, value in self.samples("cachescale_last_evaluation_timestamp_seconds").items():
+            if wanted <= labels:
+                return value
+        return None
 
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Wait until ``/readyz`` answers 200; fail early if the process died."""
@@ -205,16 +236,17 @@ def run_operator(
 
 @contextmanager
 def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[OperatorProcess]:
-    """Start ``cachescale run --kubeconfig KUBECONFIG ARGS...`` with metrics off and probes
-    on a free port, its output in ``workdir/operator.log``; wait until it is ready. Killed
+    """Start ``cachescale run --kubeconfig KUBECONFIG ARGS...`` with metrics and probes
+    on free ports, its output in ``workdir/operator.log``; wait until it is ready. Killed
     on the way out, whatever happened. (The e2e suite starts its peered and cluster-wide
     operators through this too.)"""
-    health_port = free_port_block(1)
+    health_port = free_port_block(2)
+    metrics_port = health_port + 1
     command = [
         *cachescale_command(),
         "run",
         "--kubeconfig", str(kubeconfig),
-        "--metrics-port", "0",
+        "--metrics-port", str(metrics_port),
         "--health-port", str(health_port),
         *args,
     ]  # fmt: skip
@@ -224,7 +256,7 @@ def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[Oper
     log = workdir / "operator.log"
     with log.open("wb") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env)
-    operator = OperatorProcess(process, log, health_port)
+    operator = OperatorProcess(process, log, health_port, metrics_port)
     try:
         operator.wait_ready()
         yield operator

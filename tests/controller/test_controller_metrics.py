@@ -64,3 +64,16 @@ def test_served_and_offered_load_side_by_side() -> None:
     labels = 'namespace="llm",policy="vllm"'
     assert f"cachescale_requests_per_second{{{labels}}} 32.0" in text
     assert f"cachescale_arrivals_per_second{{{labels}}} 41.0" in text
+
+
+def test_the_schedulers_punctuality_is_fleet_wide() -> None:
+    metrics = OperatorMetrics()
+    metrics.started_late(0.3)
+    metrics.started_late(12.0)
+    metrics.missed_intervals(2)
+    text = exposition(metrics)
+    assert "cachescale_evaluation_lateness_seconds_count 2.0" in text
+    assert 'cachescale_evaluation_lateness_seconds_bucket{le="0.5"} 1.0' in text
+    assert "cachescale_evaluation_missed_intervals_total 2.0" in text
+    metrics.forget("llm", "vllm")  # a policy's deletion leaves the fleet's series alone
+    assert "cachescale_evaluation_missed_intervals_total 2.0" in exposition(metrics)

@@ -104,14 +104,16 @@ def test_a_policy_that_leaves_the_watch_stops_its_loop(
     memo = kopf.Memo(runtime=runtime)
 
     async def scenario() -> int:
+        runtime.scheduler.start()
         loop = asyncio.create_task(
             daemon(body=body_of(raw), memo=memo, stopped=Stopped(), claims={})
         )
-        while "/vllm: " not in caplog.text:  # a first evaluation
+        while "/vllm: " not in caplog.text:  # a first evaluation (within the 10 s interval)
             await asyncio.sleep(0.02)
         assert list(runtime.departed) == ["uid-vllm"]
         on_event(event=deleted(raw), body=body_of(raw), memo=memo)
         await asyncio.wait_for(loop, 5.0)
+        runtime.scheduler.stop()
         return caplog.text.count("vllm: ")
 
     caplog.set_level(logging.INFO, "cachescale.operator")
@@ -119,6 +121,7 @@ def test_a_policy_that_leaves_the_watch_stops_its_loop(
         runtime.operator.metrics.failed("llm", "vllm", Problem.INTERNAL)
         evaluated = asyncio.run(scenario())
     assert runtime.departed == {}
+    assert runtime.members == {}
     assert "left this operator's watch" in caplog.text
     assert evaluated >= 1
     assert runtime.operator.metrics._series == {}

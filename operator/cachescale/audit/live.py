@@ -43,6 +43,16 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cachescale.api.engine_metrics import (
+    SGLANG_HIT_MODES,
+    SGLANG_INPUT_MODE,
+    SGLANG_PREFILL_EFFECTIVE_TOKENS,
+    VLLM_EXTERNAL_PREFIX_CACHE_HITS,
+    VLLM_LEGACY_PREFIX_CACHE_HITS,
+    VLLM_LEGACY_PREFIX_CACHE_QUERIES,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+)
 from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import Corpus, Record
 from cachescale.audit.explain import Outcome
@@ -69,25 +79,25 @@ class Profile:
     """The same for the tokens found in the cache."""
 
 
-_SGLANG = "sglang:prefill_effective_tokens_total"
-_SGLANG_HITS = ((_SGLANG, "device_hit"), (_SGLANG, "host_hit"), (_SGLANG, "storage_hit"))
+_SGLANG_HITS = tuple((SGLANG_PREFILL_EFFECTIVE_TOKENS, mode) for mode in SGLANG_HIT_MODES)
 
 #: Engine generations, newest first; the first whose query counter is exported is used.
 PROFILES = (
     Profile(
         "vllm",
-        (("vllm:prefix_cache_queries_total", None),),
-        (
-            ("vllm:prefix_cache_hits_total", None),
-            ("vllm:external_prefix_cache_hits_total", None),
-        ),
+        ((VLLM_PREFIX_CACHE_QUERIES, None),),
+        ((VLLM_PREFIX_CACHE_HITS, None), (VLLM_EXTERNAL_PREFIX_CACHE_HITS, None)),
     ),
     Profile(
         "vllm-legacy",
-        (("vllm:gpu_prefix_cache_queries_total", None),),
-        (("vllm:gpu_prefix_cache_hits_total", None),),
+        ((VLLM_LEGACY_PREFIX_CACHE_QUERIES, None),),
+        ((VLLM_LEGACY_PREFIX_CACHE_HITS, None),),
     ),
-    Profile("sglang", ((_SGLANG, "input"), *_SGLANG_HITS), _SGLANG_HITS),
+    Profile(
+        "sglang",
+        ((SGLANG_PREFILL_EFFECTIVE_TOKENS, SGLANG_INPUT_MODE), *_SGLANG_HITS),
+        _SGLANG_HITS,
+    ),
 )
 
 

@@ -230,21 +230,32 @@ def _with_retries(
 
 
 def apply_envelope(
-    api: KubeApi, namespace: str, target: TargetSpec, envelope: Envelope, policy: str
+    api: KubeApi,
+    namespace: str,
+    target: TargetSpec,
+    envelope: Envelope,
+    policy: str,
+    seen: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Patch the HPA or ScaledObject to ``envelope``; True when it changed."""
+    """Patch the HPA or ScaledObject to ``envelope``; True when it changed. ``seen``, the
+    copy the evaluation read (from the watch-fed index, which keeps the spec but not every
+    annotation), saves the read when it already has the envelope: steady state reads
+    nothing. Otherwise the object is read whole and the patch built on that."""
+    build: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
     if target.autoscaler_kind is AutoscalerKind.SCALED_OBJECT:
-        so_path = scaled_object_path(namespace, target.autoscaler_name)
+        path = scaled_object_path(namespace, target.autoscaler_name)
 
-        def build_so(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        def build(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             return scaled_object_ops(body, envelope, policy)
 
-        return _with_retries(lambda: api.get(so_path), build_so, so_path, api)
-    path = hpa_path(namespace, target.autoscaler_name)
+    else:
+        path = hpa_path(namespace, target.autoscaler_name)
 
-    def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return envelope_ops(hpa, envelope, queue_metric(hpa)[0], policy)
+        def build(hpa: Mapping[str, Any]) -> list[dict[str, Any]]:
+            return envelope_ops(hpa, envelope, queue_metric(hpa)[0], policy)
 
+    if seen is not None and not build(seen):
+        return False
     return _with_retries(lambda: api.get(path), build, path, api)
 
 

@@ -126,6 +126,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     parser.add_argument(
+        "--keda",
+        action="store_true",
+        help=(
+            "also keep KEDA ScaledObjects in a watch-fed index, as Deployments, HPAs and pods "
+            "are (needs list and watch on scaledobjects.keda.sh: chart value keda.enabled); "
+            "without it a ScaledObject target is read from the API server each evaluation"
+        ),
+    )
+    parser.add_argument(
         "--allowed-prometheus-url",
         action="append",
         default=[],

@@ -11,6 +11,14 @@ credentials Secret the operator may not use (``MetricsURLNotAllowed``,
 ``docs/security.md``), an API conflict while acting (``ApiConflict``) — and never in an
 exception that would stop the loop of this or any other policy. A suspected or raised
 collapse also names what changed before it (``changes.py``), after the decision.
+
+An evaluation has three phases: ``prepare`` (the spec, a refusal, the target, which
+Prometheus and what to read), the read, and ``finish`` (decide, act, correlate, status,
+Events, metrics). ``evaluate`` runs them for one policy with its own queries;
+``evaluate_many`` runs them for the policies the scheduler found due together
+(``scheduler.py``), with one grouped read for all of them (``gather/grouped.py``), so
+the Prometheus queries grow with the groups, not the policies. A policy's outcome is the
+same either way (``tests/controller/test_controller_batch.py``).
 """
 
 from __future__ import annotations
@@ -23,11 +31,11 @@ import os
 import tempfile
 import time
 from base64 import b64decode
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from threading import Lock
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -47,12 +55,15 @@ from cachescale.controller.changes import correlate
 from cachescale.controller.claims import Refusal
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
-from cachescale.controller.kube import ConflictError, KubeApi, KubeError
+from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.status import render, render_problem
+from cachescale.controller.status_writes import StatusWrites
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
 from cachescale.gather.egress import AllowedUrls
+from cachescale.gather.grouped import GroupedGatherer, PolicyRead
+from cachescale.gather.grouped import Outcome as GroupedOutcome
 from cachescale.gather.prometheus import (
     PrometheusClient,
     PrometheusConfig,
@@ -64,6 +75,17 @@ from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gathe
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
 
 log = logging.getLogger("cachescale.operator")
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+
+class FanOut(Protocol):
+    """How ``evaluate_many`` runs one step over every policy: ``map``, or a pool's ``map``."""
+
+    def __call__(self, fn: Callable[[_T], _U], items: Iterable[_T], /) -> Iterator[_U]:
+        """``fn`` of every item, in order."""
+        ...
 
 
 class PrometheusCredentialsError(Exception):
@@ -135,14 +157,23 @@ class Operator:
     # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
     """Makes the client for one Prometheus endpoint."""
+    status_writes: StatusWrites = field(default_factory=StatusWrites)
+    """The last status written per policy: a status PATCH only when something changed
+    (``controller/status_writes.py``)."""
     read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
         default=gather_signals
     )
     """Reads one policy's signals (``gather.signals.gather_signals``)."""
+    gatherer: GroupedGatherer = field(default_factory=GroupedGatherer)
+    """Reads a batch's signals, one query set per group (``gather/grouped.py``); it keeps
+    the detected profiles, so it lives as long as the operator."""
     make_decision: Callable[[CacheScalingPolicySpec, Snapshot, Memory, datetime], Decision] = field(
         default=decide
     )
     """Decides (``decide.decide``); pure, so wrapping it cannot change what it returns."""
+    indexed_reads: Reads | None = None
+    """Where targets and credential Secrets are read: the running operator's watch-fed
+    indexes (``controller/indexes.py``); None: ``api``, directly. Writes go to ``api``."""
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _lock: Lock = field(default_factory=Lock)
     _reported: set[tuple[str, ...]] = field(default_factory=set)
@@ -150,6 +181,11 @@ class Operator:
     def __post_init__(self) -> None:
         if self.events is None:
             self.events = EventRecorder(self.api)
+
+    @property
+    def reads(self) -> Reads:
+        """``indexed_reads``, else the API server."""
+        return self.api if self.indexed_reads is None else self.indexed_reads
 
     def prometheus(self, config: PrometheusConfig) -> PrometheusClient:
         """One client per distinct Prometheus endpoint and credentials, shared by the
@@ -189,17 +225,87 @@ def evaluate(operator: Operator, policy: PolicyObject, refusal: Refusal | None =
     started = time.monotonic()
     now = operator.clock()
     try:
-        return _evaluate(operator, policy, now, refusal)
+        step = prepare(operator, policy, now, refusal)
+        if isinstance(step, Outcome):
+            return step
+        return finish(operator, step, _read_alone(operator, step))
     finally:
         operator.metrics.evaluated(
             policy.namespace, policy.name, time.monotonic() - started, now.timestamp()
         )
 
 
-def _evaluate(
+def evaluate_many(
+    operator: Operator,
+    policies: Sequence[tuple[PolicyObject, Refusal | None]],
+    fan_out: FanOut = map,
+) -> list[Outcome | Exception]:
+    """Evaluate ``policies`` as one batch: each is prepared and finished on its own (through
+    ``fan_out``, e.g. a thread pool's ``map``), and their signals are read together, one
+    grouped query set per Prometheus, window and label names (``gather/grouped.py``). Each
+    outcome is the one ``evaluate`` would return at the same time; a policy whose
+    evaluation raised gets its exception, and the others go on."""
+    started = time.monotonic()
+    now = operator.clock()
+
+    def first(item: tuple[PolicyObject, Refusal | None]) -> Outcome | Prepared | Exception:
+        return _guarded(lambda: prepare(operator, item[0], now, item[1]))
+
+    steps = list(fan_out(first, policies))
+    reads = [
+        PolicyRead(index, *step.read)
+        for index, step in enumerate(steps)
+        if isinstance(step, Prepared) and step.read is not None
+    ]
+    read: Mapping[int, GroupedOutcome | Exception]
+    try:
+        read = operator.gatherer.gather(reads, now)
+    except Exception as error:  # a bug in the gatherer fails the batch's reads, not the rest
+        read = {r.key: error for r in reads}
+
+    def last(index: int) -> Outcome | Exception:
+        policy, step = policies[index][0], steps[index]
+        if isinstance(step, Prepared):
+            done = _guarded(lambda: finish(operator, step, _signals_of(step, read.get(index))))
+        else:
+            done = step
+        operator.metrics.evaluated(
+            policy.namespace, policy.name, time.monotonic() - started, now.timestamp()
+        )
+        return done
+
+    return list(fan_out(last, range(len(steps))))
+
+
+def _guarded(step: Callable[[], _T]) -> _T | Exception:
+    """``step()``, or the exception it raised (one policy's bug is that policy's only)."""
+    try:
+        return step()
+    except Exception as error:
+        return error
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A policy past its checks, waiting for its signals: either a read to make (its
+    Prometheus client and request) or signals already known to be unknown (credentials
+    unreadable, a malformed selector)."""
+
+    policy: PolicyObject
+    previous: CacheScalingPolicyStatus
+    spec: CacheScalingPolicySpec
+    target: Target
+    now: datetime
+    read: tuple[PrometheusClient, SignalRequest] | None
+    known: EngineSignals | None = None
+
+
+def prepare(
     operator: Operator, policy: PolicyObject, now: datetime, refusal: Refusal | None
-) -> Outcome:
-    previous = _previous_status(policy)
+) -> Outcome | Prepared:
+    """Everything before the signals: the spec, a refusal, the target, where and how to
+    read Prometheus. An ``Outcome`` when the evaluation ends here (its status written)."""
+    previous = _previous_status(policy, operator.status_writes.latest(policy.uid, policy.status))
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
@@ -210,7 +316,7 @@ def _evaluate(
     if refusal is not None:
         return _problem(operator, policy, previous, refusal.reason, refusal.message, now)
     try:
-        target = read_target(operator.api, policy.namespace, spec.target, now)
+        target = read_target(operator.reads, policy.namespace, spec.target, now)
     except TargetError as error:
         return _problem(operator, policy, previous, error.reason, error.message, now)
     except KubeError as error:
@@ -218,10 +324,25 @@ def _evaluate(
             operator, policy, previous, Problem.API_ERROR, f"reading the target: {error}", now
         )
     try:
-        signals = _signals(operator, policy, spec, target, now)
+        read = _read(operator, policy, spec, target)
     except EgressRefused as error:
         also = (ConditionType.METRICS_AVAILABLE,)
         return _problem(operator, policy, previous, error.reason, error.message, now, also)
+    except (PrometheusError, PrometheusCredentialsError, SelectorError) as error:
+        known = _unknown(error, now, spec.metrics.window_seconds)
+        return Prepared(policy, previous, spec, target, now, None, known)
+    return Prepared(policy, previous, spec, target, now, read)
+
+
+def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcome:
+    """Everything after the signals: decide, act, correlate, write the status, announce."""
+    policy, previous, spec, target, now = (
+        step.policy,
+        step.previous,
+        step.spec,
+        step.target,
+        step.now,
+    )
     memory = _memory(policy, previous.memory, target)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
@@ -247,7 +368,7 @@ def _evaluate(
         suspected_change=suspected,
         **_keda_status(target),
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _announce(operator, policy, decision, applied, now)
     for warning in target.keda.warnings() if target.keda is not None else ():
         _event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
@@ -290,46 +411,67 @@ def _problem(
     status = render_problem(
         previous, reason, message, generation=policy.generation, now=now, also=also
     )
-    _write_status(operator, policy, status)
+    _write_status(operator, policy, status, now)
     _event(operator, policy, "Warning", reason, message, now)
     operator.metrics.failed(policy.namespace, policy.name, reason)
     return Outcome(reason)
 
 
-def _signals(
-    operator: Operator,
-    policy: PolicyObject,
-    spec: CacheScalingPolicySpec,
-    target: Target,
-    now: datetime,
-) -> EngineSignals:
-    window = spec.metrics.window_seconds
+def _read(
+    operator: Operator, policy: PolicyObject, spec: CacheScalingPolicySpec, target: Target
+) -> tuple[PrometheusClient, SignalRequest]:
+    """Which Prometheus to read, and what: ``EgressRefused`` when the operator may not
+    use it; a ``PrometheusError``, ``PrometheusCredentialsError`` or ``SelectorError``
+    when it cannot."""
+    config = _prometheus_config(operator, policy.namespace, spec)
+    request = SignalRequest(
+        engine=spec.target.engine,
+        selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
+        window_seconds=spec.metrics.window_seconds,
+        gpus_per_pod=target.state.gpus_per_pod or None,
+        ready_replicas=target.state.ready_replicas,
+        pod_ages_seconds=target.pod_ages,
+        demand_query=spec.metrics.demand_query,
+    )
+    return operator.prometheus(config), request
+
+
+def _read_alone(operator: Operator, step: Prepared) -> EngineSignals:
+    """One policy's signals through ``Operator.read_signals`` (its own queries)."""
+    if step.read is None:
+        assert step.known is not None
+        return step.known
     try:
-        config = _prometheus_config(operator, policy.namespace, spec)
-        request = SignalRequest(
-            engine=spec.target.engine,
-            selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
-            window_seconds=window,
-            gpus_per_pod=target.state.gpus_per_pod or None,
-            ready_replicas=target.state.ready_replicas,
-            pod_ages_seconds=target.pod_ages,
-            demand_query=spec.metrics.demand_query,
-        )
-        return operator.read_signals(operator.prometheus(config), request, now)
-    except PrometheusError as error:
-        return EngineSignals.all_unknown(
-            str(error), observed_at=now, window_seconds=window, failure=error.failure
-        )
-    except PrometheusCredentialsError as error:
+        return operator.read_signals(*step.read, step.now)
+    except (PrometheusError, AmbiguousSeriesError, SelectorError) as error:
+        return _unknown(error, step.now, step.spec.metrics.window_seconds)
+
+
+def _signals_of(step: Prepared, read: GroupedOutcome | Exception | None) -> EngineSignals:
+    """One policy's signals out of a batch's grouped ``read`` (an exception that is not a
+    read failure is a bug: raised, as ``_read_alone`` would raise it)."""
+    if step.read is None:
+        assert step.known is not None
+        return step.known
+    assert read is not None
+    if isinstance(read, EngineSignals):
+        return read
+    if isinstance(read, PrometheusError | AmbiguousSeriesError | SelectorError):
+        return _unknown(read, step.now, step.spec.metrics.window_seconds)
+    raise read
+
+
+def _unknown(error: Exception, now: datetime, window: float) -> EngineSignals:
+    """Every signal unknown, for the reason ``error`` gives."""
+    if isinstance(error, PrometheusError):
+        failure = error.failure
+    elif isinstance(error, PrometheusCredentialsError):
         failure = FetchFailure.CREDENTIALS_UNREADABLE
-        return EngineSignals.all_unknown(
-            str(error), observed_at=now, window_seconds=window, failure=failure
-        )
-    except (AmbiguousSeriesError, SelectorError) as error:
+    else:
         failure = FetchFailure.QUERY_ERROR
-        return EngineSignals.all_unknown(
-            str(error), observed_at=now, window_seconds=window, failure=failure
-        )
+    return EngineSignals.all_unknown(
+        str(error), observed_at=now, window_seconds=window, failure=failure
+    )
 
 
 def _prometheus_config(
@@ -357,9 +499,9 @@ def _prometheus_config(
     auth = spec.metrics.auth
     token = ca_file = None
     if auth is not None and auth.bearer_token_secret_ref is not None:
-        token = _secret(operator.api, namespace, auth.bearer_token_secret_ref).strip()
+        token = _secret(operator.reads, namespace, auth.bearer_token_secret_ref).strip()
     if auth is not None and auth.ca_secret_ref is not None:
-        ca_file = _ca_file(_secret(operator.api, namespace, auth.ca_secret_ref))
+        ca_file = _ca_file(_secret(operator.reads, namespace, auth.ca_secret_ref))
     verify = not (auth is not None and auth.insecure_skip_verify)
     return PrometheusConfig(url=url, bearer_token=token, ca_file=ca_file, verify_tls=verify)
 
@@ -380,7 +522,7 @@ def prometheus_source(operator: Operator, spec: CacheScalingPolicySpec) -> str |
     return f"{redact_url(url)} ({origin})"
 
 
-def _secret(api: KubeApi, namespace: str, ref: SecretKeyRef) -> str:
+def _secret(api: Reads, namespace: str, ref: SecretKeyRef) -> str:
     """The decoded value of ``ref`` in the policy's namespace, if the Secret opted in with
     the ``PROMETHEUS_CREDENTIALS`` label: a policy author who may not read a Secret must
     not get it sent to a server of their choice (a confused deputy)."""
@@ -422,12 +564,16 @@ def _summary(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
 
 
-def _previous_status(policy: PolicyObject) -> CacheScalingPolicyStatus:
-    """The stored status, or an empty one if absent or unreadable (written by an older
-    version, edited by hand): the next write replaces it, and the warning says that the
-    memory inside it (baseline, alerts, cooldowns) is lost with it."""
+def _previous_status(
+    policy: PolicyObject, unwritten: Mapping[str, Any] | None
+) -> CacheScalingPolicyStatus:
+    """The last status rendered when this process kept it (``unwritten``: a write was
+    skipped since the stored one, ``status_writes.StatusWrites.latest``), else the stored
+    status, or an empty one if absent or unreadable (written by an older version, edited
+    by hand): the next write replaces it, and the warning says that the memory inside it
+    (baseline, alerts, cooldowns) is lost with it."""
     try:
-        return CacheScalingPolicyStatus.model_validate(policy.status or {})
+        return CacheScalingPolicyStatus.model_validate(unwritten or policy.status or {})
     except ValidationError as error:
         log.warning(
             "%s/%s: the stored status is invalid, so it is replaced and the baseline is "
@@ -505,7 +651,7 @@ def _act(
     applied = False
     try:
         applied = apply_envelope(
-            operator.api, policy.namespace, spec.target, decision.envelope, owner
+            operator.api, policy.namespace, spec.target, decision.envelope, owner, target.autoscaler
         )
         wanted = decision.max_num_seqs
         if wanted is not None and wanted != target.state.max_num_seqs:
@@ -518,12 +664,24 @@ def _act(
     return applied, ""
 
 
-def _write_status(operator: Operator, policy: PolicyObject, status: Mapping[str, Any]) -> None:
+def _write_status(
+    operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
+) -> None:
+    """PATCH the status when it changed or is due for a refresh (``status_writes``). A
+    failed write forgets the last one: what the API server holds is then unknown, so the
+    next evaluation writes whatever it finds (after an API outage, at once)."""
+    writes = operator.status_writes
+    if not writes.due(policy.uid, status, policy.status, now):
+        writes.skipped(policy.uid, status)
+        return
     try:
         # Replace the whole status: a merge patch would keep a signal that became unknown.
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
+        writes.forget(policy.uid)
+        return
+    writes.wrote(policy.uid, status, now)
 
 
 def _announce(

@@ -1,13 +1,21 @@
-"""The kopf side: one evaluation loop per policy, HPA restore on delete, probes.
+"""The kopf side: policies registered with the scheduler, HPA restore on delete, probes.
 
-Each ``CacheScalingPolicy`` gets a daemon that evaluates it every ``spec.metrics.interval``
-(re-read each round, so an edit takes effect at the next one). The evaluation itself
-blocks on the Kubernetes and Prometheus APIs, so it runs in a bounded worker pool: the
-event loop never waits on I/O, and a slow Prometheus delays only the policies that read
-it. An exception in one policy's evaluation is logged, counted and retried next round;
-it never stops that loop or any other. A policy that leaves the watch while it still
-exists (relabelled out of ``--policy-selector``) has its loop stopped by
-:func:`departures`, which kopf would not do.
+kopf watches the policies, holds their finalizers and pauses the operator when a peer
+with a higher priority is active; the scheduler (``scheduler.py``) decides when each
+policy is evaluated. Each ``CacheScalingPolicy`` gets a kopf daemon that only registers
+it with the scheduler and waits: kopf stops that daemon on deletion, on a peering pause
+and at shutdown, and :func:`departures` stops it when the policy leaves the watch while it
+still exists (relabelled out of ``--policy-selector``), which kopf would not do; every
+way out unregisters the policy. A daemon is an idle task (what thousands of them cost:
+docs/decisions.md, "Scheduling evaluations").
+
+The scheduler submits the policies of one gather group that are due together as one
+job to a bounded worker pool: the event loop never waits on I/O, the group's signals are
+read with one query set (``evaluation.evaluate_many``), and a slow Prometheus delays only
+the groups that read it. An exception in one policy's evaluation is logged, counted and
+retried next round; it never stops that policy's schedule or any other. A policy's
+evaluation and the delete handler's restore never overlap, and no evaluation starts once
+the restore has begun (:class:`Guard`).
 
 kopf keeps its own bookkeeping (handler progress, the last-handled spec, the finalizer)
 in annotations under ``cachescale.dev``: the status schema is strict and written only by
@@ -17,8 +25,11 @@ us, through the status subresource.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
+import threading
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,16 +49,47 @@ from cachescale.controller.claims import (
     index_entry,
     refusal,
 )
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
+from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate_many
 from cachescale.controller.kube import KubeError
+from cachescale.controller.scheduler import Due, Job, Scheduler
 from cachescale.controller.workload import TargetError
 
 DEFAULT_INTERVAL: Final[str] = MetricsSpec.model_fields["interval"].default
 """``spec.metrics.interval`` when a policy leaves it out: the spec model's default."""
+DEFAULT_WINDOW: Final[str] = MetricsSpec.model_fields["window"].default
+"""``spec.metrics.window`` when a policy leaves it out."""
 WORKERS = 16
-"""Evaluations running at once (each mostly waits on HTTP)."""
+"""Group jobs running at once (each mostly waits on HTTP)."""
+PHASE_WORKERS = 16
+"""Policies of the running jobs prepared or finished at once (Kubernetes reads and writes)."""
 
 log = logging.getLogger("cachescale.operator")
+
+
+@dataclass
+class Guard:
+    """One policy's evaluations and its restore: they never overlap, and once the
+    restore has begun no evaluation starts."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    retired: bool = False
+
+    def retire(self) -> None:
+        """Wait out an evaluation under way, then refuse any later one (blocking)."""
+        with self.lock:
+            self.retired = True
+
+
+@dataclass
+class Member:
+    """A policy registered with the scheduler, as its daemon left it."""
+
+    body: kopf.Body
+    """kopf's live view of the object: each evaluation reads it as it is then."""
+    claims: kopf.Index[ClaimKey, Claimant]
+    gone: asyncio.Event
+    guard: Guard
+    registered: bool = True
 
 
 @dataclass
@@ -58,9 +100,14 @@ class Runtime:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="evaluate")
     )
+    phases: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(PHASE_WORKERS, thread_name_prefix="policy")
+    )
     ready: asyncio.Event = field(default_factory=asyncio.Event)
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    """Per policy (uid): an evaluation and the delete handler's restore never overlap."""
+    guards: dict[str, Guard] = field(default_factory=dict)
+    """Per policy (uid): its evaluations and the delete handler's restore never overlap."""
+    members: dict[str, Member] = field(default_factory=dict)
+    """Per policy (uid) registered with the scheduler."""
     itself: OperatorIdentity | None = None
     """The operator's own Deployment, which no policy may target (``controller/claims.py``)."""
     scanning: bool = True
@@ -70,10 +117,31 @@ class Runtime:
     departed: dict[str, asyncio.Event] = field(default_factory=dict)
     """Per policy (uid) with a running loop: set when the watch reports it gone while it
     still exists (:func:`departures`), so that loop stops."""
+    scheduler: Scheduler[str] = field(init=False)
 
-    def lock(self, uid: str) -> asyncio.Lock:
-        """The policy's lock (created on first use)."""
-        return self.locks.setdefault(uid, asyncio.Lock())
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(self._job, self.executor, self.operator.metrics)
+
+    def guard(self, uid: str) -> Guard:
+        """The policy's guard (created on first use)."""
+        return self.guards.setdefault(uid, Guard())
+
+    def _job(self, due: list[Due[str]]) -> Job:
+        """On the event loop: each due policy as it is now, and its refusal (the
+        ``claims`` index is kopf's, read on its loop); the job evaluates them."""
+        batch = []
+        for member in (self.members.get(d.key) for d in due):
+            if member is None or member.body.get("metadata", {}).get("deletionTimestamp"):
+                continue  # unregistered, or being deleted: the restore has the last word
+            policy = PolicyObject.of(member.body)
+            try:
+                refused = refusal(member.body, member.claims, self.itself)
+            except Exception:  # one policy's bug must not fail its group
+                log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
+                self.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
+                continue
+            batch.append((member, policy, refused))
+        return lambda: _evaluate_batch(self, batch)
 
 
 def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
@@ -131,17 +199,38 @@ def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
     )
 
 
+def gather_group(body: kopf.Body, default_url: str | None) -> Hashable:
+    """Which policies are due together: those reading one Prometheus (URL and
+    credentials) over one window. It only times the evaluations; the read itself groups
+    by resolved client and selector (``gather/grouped.py``). A spec that cannot be read
+    is a group of its own."""
+    try:
+        metrics = body.get("spec", {}).get("metrics", {})
+        auth = metrics.get("auth")
+        return (
+            metrics.get("prometheusUrl") or default_url,
+            json.dumps(auth, sort_keys=True),
+            body["metadata"]["namespace"] if auth else None,  # its Secrets are namespaced
+            parse_duration_seconds(str(metrics.get("window", DEFAULT_WINDOW))),
+        )
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return ("unreadable", body.get("metadata", {}).get("uid"))
+
+
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     runtime: Runtime = memo.runtime
     configure(settings, runtime.scanning)
+    runtime.scheduler.start()
     runtime.ready.set()
 
 
 @kopf.on.cleanup()
 async def _cleanup(memo: Any, **_: Any) -> None:
     runtime: Runtime = memo.runtime
+    runtime.scheduler.stop()
     runtime.executor.shutdown(wait=False, cancel_futures=True)
+    runtime.phases.shutdown(wait=False, cancel_futures=True)
 
 
 @kopf.index(GROUP, VERSION, PLURAL, id="claims")
@@ -158,11 +247,15 @@ def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> No
     server sends a deletion, carrying the old labels, to a filtered watch), or one whose
     finalizer was removed by hand: kopf forgets the object but does not stop its daemon,
     which would go on evaluating, and acting, beside the shard the policy moved to. Its
-    metrics go with it (the other shard reports them now)."""
-    if event.get("type") != "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
-        return  # a deletion under way stops the loop through kopf, then restores
+    metrics go with it (the other shard reports them now). Any policy gone from the watch
+    also drops its last written status (``controller/status_writes.py``)."""
+    if event.get("type") != "DELETED":
+        return
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
+    runtime.operator.status_writes.forget(policy.uid)
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return  # a deletion under way stops the loop through kopf, then restores
     gone = runtime.departed.pop(policy.uid, None)
     if gone is not None:
         gone.set()
@@ -176,45 +269,73 @@ def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> No
 async def policy_loop(
     body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
-    """Evaluate the policy every interval until it is deleted, leaves the watch
-    (:func:`departures`) or the operator stops."""
+    """Have the scheduler evaluate the policy every interval until it is deleted, leaves
+    the watch (:func:`departures`), the operator pauses for a peer, or it stops."""
     runtime: Runtime = memo.runtime
-    claims: kopf.Index[ClaimKey, Claimant] = kwargs["claims"]  # kopf passes indexes by id
-    loop = asyncio.get_running_loop()
     uid = PolicyObject.of(body).uid
     gone = runtime.departed[uid] = asyncio.Event()
+    member = Member(body, kwargs["claims"], gone, runtime.guard(uid))  # indexes come by id
+    runtime.members[uid] = member
+    default_url = runtime.operator.default_prometheus_url
+    runtime.scheduler.register(
+        uid,
+        interval=lambda: interval_of(body.get("spec", {})),
+        group=lambda: gather_group(body, default_url),
+    )
     try:
-        # Spread the first evaluations over a third of the interval: 200 policies created
-        # (or an operator restarted) at once would otherwise come due together, every round.
-        await stopped.wait(random.uniform(0, interval_of(body.get("spec", {})) / 3))
-        while not stopped:
-            policy = PolicyObject.of(body)
-            async with runtime.lock(policy.uid):
-                if stopped or body.get("metadata", {}).get("deletionTimestamp"):
-                    break  # being deleted: the restore must have the last word
-                if gone.is_set():  # an evaluation already under way may have just ended
-                    runtime.operator.metrics.forget(policy.namespace, policy.name)
-                    break
-                try:
-                    refused = refusal(body, claims, runtime.itself)
-                    await loop.run_in_executor(
-                        runtime.executor, _evaluate_and_log, runtime.operator, policy, refused
-                    )
-                except Exception:  # one policy's bug must not end its loop, nor anyone else's
-                    log.exception("evaluation of %s/%s failed", policy.namespace, policy.name)
-                    runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
-            await stopped.wait(interval_of(body.get("spec", {})))
+        await _until_stopped_or_gone(stopped, gone)
     finally:
-        if runtime.departed.get(uid) is gone:  # not a newer loop's, after a return
+        member.registered = False
+        if runtime.members.get(uid) is member:  # not a newer loop's, after a return
+            runtime.scheduler.unregister(uid)
+            del runtime.members[uid]
+        if runtime.departed.get(uid) is gone:
             del runtime.departed[uid]
 
 
-def _evaluate_and_log(operator: Operator, policy: PolicyObject, refused: Refusal | None) -> None:
-    """One evaluation and its log line, in the worker thread: a daemon paused or cancelled
-    mid-evaluation (peering, shutdown) stops waiting, but the worker still writes the
-    status, so the line that reports it must come from the worker too."""
-    outcome = evaluate(operator, policy, refused)
-    log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
+async def _until_stopped_or_gone(stopped: kopf.DaemonStopped, gone: asyncio.Event) -> None:
+    """Return once kopf stops the daemon or the policy leaves the watch."""
+    while not stopped and not gone.is_set():
+        waits = {asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(gone.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+
+def _evaluate_batch(
+    runtime: Runtime, batch: list[tuple[Member, PolicyObject, Refusal | None]]
+) -> None:
+    """In a worker: evaluate a group's due policies together, each under its guard. A
+    policy whose guard is held (its restore, or a job of the group it just left) or that
+    was unregistered or retired since it was found due is skipped this round. A daemon
+    paused or cancelled mid-evaluation (peering, shutdown) does not stop the worker, so
+    the log line of each evaluation comes from here."""
+    held = [item for item in batch if item[0].guard.lock.acquire(blocking=False)]
+    try:
+        serving = [item for item in held if item[0].registered and not item[0].guard.retired]
+        outcomes = evaluate_many(
+            runtime.operator,
+            [(policy, refused) for _, policy, refused in serving],
+            runtime.phases.map,
+        )
+        for (member, policy, _), outcome in zip(serving, outcomes, strict=True):
+            _log(runtime, policy, outcome)
+            if member.gone.is_set():  # it left the watch while it was being evaluated
+                runtime.operator.metrics.forget(policy.namespace, policy.name)
+    finally:
+        for member, _, _ in held:
+            member.guard.lock.release()
+
+
+def _log(runtime: Runtime, policy: PolicyObject, outcome: Outcome | Exception) -> None:
+    """An evaluation's log line; an exception (a bug) is logged and counted."""
+    if isinstance(outcome, Exception):
+        log.error("evaluation of %s/%s failed", policy.namespace, policy.name, exc_info=outcome)
+        runtime.operator.metrics.failed(policy.namespace, policy.name, Problem.INTERNAL)
+    else:
+        log.info("%s/%s: %s", policy.namespace, policy.name, outcome.reason)
 
 
 def _refused_restore(runtime: Runtime, policy: PolicyObject, error: TargetError) -> None:
@@ -236,8 +357,24 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     held its target), forget metrics."""
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
+    loop = asyncio.get_running_loop()
+    # Wait out an evaluation under way; none starts after (the restore has the last word).
+    await loop.run_in_executor(runtime.executor, runtime.guard(policy.uid).retire)
     runtime.operator.metrics.forget(policy.namespace, policy.name)
-    if refusal(body, kwargs["claims"], runtime.itself) is not None:
+    try:
+        await _restore(runtime, policy, body, kwargs["claims"])
+    finally:
+        runtime.guards.pop(policy.uid, None)
+
+
+async def _restore(
+    runtime: Runtime,
+    policy: PolicyObject,
+    body: kopf.Body,
+    claims: kopf.Index[ClaimKey, Claimant],
+) -> None:
+    """The restore itself, unless the HPA was never this policy's to change."""
+    if refusal(body, claims, runtime.itself) is not None:
         return  # the HPA is another policy's (or the operator's own): never touched
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
@@ -246,23 +383,17 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     if not spec.restore_on_delete:
         return
     loop = asyncio.get_running_loop()
-    async with runtime.lock(policy.uid):  # wait out an evaluation already under way
-        try:
-            restored = await loop.run_in_executor(
-                runtime.executor,
-                restore_envelope,
-                runtime.operator.api,
-                policy.namespace,
-                spec.target,
-            )
-        except KubeError as error:
-            raise kopf.TemporaryError(
-                f"restoring {spec.target.autoscaler}: {error}", delay=10
-            ) from error
-        except TargetError as error:  # a tampered record: the HPA is left as it is
-            restored = False
-            await loop.run_in_executor(runtime.executor, _refused_restore, runtime, policy, error)
-    runtime.locks.pop(policy.uid, None)
+    try:
+        restored = await loop.run_in_executor(
+            runtime.executor, restore_envelope, runtime.operator.api, policy.namespace, spec.target
+        )
+    except KubeError as error:
+        raise kopf.TemporaryError(
+            f"restoring {spec.target.autoscaler}: {error}", delay=10
+        ) from error
+    except TargetError as error:  # a tampered record: the HPA is left as it is
+        restored = False
+        await loop.run_in_executor(runtime.executor, _refused_restore, runtime, policy, error)
     if restored:
         log.info(
             "%s/%s deleted: %s restored", policy.namespace, policy.name, spec.target.autoscaler

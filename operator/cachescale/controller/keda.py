@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
-from cachescale.controller.kube import KubeApi, KubeError, NotFoundError
+from cachescale.controller.kube import KubeError, NotFoundError, Reads
 from cachescale.snapshot import HPAState
 
 GROUP_VERSION: Final = "keda.sh/v1alpha1"
@@ -163,9 +163,7 @@ class ScaledObjectView:
         return tuple(found)
 
 
-def read_scaled_object(
-    api: KubeApi, namespace: str, name: str, deployment: str
-) -> ScaledObjectView:
+def read_scaled_object(api: Reads, namespace: str, name: str, deployment: str) -> ScaledObjectView:
     """Read and check the ScaledObject ``name`` and its generated HPA's replicas."""
     try:
         body = api.get(scaled_object_path(namespace, name))

@@ -7,15 +7,20 @@ explicit and let one client serve built-in kinds and the CRD alike; the official
 in-cluster). Errors are typed so callers can tell "not there" from "someone else
 changed it" from "the API server is struggling"; 429, 5xx and requests that got no answer
 at all (a restarting API server) are retried with backoff.
-Every call blocks: the evaluation loop runs them in worker threads.
+Every call blocks: the evaluation loop runs them in worker threads. Each HTTP request
+sent (retries included) is reported to an optional ``on_request`` callback by its
+Kubernetes verb (get, list, patch, create): the operator counts them
+(``cachescale_kube_requests_total``), which is how a steady state with no reads is seen.
+Reading a target needs only :class:`Reads`: the operator serves it from watch-fed indexes
+(``controller/indexes.py``), tools and tests from a :class:`KubeApi`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import yaml
 from kubernetes import client, config
@@ -79,11 +84,28 @@ def api_client_or_reason(kubeconfig: str | None) -> client.ApiClient | str:
         return f"{source}: not a usable kubeconfig: {str(error).splitlines()[0]}"
 
 
+class Reads(Protocol):
+    """The reads of a target (``workload.read_target``): one object, or a collection
+    filtered by a label selector; ``NotFoundError`` when the object is not there."""
+
+    def get(self, path: str) -> dict[str, Any]:
+        """The object at ``path``."""
+        ...
+
+    def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The items of the collection at ``path``, optionally filtered by labels."""
+        ...
+
+
 class KubeApi:
     """GET/LIST/PATCH/POST by API path, returning parsed JSON."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None
+    ) -> None:
         self._client = api_client
+        self._on_request = on_request
+        """Told the Kubernetes verb of every request sent (retries included)."""
 
     def get(self, path: str) -> dict[str, Any]:
         """The object at ``path``."""
@@ -92,22 +114,22 @@ class KubeApi:
     def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """The items of the collection at ``path``, optionally filtered by labels."""
         query = [("labelSelector", label_selector)] if label_selector else []
-        return list(self._call("GET", path, query=query).get("items", []))
+        return list(self._call("GET", path, query=query, verb="list").get("items", []))
 
     def metadata_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Only the metadata of the items at ``path`` (a ``PartialObjectMetadataList``):
         how Secrets are listed, so their contents are never even sent."""
         query = [("labelSelector", label_selector)] if label_selector else []
-        listed = self._call("GET", path, query=query, accept=METADATA_ONLY)
+        listed = self._call("GET", path, query=query, accept=METADATA_ONLY, verb="list")
         return [{"metadata": dict(item.get("metadata") or {})} for item in listed.get("items", [])]
 
     def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> dict[str, Any]:
         """Apply a JSON patch (default) or a merge patch to the object at ``path``."""
-        return self._call("PATCH", path, body=body, content_type=content_type)
+        return self._call("PATCH", path, body=body, content_type=content_type, verb="patch")
 
     def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create an object in the collection at ``path``."""
-        return self._call("POST", path, body=body)
+        return self._call("POST", path, body=body, verb="create")
 
     def _call(
         self,
@@ -118,8 +140,11 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         accept: str = "application/json",
+        verb: str = "get",
     ) -> dict[str, Any]:
         for attempt in range(RETRIES + 1):
+            if self._on_request is not None:
+                self._on_request(verb)
             status, data = self._send(method, path, query or [], body, content_type, accept)
             if status < 400:
                 return dict(json.loads(data)) if data else {}

@@ -3,7 +3,10 @@
 Names and labels are the contract the Helm chart's alert rules and dashboard are built
 on (``docs/metrics.md``). A signal that is unknown is an absent series, never 0: its
 gauge is removed for that policy until it is known again. Deleting a policy removes all
-its series.
+its series. One series is the operator's own, not a policy's:
+``cachescale_kube_requests_total{verb}``, the Kubernetes API requests it sent (the
+``KubeApi``'s, by verb: get, list, patch, create), so a steady state that reads nothing
+from the API server can be checked (``controller/indexes.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ ALERT_REASONS = (
     Diagnosis.METRICS_UNAVAILABLE,
 )
 LABELS = ("namespace", "policy")
+KUBE_VERBS = ("get", "list", "patch", "create")
+"""The verbs ``KubeApi`` sends (the label values of ``cachescale_kube_requests_total``)."""
 
 
 class OperatorMetrics:
@@ -103,12 +108,44 @@ class OperatorMetrics:
             (*LABELS, "kind"),
             registry=self.registry,
         )
+        self._kube_requests = Counter(
+            "cachescale_kube_requests",
+            "Kubernetes API requests the operator sent, by verb (retries included; kopf's "
+            "own lists and watches are not counted).",
+            ("verb",),
+            registry=self.registry,
+        )
+        for verb in KUBE_VERBS:  # every verb exported from the start, at 0
+            self._kube_requests.labels(verb)
         self._duration = Histogram(
             "cachescale_evaluation_duration_seconds",
             "Time one evaluation took.",
             LABELS,
             registry=self.registry,
         )
+        self._add_scheduler_metrics()
+
+    def _add_scheduler_metrics(self) -> None:
+        """The scheduler's punctuality, over all policies (``controller/scheduler.py``)."""
+        self._lateness = Histogram(
+            "cachescale_evaluation_lateness_seconds",
+            "Seconds from a policy's due time to the start of its evaluation.",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self._missed = Counter(
+            "cachescale_evaluation_missed_intervals",
+            "Whole intervals that passed without a due policy's evaluation starting.",
+            registry=self.registry,
+        )
+
+    def started_late(self, seconds: float) -> None:
+        """A policy's evaluation started ``seconds`` after its due time."""
+        self._lateness.observe(seconds)
+
+    def missed_intervals(self, count: int) -> None:
+        """``count`` more whole intervals passed without a policy's evaluation starting."""
+        self._missed.inc(count)
 
     def observe(
         self,
@@ -141,6 +178,10 @@ class OperatorMetrics:
         """Record one evaluation's duration and time."""
         self._labels(self._duration, namespace, name).observe(seconds)
         self._labels(self._last, namespace, name).set(at)
+
+    def kube_request(self, verb: str) -> None:
+        """Count one request sent to the API server (``KubeApi``'s ``on_request``)."""
+        self._kube_requests.labels(verb).inc()
 
     def failed(self, namespace: str, name: str, kind: str) -> None:
         """Count a failed evaluation."""

@@ -15,6 +15,8 @@ shard leaves its watch (the API server sends a deletion): its loop stops there
 (``handlers.departures``), without a restore, and starts in the shard it now matches.
 The claim rule (``controller/claims.py``) sees only the shard's own policies: policies
 naming one HPA must fall in one shard (always so when sharding by namespace).
+Targets are read from watch-fed indexes (``controller/indexes.py``), watched in the same
+namespaces as the policies; ScaledObjects only with ``--keda``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from cachescale.controller.command import refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, api_client_or_reason
+from cachescale.controller.metrics import OperatorMetrics
 from cachescale.gather.egress import AllowedUrls
 
 log = logging.getLogger("cachescale.operator")
@@ -43,6 +46,7 @@ log = logging.getLogger("cachescale.operator")
 
 def serve(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
+    from cachescale.controller import indexes  # registers the target indexes
     from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
 
     api_client = api_client_or_reason(args.kubeconfig)
@@ -56,6 +60,9 @@ def serve(args: argparse.Namespace) -> int:
         def _login(**_: object) -> kopf.ConnectionInfo:
             return kubeconfig_login(path)
 
+    if args.keda:
+        indexes.index_scaled_objects()
+
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
@@ -66,8 +73,10 @@ def serve(args: argparse.Namespace) -> int:
             "no --allowed-prometheus-url: any policy author can make the operator connect "
             "to any address (docs/security.md)"
         )
+    metrics = OperatorMetrics()
     operator = Operator(
-        KubeApi(api_client),
+        KubeApi(api_client, on_request=metrics.kube_request),
+        metrics=metrics,
         allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
         default_prometheus_url=args.default_prometheus_url,
     )

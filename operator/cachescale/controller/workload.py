@@ -32,7 +32,7 @@ from cachescale.controller.keda import (
     read_scaled_object,
     recorded_counts,
 )
-from cachescale.controller.kube import KubeApi, NotFoundError
+from cachescale.controller.kube import NotFoundError, Reads
 from cachescale.snapshot import HPAState, WorkloadState
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
@@ -85,10 +85,12 @@ def hpa_path(namespace: str, name: str) -> str:
 
 
 def read_target(
-    api: KubeApi, namespace: str, target: TargetSpec, now: datetime, *, keda_allowed: bool = False
+    api: Reads, namespace: str, target: TargetSpec, now: datetime, *, keda_allowed: bool = False
 ) -> Target:
     """Read and check the Deployment, its HPA or ScaledObject and its pods (an HPA that KEDA
-    generates is refused unless ``keda_allowed``: read-only callers may look at it)."""
+    generates is refused unless ``keda_allowed``: read-only callers may look at it). The
+    operator reads from its watch-fed indexes (``controller/indexes.py``), tools from the
+    API server."""
     deployment = _get(api, apps_path(namespace, target.deployment_name), "Deployment", target)
     keda = None
     if target.autoscaler_kind is AutoscalerKind.SCALED_OBJECT:
@@ -163,7 +165,7 @@ def engine_container(
     return index, container, _flag(container, target.engine)
 
 
-def _get(api: KubeApi, path: str, kind: str, target: TargetSpec) -> dict[str, Any]:
+def _get(api: Reads, path: str, kind: str, target: TargetSpec) -> dict[str, Any]:
     try:
         return api.get(path)
     except NotFoundError:

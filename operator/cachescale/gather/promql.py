@@ -27,6 +27,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
+from cachescale.api.engine_metrics import (
+    SGLANG_PREFILL_EFFECTIVE_TOKENS,
+    VLLM_EXTERNAL_PREFIX_CACHE_HITS,
+    VLLM_LEGACY_PREFIX_CACHE_QUERIES,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+)
 from cachescale.api.spec import PROMETHEUS_LABEL_NAME, Engine
 from cachescale.snapshot import MetricsGeneration
 
@@ -286,9 +293,9 @@ class _Family:
 
 
 _VLLM = _Family(
-    hits_local=_Counter("vllm:prefix_cache_hits_total"),
-    hits_external=_Counter("vllm:external_prefix_cache_hits_total"),
-    looked_up=_Counter("vllm:prefix_cache_queries_total"),
+    hits_local=_Counter(VLLM_PREFIX_CACHE_HITS),
+    hits_external=_Counter(VLLM_EXTERNAL_PREFIX_CACHE_HITS),
+    looked_up=_Counter(VLLM_PREFIX_CACHE_QUERIES),
     requests=_Counter("vllm:request_success_total", 'finished_reason!~"abort|error"'),
     finished=_Counter("vllm:request_success_total"),
     preemptions=_Counter("vllm:num_preemptions_total"),
@@ -300,7 +307,7 @@ _VLLM = _Family(
     prompt_tokens=_Counter("vllm:prompt_tokens_total"),
     generation_tokens=_Counter("vllm:generation_tokens_total"),
 )
-_SGLANG_EFFECTIVE = "sglang:prefill_effective_tokens_total"
+_SGLANG_EFFECTIVE = SGLANG_PREFILL_EFFECTIVE_TOKENS
 _SGLANG = _Family(
     hits_local=_Counter(_SGLANG_EFFECTIVE, 'mode=~"device_hit|host_hit"'),
     hits_external=_Counter(_SGLANG_EFFECTIVE, 'mode="storage_hit"'),
@@ -504,7 +511,7 @@ def _prefill_queries(profile: MetricsGeneration, b: _Builder) -> dict[QueryKey, 
 # Series whose presence tells the engine generation apart.
 _VLLM_HISTOGRAM = _VLLM_COMPUTED + "_count"
 _VLLM_COUNTERS = _VLLM.looked_up.metric
-_VLLM_LEGACY = "vllm:gpu_prefix_cache_queries_total"
+_VLLM_LEGACY = VLLM_LEGACY_PREFIX_CACHE_QUERIES
 _SGLANG_RUNNING = _SGLANG.running
 _MARKERS = {
     Engine.VLLM: (_VLLM_HISTOGRAM, _VLLM_COUNTERS, _VLLM_LEGACY),

@@ -26,6 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from cachescale.api.engine_metrics import VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 
@@ -166,12 +167,12 @@ class VllmReplicaCollector(Collector):
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent.", engine.kv_usage
         )
         yield self._counter(
-            "vllm:prefix_cache_queries",
+            VLLM_PREFIX_CACHE_QUERIES.removesuffix("_total"),
             "Prefix cache queries, in tokens.",
             engine.prefix_cache_queries_tokens,
         )
         yield self._counter(
-            "vllm:prefix_cache_hits",
+            VLLM_PREFIX_CACHE_HITS.removesuffix("_total"),
             "Prefix cache hits, in tokens.",
             engine.prefix_cache_hits_tokens,
         )

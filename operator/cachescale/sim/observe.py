@@ -43,6 +43,7 @@ from itertools import accumulate, compress, islice, repeat
 from operator import add, attrgetter, lt, mul, sub
 from typing import NamedTuple
 
+from cachescale.api.engine_metrics import VLLM_EXTERNAL_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
 from cachescale.sim.fleet import Pod
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
@@ -63,8 +64,8 @@ PRECISION_TOLERANCE = 1e-12
 """Relative difference under which ``histogram_quantile`` treats adjacent buckets as equal."""
 
 # Series named in "unknown" reasons, as vLLM exports them.
-_QUERIES = "vllm:prefix_cache_queries_total"
-_EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+_QUERIES = VLLM_PREFIX_CACHE_QUERIES
+_EXTERNAL_HITS = VLLM_EXTERNAL_PREFIX_CACHE_HITS
 _RUNNING = "vllm:num_requests_running"
 _COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _TTFT = "vllm:time_to_first_token_seconds_bucket"

@@ -36,6 +36,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from cachescale.api.engine_metrics import (
+    SGLANG_HIT_MODES,
+    SGLANG_INPUT_MODE,
+    SGLANG_PREFILL_EFFECTIVE_TOKENS,
+)
 from cachescale.sim.metrics import BucketCounts, ReplicaSeries
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
@@ -56,7 +61,7 @@ ITL_BUCKETS_S = (
 
 ENGINE_TYPE = "unified"
 """SGLang's ``engine_type`` label for a server that does both prefill and decode."""
-EFFECTIVE_TOKEN_MODES = ("input", "device_hit", "host_hit", "storage_hit")
+EFFECTIVE_TOKEN_MODES = (SGLANG_INPUT_MODE, *SGLANG_HIT_MODES)
 
 
 class SglangSeries:
@@ -150,10 +155,10 @@ class SglangReplicaCollector(Collector):
         engine = self._engine
         hits = engine.prefix_cache_hits_tokens
         values = dict.fromkeys(EFFECTIVE_TOKEN_MODES, 0.0)
-        values["input"] = engine.prefix_cache_queries_tokens - hits
+        values[SGLANG_INPUT_MODE] = engine.prefix_cache_queries_tokens - hits
         values["device_hit"] = hits
         family = CounterMetricFamily(
-            "sglang:prefill_effective_tokens",
+            SGLANG_PREFILL_EFFECTIVE_TOKENS.removesuffix("_total"),
             "Effective prefill tokens by mode, with re-counts of retracted requests removed.",
             labels=[*self._scheduler, "mode"],
         )

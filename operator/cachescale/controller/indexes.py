@@ -1,0 +1,348 @@
+"""Watch-fed indexes of the targets' Deployments, HPAs, pods and ScaledObjects.
+
+Each evaluation reads its target (``workload.read_target``): the HPA (or the KEDA
+ScaledObject and the HPA KEDA generated), the Deployment, and the pods its selector picks.
+Asked of the API server, that is three or four requests per policy per interval: a read
+storm at thousands of policies. Instead kopf lists and watches these kinds (it relists on
+its own when a watch expires, and starts no daemon before every index is filled) and calls
+the index handlers below on every change; :class:`IndexedReads` serves ``read_target``'s
+paths from what they stored, so a steady-state evaluation sends no read at all. What it
+does not cover goes to the API server: any other path, a selector with ``>``/``<``, and an
+object its index does not hold (a target that is missing, one created a moment before its
+watch event, or a kind kopf does not watch, such as KEDA's CRD installed after a
+``--no-scanning`` start): a missing target costs one read per evaluation, as before.
+
+Only a projection of each object is kept, the fields ``read_target`` and
+``keda.read_scaled_object`` use, in the object's own shape (memory at 10,000 Deployments
+matters: a pod is its name, labels, deletion mark and Ready condition). Objects are keyed
+by (namespace, name); pods by namespace and by each of their labels, so a selector's first
+equality requirement narrows the candidates before it is matched in memory.
+tests/controller/test_controller_indexes.py proves the reads equal the direct ones. Writes
+never use a projection: ``controller/actions.py`` reads the full object before a patch.
+
+Secrets are not watched: the operator may only ``get`` the Secrets named in
+``rbac.prometheusSecrets`` (least privilege), so a Secret read is kept for
+:data:`SECRET_TTL_S` instead, and a rotated token or a removed opt-in label is seen within
+that time. Only a Secret that carries the opt-in label (``docs/security.md``) is kept; one
+that does not, or a failed read, is not: the next evaluation asks again.
+
+kopf changes the indexes in its event loop while evaluations read them in worker threads:
+a read takes ``list()`` of one store, which CPython does without releasing the GIL, and
+returns copies, so an evaluation never sees a store change under it nor changes one.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any, Final
+
+import kopf
+
+from cachescale.api.label_selector import LabelSelector, Requirement
+from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
+from cachescale.controller.keda import PAUSED, PAUSED_REPLICAS
+from cachescale.controller.kube import KubeApi
+from cachescale.controller.workload import GPU_RESOURCES
+
+ObjectKey = tuple[str, str]
+"""(namespace, name)."""
+PodKey = tuple[str, str, str]
+"""(namespace, label key, label value); (namespace, "", "") holds every pod of it."""
+Projection = dict[str, Any]
+Index = Mapping[Any, Collection[Projection]]
+"""What kopf hands a handler (``kopf.Index``: key → store of values), or a test's dict."""
+
+DEPLOYMENTS: Final = "target_deployments"
+HPAS: Final = "target_hpas"
+PODS: Final = "target_pods"
+SCALED_OBJECTS: Final = "target_scaledobjects"
+"""The index ids: kopf passes each index to every handler as a keyword of that name."""
+SECRET_TTL_S: Final = 30.0
+"""How long a Secret read for ``spec.metrics.auth`` is reused: a rotated token or a removed
+opt-in label is seen within it (plus one interval)."""
+
+_MATCHED: Final = frozenset({"exists", "!", "=", "==", "!=", "in", "notin"})
+"""Selector operators matched in memory (``workload._selector`` writes no others)."""
+
+
+# -- projections ---------------------------------------------------------------------------
+
+
+def _pick(source: Mapping[str, Any] | None, *keys: str) -> dict[str, Any]:
+    """Copies of ``keys`` of ``source`` that are present (absent stays absent)."""
+    source = source or {}
+    return {key: _compact(source[key]) for key in keys if key in source}
+
+
+def _compact(value: Any) -> Any:
+    """A copy of a JSON value with its strings interned: field names, label keys and
+    values, namespaces and timestamps repeat across thousands of objects (each parsed
+    into strings of its own), and are then held once."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
+
+
+def _metadata(meta: Mapping[str, Any], annotations: tuple[str, ...], *keys: str) -> Projection:
+    projected = _pick(meta, "name", "namespace", "resourceVersion", *keys)
+    projected["annotations"] = _pick(meta.get("annotations"), *annotations)
+    return projected
+
+
+def _container(container: Mapping[str, Any]) -> Projection:
+    resources = container.get("resources") or {}
+    return {
+        **_pick(container, "name", "command", "args"),
+        "resources": {
+            section: _pick(resources[section], *GPU_RESOURCES)
+            for section in ("requests", "limits")
+            if section in resources
+        },
+    }
+
+
+def deployment_projection(body: Mapping[str, Any]) -> Projection:
+    """Replicas, selector, each container's name, command, args and GPUs, the rollout
+    state and the last ``--max-num-seqs`` change."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
+    return {
+        "metadata": _metadata(meta, (MAX_NUM_SEQS_CHANGED,), "generation"),
+        "spec": {
+            **_pick(spec, "replicas", "selector"),
+            "template": {
+                "spec": {"containers": [_container(c) for c in template.get("containers") or []]}
+            },
+        },
+        "status": _pick(
+            body.get("status"), "replicas", "readyReplicas", "updatedReplicas", "observedGeneration"
+        ),
+    }
+
+
+def hpa_projection(body: Mapping[str, Any]) -> Projection:
+    """Owners, the original-envelope record, the envelope, target and metrics, and the
+    replicas it runs and wants (read for KEDA's generated HPA)."""
+    return {
+        "metadata": _metadata(body.get("metadata") or {}, (ORIGINAL_ENVELOPE,), "ownerReferences"),
+        "spec": _pick(body.get("spec"), "scaleTargetRef", "minReplicas", "maxReplicas", "metrics"),
+        "status": _pick(body.get("status"), "currentReplicas", "desiredReplicas"),
+    }
+
+
+def scaled_object_projection(body: Mapping[str, Any]) -> Projection:
+    """The whole spec (envelope, triggers, fallback, behavior), the record and paused
+    annotations, KEDA's conditions and the name of the HPA it generated."""
+    status = body.get("status") or {}
+    projected_status = _pick(status, "hpaName")
+    if "conditions" in status:
+        projected_status["conditions"] = [
+            _pick(condition, "type", "status") for condition in status["conditions"] or []
+        ]
+    return {
+        "metadata": _metadata(
+            body.get("metadata") or {}, (ORIGINAL_ENVELOPE, PAUSED, PAUSED_REPLICAS)
+        ),
+        "spec": _compact(body.get("spec") or {}),
+        "status": projected_status,
+    }
+
+
+def pod_projection(body: Mapping[str, Any]) -> Projection:
+    """Name, labels, deletion mark and the Ready condition."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return {
+        "metadata": _pick(body.get("metadata"), "name", "labels", "deletionTimestamp"),
+        "status": {
+            "conditions": [
+                _pick(c, "type", "status", "lastTransitionTime")
+                for c in conditions
+                if c.get("type") == "Ready"
+            ]
+        },
+    }
+
+
+def _key(body: Mapping[str, Any]) -> ObjectKey:
+    meta = body.get("metadata") or {}
+    return sys.intern(str(meta.get("namespace", ""))), sys.intern(str(meta.get("name", "")))
+
+
+def pod_entries(body: Mapping[str, Any]) -> dict[PodKey, Projection]:
+    """One pod under its namespace and under each of its labels (one shared value)."""
+    namespace, _ = _key(body)
+    projected = pod_projection(body)
+    labels = projected["metadata"].get("labels") or {}
+    return {
+        (namespace, "", ""): projected,
+        **{(namespace, str(k), str(v)): projected for k, v in labels.items()},
+    }
+
+
+# -- the kopf index handlers ---------------------------------------------------------------
+
+
+@kopf.index("apps", "v1", "deployments", id=DEPLOYMENTS)
+def deployments(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
+    """Every Deployment the operator may watch, projected."""
+    return {_key(body): deployment_projection(body)}
+
+
+@kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id=HPAS)
+def hpas(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
+    """Every HPA the operator may watch (KEDA's generated ones included), projected."""
+    return {_key(body): hpa_projection(body)}
+
+
+@kopf.index("", "v1", "pods", id=PODS)
+def pods(body: kopf.Body, **_: Any) -> dict[PodKey, Projection]:
+    """Every pod the operator may watch, projected, by namespace and by label."""
+    return pod_entries(body)
+
+
+def scaled_objects(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
+    """Every KEDA ScaledObject the operator may watch, projected."""
+    return {_key(body): scaled_object_projection(body)}
+
+
+def index_scaled_objects() -> None:
+    """Register the ScaledObject index (``cachescale run --keda``, the chart's
+    ``keda.enabled``, which also grants list and watch on them). Without it, or while
+    KEDA's CRD is not installed (kopf indexes only kinds the API server serves), a
+    ScaledObject target is read from the API server."""
+    kopf.index("keda.sh", "v1alpha1", "scaledobjects", id=SCALED_OBJECTS)(scaled_objects)
+
+
+@kopf.on.startup(id="bind_indexes")
+async def bind(memo: Any, **kwargs: Any) -> None:
+    """Hand the live indexes to the evaluations (``Operator.indexed_reads``); kopf passes
+    every index to every handler, startup ones included, by its id."""
+    operator = memo.runtime.operator
+    operator.indexed_reads = IndexedReads(
+        operator.api,
+        Indexes(
+            deployments=kwargs[DEPLOYMENTS],
+            hpas=kwargs[HPAS],
+            pods=kwargs[PODS],
+            scaled_objects=kwargs.get(SCALED_OBJECTS),
+        ),
+    )
+
+
+# -- reads served from them ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """The live indexes (``scaled_objects`` None: not indexed, read from the API)."""
+
+    deployments: Index
+    hpas: Index
+    pods: Index
+    scaled_objects: Index | None = None
+
+
+_OBJECTS: Final = {
+    ("apps", "v1", "deployments"): "deployments",
+    ("autoscaling", "v2", "horizontalpodautoscalers"): "hpas",
+    ("keda.sh", "v1alpha1", "scaledobjects"): "scaled_objects",
+}
+"""(group, version, plural) of the objects served from an index → its ``Indexes`` field."""
+
+
+class IndexedReads:
+    """``read_target``'s reads (``kube.Reads``) from the indexes, opted-in Secrets for a
+    while from memory, anything else from the API server."""
+
+    def __init__(
+        self, api: KubeApi, indexes: Indexes, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._api = api
+        self._indexes = indexes
+        self._clock = clock
+        self._secrets: dict[str, tuple[float, Projection]] = {}
+        self._lock = Lock()
+
+    def get(self, path: str) -> dict[str, Any]:
+        """The object at ``path``: from its index, else (not indexed, or not there) from
+        the API server, whose 404 is then authoritative."""
+        parts = path.strip("/").split("/")
+        if len(parts) == 7 and parts[0] == "apis" and parts[3] == "namespaces":
+            field = _OBJECTS.get((parts[1], parts[2], parts[5]))
+            index = getattr(self._indexes, field) if field is not None else None
+            found = list(index.get((parts[4], parts[6])) or ()) if index is not None else []
+            if found:
+                return copy.deepcopy(found[0])
+        if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "secrets":
+            return self._secret(path)
+        return self._api.get(path)
+
+    def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The items at ``path``; pods matched in memory, sorted by name as the API
+        server lists them."""
+        parts = path.strip("/").split("/")
+        if len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            found = select(self._indexes.pods, parts[3], label_selector)
+            if found is not None:
+                return found
+        return self._api.items(path, label_selector)
+
+    def _secret(self, path: str) -> dict[str, Any]:
+        now = self._clock()
+        with self._lock:
+            kept = self._secrets.get(path)
+            if kept is not None and now - kept[0] < SECRET_TTL_S:
+                return copy.deepcopy(kept[1])
+        secret = self._api.get(path)
+        projected = {"metadata": _pick(secret.get("metadata"), "labels"), **_pick(secret, "data")}
+        if (projected["metadata"].get("labels") or {}).get(PROMETHEUS_CREDENTIALS) != "true":
+            return projected  # not opted in: refused by the caller, and not kept
+        with self._lock:
+            fresh = {p: e for p, e in self._secrets.items() if now - e[0] < SECRET_TTL_S}
+            fresh[path] = (now, projected)
+            self._secrets = fresh
+        return copy.deepcopy(projected)
+
+
+def select(index: Index, namespace: str, selector: str | None) -> list[dict[str, Any]] | None:
+    """The pods of ``namespace`` that ``selector`` matches, by name; None when the
+    selector is not one matched in memory (``>``, ``<``, or not parseable)."""
+    requirements: tuple[Requirement, ...] = ()
+    if selector:
+        try:
+            requirements = LabelSelector.parse(selector).requirements
+        except ValueError:
+            return None
+    if any(r.operator not in _MATCHED for r in requirements):
+        return None
+    narrow = next((r for r in requirements if r.operator in ("=", "==")), None)
+    key = (namespace, narrow.key, narrow.values[0]) if narrow else (namespace, "", "")
+    candidates = list(index.get(key) or ())
+    chosen = [
+        pod
+        for pod in candidates
+        if all(matches(r, pod["metadata"].get("labels") or {}) for r in requirements)
+    ]
+    chosen.sort(key=lambda pod: str(pod["metadata"].get("name", "")))
+    return [copy.deepcopy(pod) for pod in chosen]
+
+
+def matches(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` meet one requirement (``exists ! = == != in notin``), as the API
+    server decides (``k8s.io/apimachinery/pkg/labels``)."""
+    present = requirement.key in labels
+    if requirement.operator == "exists":
+        return present
+    if requirement.operator == "!":
+        return not present
+    inside = present and labels[requirement.key] in requirement.values
+    return not inside if requirement.operator in ("!=", "notin") else inside

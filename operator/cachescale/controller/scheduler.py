@@ -1,0 +1,240 @@
+"""When each policy is evaluated: one asyncio task owns the due time of every policy.
+
+Why: with a sleeping loop per policy, each policy comes due on its own, and each
+evaluation sends its own ~21 Prometheus queries, so the load grows with the number of
+policies. Here the policies of one gather group (the handlers say which: one Prometheus,
+credentials and window) come due together, so one job reads all of them with one query
+per signal (``gather/grouped.py``), and the cost grows with the number of groups. The
+bookkeeping is a dict entry per policy, not a task (measurements: docs/decisions.md,
+"Scheduling evaluations").
+
+The due times of a group are the slots ``offset + k × interval`` of the wall clock: the
+offset is a stable hash of the group, so groups are spread over the interval, the slots
+survive a restart, and policies of one group with intervals of 30 s and 60 s meet every
+60 s. A policy registered between two slots waits for the next one (a restart is not a
+burst of evaluations); its interval is re-read each time its next slot is computed.
+
+At each wake the due policies are collected per group and each group is submitted as one
+job to the worker pool. A group whose previous job is still running is not submitted
+again: its due policies wait for that job to end and start late, and every whole interval
+they wait is a missed interval. So a slow Prometheus delays only its own group, and no
+policy is ever evaluated twice at once by the scheduler. The wait from a due time to the
+job's start is ``cachescale_evaluation_lateness_seconds``; missed intervals are counted
+in ``cachescale_evaluation_missed_intervals``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+PHASE_RANGE_MS = 1 << 32
+"""Group offsets are spread over this many milliseconds (about 50 days): modulo any
+interval, the offsets of distinct groups are spread evenly."""
+
+log = logging.getLogger("cachescale.operator")
+
+
+def phase_of(group: Hashable) -> float:
+    """The group's slot offset in seconds: stable across processes and restarts."""
+    digest = hashlib.sha256(repr(group).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % PHASE_RANGE_MS / 1000.0
+
+
+def next_slot(offset: float, interval: float, after: float, inclusive: bool = False) -> float:
+    """The first slot ``offset + k × interval`` after ``after`` (or at it, ``inclusive``)."""
+    steps = (after - offset) / interval
+    k = math.ceil(steps) if inclusive else math.floor(steps) + 1
+    return offset + k * interval
+
+
+@dataclass(frozen=True)
+class Due(Generic[K]):
+    """A policy submitted in a job: its key, the slot it was due at, its interval then."""
+
+    key: K
+    at: float
+    interval: float
+
+
+@dataclass
+class _Entry:
+    interval: Callable[[], float]
+    group: Callable[[], Hashable]
+    due: float
+
+
+@dataclass
+class Round(Generic[K]):
+    """What one wake found: a job per group, and the intervals missed since last time."""
+
+    jobs: dict[Hashable, list[Due[K]]] = field(default_factory=dict)
+    missed: int = 0
+
+
+class Schedule(Generic[K]):
+    """The bookkeeping, without I/O or a clock of its own: every call is given ``now``."""
+
+    def __init__(self) -> None:
+        self._entries: dict[K, _Entry] = {}
+        self._busy: set[Hashable] = set()
+
+    def add(
+        self,
+        key: K,
+        interval: Callable[[], float],
+        group: Callable[[], Hashable],
+        now: float,
+    ) -> None:
+        """Schedule ``key`` from its group's next slot (``interval`` and ``group`` are
+        asked again each time they matter: spec edits take effect)."""
+        due = next_slot(phase_of(group()), interval(), now, inclusive=True)
+        self._entries[key] = _Entry(interval, group, due)
+
+    def remove(self, key: K) -> None:
+        """Never submit ``key`` again (a job already submitted is not recalled)."""
+        self._entries.pop(key, None)
+
+    def due_at(self, key: K) -> float:
+        """When ``key`` is due next."""
+        return self._entries[key].due
+
+    def take(self, now: float) -> Round[K]:
+        """Every due policy of a group with no job running, one job per group; the
+        groups submitted are busy until ``done``. Due policies of a busy group wait, and
+        each slot that passes meanwhile is a missed interval."""
+        found: Round[K] = Round()
+        for key, entry in self._entries.items():
+            if entry.due > now:
+                continue
+            group, interval = entry.group(), entry.interval()
+            if group in self._busy:
+                passed = math.floor((now - entry.due) / interval)
+                found.missed += passed
+                entry.due += passed * interval
+                continue
+            found.jobs.setdefault(group, []).append(Due(key, entry.due, interval))
+            entry.due = next_slot(phase_of(group), interval, now)
+        self._busy.update(found.jobs)
+        return found
+
+    def done(self, group: Hashable) -> None:
+        """The group's job ended: its due policies may be submitted again."""
+        self._busy.discard(group)
+
+    def next_wake(self, now: float) -> float | None:
+        """When something may next be due, or missed (None: nothing is scheduled). Right
+        after ``take``, a policy still due belongs to a busy group: its next event is the
+        end of the interval it is waiting in (or its group's job ending, which wakes the
+        scheduler anyway)."""
+        wakes = (e.due if e.due > now else e.due + e.interval() for e in self._entries.values())
+        return min(wakes, default=None)
+
+
+Job = Callable[[], None]
+"""One group's evaluations, run in a worker thread."""
+MakeJob = Callable[[list[Due[K]]], Job]
+"""Builds a group's job on the event loop (where kopf's objects may be read)."""
+
+
+class Punctuality(Protocol):
+    """Where lateness and missed intervals go (``controller/metrics.py``)."""
+
+    def started_late(self, seconds: float) -> None:
+        """A policy's evaluation started ``seconds`` after its due time."""
+
+    def missed_intervals(self, count: int) -> None:
+        """``count`` more whole intervals passed without a policy's evaluation starting."""
+
+
+class Scheduler(Generic[K]):
+    """Runs ``Schedule``: wakes when something is due, submits each group's job to
+    ``executor``, and reports lateness and missed intervals to ``observe``."""
+
+    def __init__(
+        self,
+        make_job: MakeJob[K],
+        executor: Executor,
+        observe: Punctuality,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.schedule: Schedule[K] = Schedule()
+        self._make_job = make_job
+        self._executor = executor
+        self._observe = observe
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def register(
+        self, key: K, interval: Callable[[], float], group: Callable[[], Hashable]
+    ) -> None:
+        """Evaluate ``key`` every ``interval()`` seconds with the other members of its
+        ``group()``."""
+        self.schedule.add(key, interval, group, self._clock())
+        self._wake.set()
+
+    def unregister(self, key: K) -> None:
+        """Stop evaluating ``key`` (a job already submitted still runs: the job checks)."""
+        self.schedule.remove(key)
+
+    def start(self) -> None:
+        """Run in the current event loop until ``stop``."""
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="scheduler")
+
+    def stop(self) -> None:
+        """Stop submitting jobs (jobs already submitted run to their end)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def run(self) -> None:
+        """Wake, submit what is due, sleep until the next due time or a change."""
+        while True:
+            self._wake.clear()
+            now = self._clock()
+            found = self.schedule.take(now)
+            if found.missed:
+                self._observe.missed_intervals(found.missed)
+            for group, members in found.jobs.items():
+                self._submit(group, members)
+            wake = self.schedule.next_wake(now)
+            timeout = None if wake is None else max(0.0, wake - self._clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _submit(self, group: Hashable, members: list[Due[K]]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            job = self._make_job(members)
+        except Exception:  # a bug must not stop the scheduler, nor keep the group busy
+            log.exception("preparing the evaluations of %d policies failed", len(members))
+            self.schedule.done(group)
+            return
+        future = loop.run_in_executor(self._executor, self._timed, members, job)
+        future.add_done_callback(lambda ended: self._ended(group, ended))
+
+    def _timed(self, members: list[Due[K]], job: Job) -> None:
+        """In the worker: record how late each policy starts, then run the job."""
+        started = self._clock()
+        for member in members:
+            late = max(0.0, started - member.at)
+            self._observe.started_late(late)
+            if late >= member.interval:  # it waited for a worker past its next slot
+                self._observe.missed_intervals(math.floor(late / member.interval))
+        job()
+
+    def _ended(self, group: Hashable, ended: asyncio.Future[None]) -> None:
+        self.schedule.done(group)
+        self._wake.set()
+        if not ended.cancelled() and ended.exception() is not None:
+            log.error("a group's evaluations failed", exc_info=ended.exception())

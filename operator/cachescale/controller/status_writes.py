@@ -1,0 +1,179 @@
+"""When a policy's status is worth a PATCH: only when something a reader or a restart
+would notice changed, and at least every ``STATUS_REFRESH_SECONDS``.
+
+A fleet of policies evaluated every interval would otherwise rewrite every status every
+interval, though most evaluations end where the last one did. So the operator keeps, in
+memory and per policy, what it last wrote and when, and skips the write when the new
+status equals it once both are *normalised*. The next evaluation then continues from the
+status it rendered, not the stored one, so what is skipped is not lost in this process
+(``latest``). Normalised means:
+
+- the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
+  ``lastDecision.time``, the baseline's ``updatedAt``;
+- each displayed number is compared as it is displayed (``DISPLAY``: the same ``words``
+  formatting ``kubectl describe`` and the messages use), so moving by less than its
+  display precision is no change;
+- the decision memory (``status.memory``, what a restarted operator resumes from) is
+  compared in full, except for steady progress: the baseline's running average (compared
+  at display precision, its count of evaluations dropped), the time stamps of marks that
+  are re-stamped every evaluation (``preCollapse.at``), the recent ``maxReplicas``
+  recommendations as their sequence of distinct values (a run of equal ones growing at
+  one end and expiring at the other is no change), and the length of a streak that is
+  running (a streak that starts or ends is a change).
+
+Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
+suspected change and everything else in memory compare exactly. A restart forgets the
+cache, so its first evaluation writes; a write that failed forgets the last one, so the
+next evaluation writes whatever it has (also once an API outage ends); and a stored status
+that no longer matches the last write (edited by hand, or written by another process) is
+rewritten. The trade, documented in ``docs/reliability.md``: a restart can replay at most
+``STATUS_REFRESH_SECONDS`` of that steady progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from threading import Lock
+from typing import Any
+
+from cachescale.decide import words
+
+STATUS_REFRESH_SECONDS = 300.0
+"""The longest a status goes unwritten while nothing changes: readers see a fresh
+``signals.observedAt`` at least this often, and a restart loses at most this much of the
+steady progress the comparison ignores."""
+
+DISPLAY: Mapping[str, Callable[[float], str]] = {
+    "tokenHitRate": words.ratio,
+    "requestHitShare": words.ratio,
+    "kvCacheUsageRatio": words.ratio,
+    "prefillTokensPerRequest": words.tokens,
+    "ttftP95Seconds": words.seconds,
+    "ttftP99Seconds": words.seconds,
+    "gpuSecondsPer1kRequests": words.cost,
+    "requestsPerSecond": words.rate,
+    "arrivalsPerSecond": words.rate,
+    "preemptionsPerSecond": words.rate,
+}
+"""The display precision of each number the status shows (``status.signals``,
+``status.baseline``, and the baseline and marks in ``status.memory``), as the text it is
+shown as: ratios to 0.01, tokens and GPU-s/1k to 1, seconds to 0.01 under 10 s, rates to
+two significant digits under 10/s and to 1 above."""
+
+
+def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` (wire form) without what changes every evaluation and with each number
+    as displayed: two statuses equal here differ in nothing worth a write."""
+    out = dict(status)
+    if isinstance(out.get("signals"), Mapping):
+        signals = _displayed(out["signals"])
+        signals.pop("observedAt", None)
+        out["signals"] = signals
+    if isinstance(out.get("lastDecision"), Mapping):
+        out["lastDecision"] = {k: v for k, v in out["lastDecision"].items() if k != "time"}
+    if isinstance(out.get("baseline"), Mapping):
+        baseline = _displayed(out["baseline"])
+        baseline.pop("updatedAt", None)
+        out["baseline"] = baseline
+    if isinstance(out.get("memory"), Mapping):
+        out["memory"] = _memory(out["memory"])
+    return out
+
+
+def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(memory)
+    if isinstance(out.get("baseline"), Mapping):
+        baseline = _displayed(out["baseline"])
+        baseline.pop("updatedAt", None)
+        baseline.pop("evaluations", None)
+        out["baseline"] = baseline
+    if isinstance(out.get("streaks"), Mapping):
+        out["streaks"] = {k: bool(v) for k, v in out["streaks"].items()}
+    if isinstance(out.get("preCollapse"), Mapping):
+        mark = _displayed(out["preCollapse"])
+        mark.pop("at", None)
+        out["preCollapse"] = mark
+    if isinstance(out.get("maxReplicasMarks"), list):
+        values = [
+            m.get("maxReplicas") if isinstance(m, Mapping) else m for m in out["maxReplicasMarks"]
+        ]
+        out["maxReplicasMarks"] = [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
+    return out
+
+
+def _displayed(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each field of ``DISPLAY`` as its displayed text."""
+    out = dict(values)
+    for name, show in DISPLAY.items():
+        value = out.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = show(float(value))
+    return out
+
+
+@dataclass(frozen=True)
+class _Written:
+    normalised: dict[str, Any]
+    """The last status written, normalised."""
+    at: datetime
+    """When it was written."""
+    latest: Mapping[str, Any]
+    """The last status rendered, written or not: the next evaluation's previous status."""
+
+
+@dataclass
+class StatusWrites:
+    """The last status written per policy (by uid) and when; thread-safe, since
+    evaluations run in worker threads."""
+
+    refresh_seconds: float = STATUS_REFRESH_SECONDS
+    _last: dict[str, _Written] = field(default_factory=dict)
+    _lock: Lock = field(default_factory=Lock)
+
+    def due(
+        self,
+        uid: str,
+        status: Mapping[str, Any],
+        stored: Mapping[str, Any] | None,
+        now: datetime,
+    ) -> bool:
+        """Whether ``status`` must be written: nothing written since this process started,
+        the stored status (``stored``, as the watch delivered it) is no longer the one
+        written, ``status`` differs from it once normalised, or the refresh time is up."""
+        with self._lock:
+            last = self._last.get(uid)
+        if last is None or (now - last.at).total_seconds() >= self.refresh_seconds:
+            return True
+        if stored is None or normalised(stored) != last.normalised:
+            return True
+        return normalised(status) != last.normalised
+
+    def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
+        """``status`` was written at ``now`` (call only after the API accepted it)."""
+        with self._lock:
+            self._last[uid] = _Written(normalised(status), now, status)
+
+    def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
+        """``status`` was not written (``due`` said so): it is still what the next
+        evaluation continues from, its streaks and averages one evaluation further."""
+        with self._lock:
+            last = self._last.get(uid)
+            if last is not None:
+                self._last[uid] = _Written(last.normalised, last.at, status)
+
+    def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The last status rendered for the policy, when the stored one (``stored``) is
+        still the last written; None otherwise (nothing kept, or changed by someone else:
+        the stored one is then the truth)."""
+        with self._lock:
+            last = self._last.get(uid)
+        if last is None or stored is None or normalised(stored) != last.normalised:
+            return None
+        return last.latest
+
+    def forget(self, uid: str) -> None:
+        """The policy is gone, or a write failed: drop what was kept for it."""
+        with self._lock:
+            self._last.pop(uid, None)

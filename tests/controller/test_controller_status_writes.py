@@ -1,0 +1,227 @@
+"""The status is written only when something changed, and at least every 5 minutes.
+
+Against kmock, counting the status PATCHes the operator sends: a steady policy writes at
+the refresh pace, a condition or memory change writes at once, a restarted operator (a
+new ``Operator``: nothing cached) writes on its first evaluation, and a refused write is
+retried on the next one. Events and ``lastDecision`` are what they were.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
+from cachescale.controller.kube import KubeError
+from cachescale.controller.status_writes import STATUS_REFRESH_SECONDS, normalised
+from cachescale.decide import Decision
+from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
+from tests.controller.engine_fake import EngineFake
+from tests.controller.test_controller_evaluation import (
+    POLICIES,
+    SETTLE,
+    events,
+    run,
+    stack,
+)
+from tests.gather.gather_fakes import FakePrometheus
+
+STATUS_PATH = (
+    f"/apis/cachescale.dev/v1alpha1/namespaces/{NAMESPACE}/cachescalingpolicies/vllm/status"
+)
+INTERVAL_S = 10  # ``run`` evaluates 10 s apart
+
+
+def status_writes(cluster: FakeCluster) -> int:
+    return sum(1 for r in cluster.requests("patch") if str(r.url.path) == STATUS_PATH)
+
+
+def settled(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> Operator:
+    """A healthy policy after its window filled and its envelope settled."""
+    operator = Operator(cluster.api, clock=clock)
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=SETTLE)
+    return operator
+
+
+def test_a_steady_policy_writes_its_status_at_the_refresh_pace(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    before, stamp = status_writes(cluster), cluster.get(POLICIES, "vllm")["status"]
+    rounds = 90  # 15 minutes
+    run(operator, cluster, clock, rounds=rounds)
+    written = status_writes(cluster) - before
+    assert written <= math.ceil(rounds * INTERVAL_S / STATUS_REFRESH_SECONDS) + 1
+    assert written >= math.floor(rounds * INTERVAL_S / STATUS_REFRESH_SECONDS)
+    status = cluster.get(POLICIES, "vllm")["status"]
+    observed = status["signals"]["observedAt"]
+    assert observed != stamp["signals"]["observedAt"], "refreshed within 5 minutes"
+    assert status["lastDecision"]["reason"] == stamp["lastDecision"]["reason"]
+    assert status["history"] == stamp["history"], "history only grows on an applied decision"
+
+
+def test_a_condition_change_is_written_at_once(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=3)
+    before = status_writes(cluster)
+    engines.down = True
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+    metrics = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
+    assert metrics["MetricsAvailable"]["status"] == "False"
+
+
+def test_a_collapse_is_written_every_evaluation_and_its_events_are_unchanged(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    next(iter(engines.engines.values())).hit_rate = 0.04
+    before = status_writes(cluster)
+    run(operator, cluster, clock, rounds=4)
+    # Each evaluation of a building collapse moves its memory (streak length, evidence).
+    assert status_writes(cluster) == before + 4
+    assert ("Warning", Diagnosis.PREFIX_COLLAPSE) in events(cluster)
+    status = cluster.get(POLICIES, "vllm")["status"]
+    assert [a["reason"] for a in status["alerts"]] == [Diagnosis.PREFIX_COLLAPSE]
+
+
+def test_a_memory_change_is_written_even_when_nothing_displayed_moved(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    before = status_writes(cluster)
+    decide = operator.make_decision
+
+    acknowledged = clock.now - timedelta(hours=1)
+
+    def remembering(*args: Any) -> Decision:
+        decision = decide(*args)
+        memory = decision.memory.model_copy(update={"acknowledged_at": acknowledged})
+        return replace(decision, memory=memory)
+
+    operator.make_decision = remembering
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+    assert cluster.get(POLICIES, "vllm")["status"]["memory"]["acknowledgedAt"]
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1, "the same memory again: no write"
+
+
+def test_a_restarted_operator_writes_on_its_first_evaluation(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    before = status_writes(cluster)
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before, "steady: skipped"
+    restarted = Operator(cluster.api, clock=clock)
+    run(restarted, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+    run(restarted, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+
+
+def test_a_failed_write_is_retried_on_the_next_evaluation(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    patch = operator.api.patch
+    refused: list[str] = []
+
+    def refusing_once(path: str, body: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if path == STATUS_PATH and not refused:
+            refused.append(path)
+            raise KubeError(503, "the API server is unavailable")
+        return patch(path, body, *args, **kwargs)
+
+    monkeypatch.setattr(operator.api, "patch", refusing_once)
+    engines.down = True
+    before = status_writes(cluster)
+    run(operator, cluster, clock, rounds=1)
+    assert refused
+    assert status_writes(cluster) == before
+    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
+    assert conditions["MetricsAvailable"]["status"] == "True", "the write was refused"
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1, "retried: the refused write was not remembered"
+    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
+    assert conditions["MetricsAvailable"]["status"] == "False"
+
+
+def test_after_a_failed_write_the_next_evaluation_writes_even_if_nothing_changed(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As after an API outage: what the server holds is unknown, so the status is written
+    though it equals the last one accepted."""
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    patch = operator.api.patch
+
+    def refusing(path: str, body: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise KubeError(503, "the API server is unavailable")
+
+    monkeypatch.setattr(operator.api, "patch", refusing)
+    engines.down = True  # a change, so a write is attempted, and refused
+    run(operator, cluster, clock, rounds=1)
+    monkeypatch.setattr(operator.api, "patch", patch)
+    engines.down = False  # back where the last accepted write left it
+    before = status_writes(cluster)
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1
+    run(operator, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before + 1, "steady again: skipped"
+
+
+def test_a_status_changed_by_someone_else_is_rewritten(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    body = cluster.get(POLICIES, "vllm")
+    body["status"] = {}
+    cluster.put(POLICIES, body)
+    before = status_writes(cluster)
+    evaluate(operator, PolicyObject.of(cluster.get(POLICIES, "vllm")))
+    assert status_writes(cluster) == before + 1
+    assert cluster.get(POLICIES, "vllm")["status"]["memory"]
+
+
+def test_numbers_are_compared_at_their_display_precision() -> None:
+    at = "2026-11-30T12:00:00Z"
+    later = "2026-11-30T12:00:10Z"
+    status: dict[str, Any] = {
+        "signals": {"tokenHitRate": 0.851, "requestsPerSecond": 32.2, "observedAt": at},
+        "lastDecision": {"reason": "NoChange", "time": at},
+        "memory": {"baseline": {"tokenHitRate": 0.8501, "evaluations": 3, "updatedAt": at}},
+    }
+    signals = {"tokenHitRate": 0.849, "requestsPerSecond": 31.9, "observedAt": later}
+    moved_little: dict[str, Any] = {
+        "signals": signals,
+        "lastDecision": {"reason": "NoChange", "time": later},
+        "memory": {"baseline": {"tokenHitRate": 0.8502, "evaluations": 4, "updatedAt": later}},
+    }
+    assert normalised(status) == normalised(moved_little)
+    moved = {**moved_little, "signals": {**signals, "tokenHitRate": 0.83}}
+    assert normalised(status) != normalised(moved)
+    assert timedelta(seconds=STATUS_REFRESH_SECONDS) == timedelta(minutes=5), "as documented"

@@ -1,0 +1,184 @@
+"""The scheduler: aligned due times per group, one job per group, a slow group that
+delays only itself, no policy run twice at once, unregistering, interval edits.
+
+``Schedule`` is driven with explicit times; the ``Scheduler`` task runs on the real
+clock with short intervals and a real thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cachescale.controller.scheduler import (
+    Due,
+    Job,
+    Schedule,
+    Scheduler,
+    next_slot,
+    phase_of,
+)
+
+INTERVAL = 30.0
+
+
+def constant(value: float | Hashable) -> Callable[[], object]:
+    return lambda: value
+
+
+def schedule_of(**groups: str) -> Schedule[str]:
+    """Policies by key → group, every 30 s, registered at t=1000."""
+    schedule: Schedule[str] = Schedule()
+    for key, group in groups.items():
+        schedule.add(key, lambda: INTERVAL, constant(group), 1000.0)
+    return schedule
+
+
+def on_slots(t: float, group: str, interval: float) -> bool:
+    """Whether ``t`` is one of ``group``'s slots for ``interval``."""
+    steps = (t - phase_of(group)) / interval
+    return abs(steps - round(steps)) < 1e-6
+
+
+def test_a_groups_policies_come_due_together_on_its_own_stable_slots() -> None:
+    schedule: Schedule[str] = Schedule()
+    schedule.add("a", lambda: INTERVAL, constant("g"), 1000.0)
+    due = schedule.due_at("a")
+    assert 1000.0 <= due < 1000.0 + INTERVAL
+    assert on_slots(due, "g", INTERVAL)
+    schedule.add("b", lambda: INTERVAL, constant("g"), due - 0.5 * INTERVAL)  # later: same slot
+    schedule.add("c", lambda: 2 * INTERVAL, constant("g"), due - 0.5 * INTERVAL)
+    schedule.add("d", lambda: INTERVAL, constant("h"), 1000.0)
+    assert schedule.due_at("b") == due
+    assert schedule.due_at("c") in (due, due + INTERVAL)  # every other slot of g
+    assert on_slots(schedule.due_at("d"), "h", INTERVAL)
+    assert schedule.due_at("d") != due  # another group: another phase
+    assert phase_of("g") == phase_of(("g",)[0])  # a hash of the group, not of the process
+    assert next_slot(5.0, 30.0, 35.0) == 65.0
+    assert next_slot(5.0, 30.0, 35.0, inclusive=True) == 35.0
+
+
+def test_one_job_per_group_with_every_due_member() -> None:
+    schedule = schedule_of(a="g", b="g", c="g", d="h")
+    late = max(schedule.due_at(k) for k in "abcd")
+    found = schedule.take(late)
+    assert {group: [d.key for d in dues] for group, dues in found.jobs.items()} == {
+        "g": ["a", "b", "c"],
+        "h": ["d"],
+    }
+    assert found.missed == 0
+    assert all(isinstance(d, Due) and d.interval == INTERVAL for d in found.jobs["g"])
+    assert schedule.take(late).jobs == {}  # nothing due twice
+
+
+def test_a_busy_group_is_not_submitted_again_and_its_members_miss_intervals() -> None:
+    schedule = schedule_of(a="g", b="h")
+    first = schedule.due_at("a")
+    assert list(schedule.take(first).jobs) == ["g"]
+    # g's job is still running at a's next slot and 2.5 intervals later: a waits, and
+    # each whole interval that passes is missed; h is submitted on each of its slots.
+    found = schedule.take(first + INTERVAL)
+    assert list(found.jobs) == ["h"]  # h's slot came in between
+    schedule.done("h")
+    found = schedule.take(first + 3.5 * INTERVAL)
+    assert list(found.jobs) == ["h"]
+    schedule.done("h")
+    assert found.missed == 2  # the slots at +2 and +3 intervals (the one at +1 is pending)
+    wake = schedule.next_wake(first + 3.5 * INTERVAL)
+    assert wake is not None
+    assert wake <= first + 4 * INTERVAL
+    schedule.done("g")  # the job ended: a starts at once, late
+    resumed = schedule.take(first + 3.6 * INTERVAL)
+    assert [d.key for d in resumed.jobs["g"]] == ["a"]
+    assert resumed.jobs["g"][0].at == first + 3 * INTERVAL
+    assert schedule.due_at("a") == first + 4 * INTERVAL  # back on its slots
+
+
+def test_an_unregistered_policy_is_never_submitted_again() -> None:
+    schedule = schedule_of(a="g", b="g")
+    schedule.remove("a")
+    found = schedule.take(schedule.due_at("b"))
+    assert [d.key for d in found.jobs["g"]] == ["b"]
+    schedule.remove("b")
+    assert schedule.next_wake(0.0) is None
+
+
+def test_the_interval_is_read_again_for_each_next_slot() -> None:
+    interval = [INTERVAL]
+    schedule: Schedule[str] = Schedule()
+    schedule.add("a", lambda: interval[0], constant("g"), 1000.0)
+    first = schedule.due_at("a")
+    interval[0] = 60.0  # edited after it was scheduled
+    [due] = schedule.take(first).jobs["g"]
+    assert due.interval == 60.0
+    following = schedule.due_at("a")
+    assert first < following <= first + 60.0
+    assert on_slots(following, "g", 60.0)
+
+
+@dataclass
+class Punctual:
+    late: list[float] = field(default_factory=list)
+    missed: int = 0
+
+    def started_late(self, seconds: float) -> None:
+        self.late.append(seconds)
+
+    def missed_intervals(self, count: int) -> None:
+        self.missed += count
+
+
+def test_a_slow_group_delays_only_itself_and_never_runs_twice_at_once() -> None:
+    """Group "slow" hangs in its first job; group "fast" keeps its slots meanwhile."""
+    interval = 0.25
+    release = threading.Event()
+    running: dict[str, int] = {"slow": 0, "fast": 0}
+    starts: dict[str, list[float]] = {"slow": [], "fast": []}
+    overlap: list[str] = []
+    lock = threading.Lock()
+    punctual = Punctual()
+
+    def make_job(due: list[Due[str]]) -> Job:
+        group = due[0].key.split("-")[0]
+
+        def job() -> None:
+            with lock:
+                running[group] += 1
+                if running[group] > 1:
+                    overlap.append(group)
+                starts[group].append(time.time())
+            if group == "slow":
+                release.wait(10)
+            with lock:
+                running[group] -= 1
+
+        return job
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(4) as pool:
+            scheduler: Scheduler[str] = Scheduler(make_job, pool, punctual)
+            scheduler.start()
+            for key in ("slow-1", "slow-2", "fast-1", "fast-2"):
+                group = key.split("-")[0]
+                scheduler.register(key, lambda: interval, constant(group))
+            await asyncio.sleep(8 * interval)
+            scheduler.unregister("fast-1")
+            scheduler.unregister("fast-2")
+            ended = len(starts["fast"])
+            await asyncio.sleep(2 * interval)
+            assert len(starts["fast"]) == ended  # unregistered: no more jobs
+            release.set()
+            scheduler.stop()
+
+    asyncio.run(scenario())
+    assert overlap == []
+    assert len(starts["slow"]) == 1, "the slow group was submitted again while it ran"
+    assert len(starts["fast"]) >= 6, starts["fast"]  # about 8 slots in 8 intervals
+    gaps = [b - a for a, b in zip(starts["fast"], starts["fast"][1:], strict=False)]
+    assert all(0.5 * interval < gap < 1.5 * interval for gap in gaps), gaps
+    assert punctual.missed >= 4  # the slow group's members, every slot they waited
+    assert sorted(punctual.late)[len(punctual.late) // 2] < 0.1
