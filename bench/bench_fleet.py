@@ -1,0 +1,682 @@
+"""Fleet-scale benchmark: ``cachescale run`` against a real API server and a real Prometheus.
+
+Run from the repository root (``make envtest``'s binaries, i.e. ``KUBEBUILDER_ASSETS`` or
+``../shared/envtest`` through scripts/envtest-assets.sh, and Debian's Prometheus)::
+
+    nice -n 10 .venv/bin/python -m bench.bench_fleet --policies 1000
+    nice -n 10 .venv/bin/python -m bench.bench_fleet --policies 10000 --rounds 3 --append
+
+What runs, all on this machine and on loopback:
+
+* **Kubernetes**: etcd and kube-apiserver from the e2e harness (``e2e/harness/``), without
+  the controller-manager: no ReplicaSets, pods or HPA controller, so the API server serves
+  the operator and nothing else. Per policy a Deployment (1 replica, its status written as
+  a settled rollout's), an HPA on it, and the policy itself, its status seeded with
+  ``memory.dataSince`` an hour back so the decisions are real from the first round. There
+  are no pods: ``read_target`` takes an empty pod list as "no ages known".
+* **Engines**: no emulator process (at 10,000 policies it would be 10,000 scrape targets).
+  An HTTP thread here serves ``bench/vllm_engine.prom`` (one emulated vLLM pod, trimmed to
+  the families the operator reads) once per policy, with the labels a PodMonitor would
+  give (``namespace``, ``model_name``, ``pod``), counters advancing at the pod's rate. The
+  fleet is cut into shards of 500 policies, each a scrape target of its own.
+* **Prometheus**: ``/usr/bin/prometheus``, a throw-away TSDB, scraping every 15 s. The
+  "two servers" are one process reached through two URLs (``127.0.0.1`` and
+  ``localhost``): the operator keeps one client per URL, so it sees two.
+* **The mix**: 90% of the policies select ``{namespace, model_name}`` (same label names,
+  distinct values); 10% add a label name of their own (``adapter_<policy>``), a unique
+  label set. Half the policies use each URL, half each window (2m and 5m).
+* **The operator**: the real ``cachescale run`` process (``e2e/operators.py``), standalone,
+  admin kubeconfig, 30 s interval.
+
+Measured over ``--rounds`` intervals after every policy was evaluated once and one more
+interval passed, from each component's own counters: Prometheus's
+``prometheus_http_requests_total`` (by handler), kube-apiserver's
+``apiserver_request_total`` (by verb, resource and subresource, minus the rate it showed
+before the operator started), the operator's ``/proc`` CPU time and peak RSS (VmHWM), and
+its ``/metrics`` (read every 15 s, as a Prometheus would) for the evaluations: each
+policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between its
+evaluations; lateness is a gap minus the interval, and a gap spanning more than 1.5
+intervals counts its extra intervals as missed (a policy with no evaluation in the window
+misses them all). Beside them, the deltas of the operator's own counters: decisions by
+reason, evaluation errors by kind and, when it exports them,
+``cachescale_evaluation_lateness_seconds`` (its p95 bucket),
+``cachescale_evaluation_missed_intervals_total`` and ``cachescale_kube_requests_total``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.harness.cluster import tool
+from e2e.harness.control_plane import ControlPlane, control_plane
+from e2e.operators import operator_process
+from tests.controller.cluster import NAMESPACE, deployment, hpa, pods, policy
+from tests.polling import wait_for
+from tests.prometheus_fixture import PROMETHEUS, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = Path(__file__).with_name("vllm_engine.prom")
+ENGINE_AGE_S = 280.0
+"""Simulated seconds behind ``vllm_engine.prom``'s counters: they grow by value/age per s."""
+SHARD = 500
+SCRAPE_S = 15
+WINDOWS = ("2m", "5m")
+POLL_S = 15.0
+INTERVAL_S = 30.0
+BASELINE_S = 20.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PER_POLICY = ("policy", "namespace")
+"""Labels summed over in the operator's own counters."""
+OPERATOR_RESOURCES = frozenset(
+    [
+        "cachescalingpolicies",
+        "deployments",
+        "horizontalpodautoscalers",
+        "pods",
+        "events",
+        "replicasets",
+        "configmaps",
+        "secrets",
+        "scaledobjects",
+        "kopfpeerings",
+        "clusterkopfpeerings",
+    ]
+)
+"""What the operator reads and writes; the API server's own loopback clients (lease
+renewals, its informers' periodic re-watches) touch others, and are left out."""
+POLICIES = f"/apis/cachescale.dev/v1alpha1/namespaces/{NAMESPACE}/cachescalingpolicies"
+
+
+def name_of(k: int) -> str:
+    return f"p{k:05d}"
+
+
+def groupable(k: int) -> bool:
+    """Nine policies in ten share label names; the tenth has one of its own."""
+    return k % 10 != 9
+
+
+# --- the engines' series --------------------------------------------------------------------
+
+
+class Fleet:
+    """The exposition of every policy's engine, cut into shards of :data:`SHARD`."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.started = time.time()
+        kinds: dict[str, str] = {}
+        self.series: list[tuple[str, str, float, bool]] = []
+        for line in ENGINE.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# TYPE "):
+                _, _, family, kind = line.split()
+                kinds[family] = kind
+            elif line and not line.startswith("#"):
+                head, value = line.rsplit(" ", 1)
+                name, _, labels = head.partition("{")
+                family = re.sub(r"_(bucket|sum|count)$", "", name)
+                growing = kinds.get(family, kinds.get(name)) != "gauge"
+                self.series.append((name, labels.rstrip("}"), float(value), growing))
+
+    def shard(self, index: int) -> bytes:
+        """Shard ``index``'s exposition now."""
+        grown = 1.0 + (time.time() - self.started) / ENGINE_AGE_S
+        lines = []
+        for k in range(index * SHARD, min(self.count, (index + 1) * SHARD)):
+            name = name_of(k)
+            own = "" if groupable(k) else f',adapter_{name}="lora"'
+            labels = f'namespace="{NAMESPACE}",model_name="{name}",pod="{name}-0"{own}'
+            for metric, extra, value, growing in self.series:
+                shown = value * grown if growing else value
+                lines.append(f"{metric}{{{labels},{extra}}} {shown!r}\n")
+        return "".join(lines).encode()
+
+    @contextmanager
+    def serve(self) -> Iterator[int]:
+        """Serve ``/shard/N`` on a free port until the context closes."""
+        fleet = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = fleet.shard(int(self.path.rsplit("/", 1)[1]))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+
+
+@contextmanager
+def prometheus(workdir: Path, exporter_port: int, shards: int) -> Iterator[tuple[int, int]]:
+    """Prometheus scraping every shard: (its port, its pid)."""
+    targets = [
+        {
+            "targets": [f"127.0.0.1:{exporter_port}"],
+            "labels": {"__metrics_path__": f"/shard/{i}", "shard": str(i)},
+        }
+        for i in range(shards)
+    ]
+    (workdir / "targets.json").write_text(json.dumps(targets), encoding="utf-8")
+    (workdir / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {SCRAPE_S}s, scrape_timeout: {SCRAPE_S}s}}\n"
+        "scrape_configs:\n"
+        "  - job_name: engines\n"
+        "    honor_labels: true\n"
+        f'    file_sd_configs: [{{files: ["{workdir / "targets.json"}"]}}]\n',
+        encoding="utf-8",
+    )
+    port = free_port()
+    with (workdir / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(PROMETHEUS),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def prom_query(port: int, promql: str) -> list[Any]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        result: list[Any] = json.load(answer)["data"]["result"]
+    return result
+
+
+# --- the API server ------------------------------------------------------------------------
+
+
+def envtest_assets(workdir: Path) -> Path:
+    """etcd and kube-apiserver only (no controller-manager), in a directory of links."""
+    source = (
+        os.environ.get("KUBEBUILDER_ASSETS")
+        or subprocess.run(
+            [str(ROOT / "scripts" / "envtest-assets.sh")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    assets = workdir / "assets"
+    assets.mkdir()
+    for binary in ("etcd", "kube-apiserver"):
+        (assets / binary).symlink_to(Path(source) / binary)
+    return assets
+
+
+class Kube:
+    """A keep-alive JSON client with the admin's certificate, for bulk creation."""
+
+    def __init__(self, plane: ControlPlane, threads: int) -> None:
+        credentials = plane.admin_api().credentials
+        self.pool = urllib3.PoolManager(
+            maxsize=threads,
+            ca_certs=str(credentials.ca_file),
+            cert_file=str(credentials.cert_file),
+            key_file=str(credentials.key_file),
+        )
+        self.server = credentials.server.rstrip("/")
+
+    def send(self, method: str, path: str, body: Any = None, patch: bool = False) -> bytes:
+        kind = "application/merge-patch+json" if patch else "application/json"
+        answer = self.pool.request(
+            method,
+            self.server + path,
+            body=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": kind},
+            timeout=60.0,
+        )
+        if answer.status >= 300:
+            raise RuntimeError(f"{method} {path}: {answer.status} {answer.data[:300]!r}")
+        return bytes(answer.data)
+
+
+def create_policy(kube: Kube, k: int, prometheus_port: int, since: str) -> None:
+    """Deployment (settled), its pod (ready for an hour), HPA, policy (memory seeded): each
+    created, then given its status."""
+    name = name_of(k)
+    apps = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+    kube.send("POST", apps, deployment(name, replicas=1))
+    settled = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}
+    settled |= {"readyReplicas": 1, "availableReplicas": 1}
+    kube.send("PATCH", f"{apps}/{name}/status", {"status": settled}, patch=True)
+    [pod] = pods(name, 1, dt.datetime.fromisoformat(since), age_s=0.0)
+    ready = {"status": {"phase": "Running", **pod.pop("status")}}
+    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.13.0"}
+    pod["spec"] = {"containers": [engine], "automountServiceAccountToken": False}
+    kube.send("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    kube.send("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-0/status", ready, patch=True)
+    body = hpa(name, target=name, min_replicas=1)
+    kube.send("POST", f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers", body)
+    host = "127.0.0.1" if k % 2 == 0 else "localhost"
+    selector = {"namespace": NAMESPACE, "model_name": name}
+    if not groupable(k):
+        selector[f"adapter_{name}"] = "lora"
+    metrics = {
+        "prometheusUrl": f"http://{host}:{prometheus_port}",
+        "selector": selector,
+        "window": WINDOWS[(k // 2) % 2],
+        "interval": "30s",
+    }
+    spec = policy(name, prometheus_url="", deployment_name=name, hpa_name=name)
+    spec["spec"]["metrics"] = metrics
+    spec["spec"]["budget"]["minReplicas"] = 1
+    for key in ("uid", "generation"):
+        del spec["metadata"][key]
+    kube.send("POST", POLICIES, spec)
+    memory = {"status": {"memory": {"dataSince": since}}}
+    kube.send("PATCH", f"{POLICIES}/{name}/status", memory, patch=True)
+
+
+def create_fleet(plane: ControlPlane, count: int, prometheus_port: int, threads: int) -> float:
+    """Every policy's objects, ``threads`` at a time; the wall seconds it took."""
+    admin = plane.admin_api()
+    admin.post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    # Pods need the namespace's default ServiceAccount, which the (absent)
+    # controller-manager would create.
+    admin.post(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
+    crd = ROOT / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
+    applied = subprocess.run(
+        [str(tool("kubectl")), "--kubeconfig", str(plane.kubeconfig), "apply", "-f", str(crd)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if applied.returncode != 0:
+        raise RuntimeError(applied.stderr)
+    kube = Kube(plane, threads)
+
+    def served() -> bool | None:
+        try:
+            return bool(kube.send("GET", POLICIES))
+        except RuntimeError:  # 404 until the CRD is established
+            return None
+
+    wait_for(served, 30.0, "the policy CRD served", every_s=0.5)
+    since = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda k: create_policy(kube, k, prometheus_port, since), range(count)))
+    return time.monotonic() - started
+
+
+# --- counters ------------------------------------------------------------------------------
+
+
+def samples(text: str, wanted: str) -> Iterator[tuple[dict[str, str], float]]:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == wanted:
+                yield sample.labels, sample.value
+
+
+def api_requests(kube: Kube) -> dict[str, float]:
+    """kube-apiserver's requests so far, by "VERB resource[/subresource]"."""
+    out: dict[str, float] = collections.defaultdict(float)
+    for labels, value in samples(kube.send("GET", "/metrics").decode(), "apiserver_request_total"):
+        if labels.get("resource") in OPERATOR_RESOURCES:
+            sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+            out[f"{labels['verb']} {labels['resource']}{sub}"] += value
+    return out
+
+
+def prometheus_requests(port: int) -> dict[str, float]:
+    """Prometheus's HTTP API requests so far, by handler."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    out: dict[str, float] = collections.defaultdict(float)
+    for labels, value in samples(text, "prometheus_http_requests_total"):
+        if labels["handler"].startswith("/api/"):
+            out[labels["handler"]] += value
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return math.nan
+
+
+class Evaluations:
+    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.times: dict[str, list[float]] = collections.defaultdict(list)
+        self.counters: dict[str, float] = {}
+
+    def poll(self) -> None:
+        with urllib.request.urlopen(self.url, timeout=60) as answer:
+            text = answer.read().decode()
+        counters: dict[str, float] = collections.defaultdict(float)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "cachescale_last_evaluation_timestamp_seconds":
+                    seen = self.times[sample.labels["policy"]]
+                    if not seen or seen[-1] != sample.value:
+                        seen.append(sample.value)
+                elif sample.name.startswith(
+                    (
+                        "cachescale_evaluation_lateness_seconds",
+                        "cachescale_evaluation_missed",
+                        "cachescale_kube",
+                        "cachescale_evaluation_errors_total",
+                        "cachescale_decisions_total",
+                    )
+                ) and not sample.name.endswith("_created"):
+                    key = sample.name + json.dumps(
+                        {k: v for k, v in sample.labels.items() if k not in PER_POLICY},
+                        sort_keys=True,
+                    )
+                    counters[key] += sample.value
+        self.counters = dict(counters)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
+def schedule(
+    times: Mapping[str, list[float]],
+    names: Sequence[str],
+    start: float,
+    end: float,
+    interval: float,
+) -> tuple[list[float], int, int]:
+    """Lateness of each evaluation in [start, end], intervals missed, evaluations counted.
+
+    Lateness is the gap since the policy's previous evaluation minus the interval; a gap
+    (the one still open at ``end`` included) of more than 1.5 intervals misses the
+    intervals it spans beyond the first.
+    """
+    lateness: list[float] = []
+    missed = counted = 0
+    for name in names:
+        seen = [t for t in times.get(name, []) if t <= end]
+        inside = [t for t in seen if t >= start]
+        counted += len(inside)
+        edges = [t for t in seen if t < start][-1:] + inside
+        if not edges:
+            missed += round((end - start) / interval)
+            continue
+        for previous, following in itertools.pairwise([*edges, end]):
+            gap = following - previous
+            if following != end:
+                lateness.append(max(0.0, gap - interval))
+            if gap > 1.5 * interval:
+                missed += math.floor(gap / interval + 0.5) - 1
+    return lateness, missed, counted
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """Every counter at one moment."""
+
+    at: float
+    prometheus: dict[str, float]
+    api: dict[str, float]
+    cpu: dict[str, float]
+    own: dict[str, float]
+    load: str
+
+
+def snapshot(
+    prom_port: int, kube: Kube, pids: Mapping[str, int], evaluations: Evaluations
+) -> Snapshot:
+    return Snapshot(
+        at=time.time(),
+        prometheus=prometheus_requests(prom_port),
+        api=api_requests(kube),
+        cpu={name: cpu_s(pid) for name, pid in pids.items()},
+        own=dict(evaluations.counters),
+        load=Path("/proc/loadavg").read_text(encoding="ascii").split()[0],
+    )
+
+
+def delta(after: Mapping[str, float], before: Mapping[str, float], per: float) -> dict[str, float]:
+    """``after - before`` per key, divided by ``per``; keys that did not move left out."""
+    moved = {k: (after.get(k, 0.0) - before.get(k, 0.0)) / per for k in set(after) | set(before)}
+    return {k: v for k, v in sorted(moved.items()) if round(v, 1) != 0}
+
+
+@dataclass
+class Run:
+    """What one size measured (:func:`measure`), before rendering."""
+
+    count: int
+    creation_s: float
+    first_round_s: float
+    evaluated: int
+    a: Snapshot
+    b: Snapshot
+    baseline: dict[str, float]
+    """The API server's own requests per interval, before the operator started."""
+    evaluations: Evaluations
+    rss_mib: float
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> Run:
+    count = args.policies
+    with ExitStack() as stack:
+        plane = stack.enter_context(control_plane(envtest_assets(workdir)))
+        exporter_port = stack.enter_context(Fleet(count).serve())
+        shards = math.ceil(count / SHARD)
+        prom_port, prom_pid = stack.enter_context(prometheus(workdir, exporter_port, shards))
+        creation_s = create_fleet(plane, count, prom_port, args.threads)
+        print(f"created {count} policies in {creation_s:.0f} s", flush=True)
+        wait_for(
+            lambda: len(prom_query(prom_port, "up == 1")) == shards or None,
+            120.0,
+            "every shard scraped",
+            every_s=1.0,
+        )
+        kube = Kube(plane, 2)
+        before = api_requests(kube)
+        time.sleep(BASELINE_S)
+        baseline = delta(api_requests(kube), before, BASELINE_S / INTERVAL_S)
+        metrics_port = free_port()
+        operator = stack.enter_context(
+            operator_process(
+                workdir / "operator",
+                plane.kubeconfig,
+                namespaces=(NAMESPACE,),
+                flags=("--metrics-port", str(metrics_port)),
+            )
+        )
+        pids = {
+            "operator": operator.process.pid,
+            "prometheus": prom_pid,
+            "apiserver": plane.component("kube-apiserver").process.pid,
+        }
+        evaluations = Evaluations(f"http://127.0.0.1:{metrics_port}/metrics")
+        names = [name_of(k) for k in range(count)]
+        started = time.time()
+
+        def all_evaluated() -> bool | None:
+            evaluations.poll()
+            return True if all(evaluations.times.get(n) for n in names) else None
+
+        with contextlib.suppress(AssertionError):  # never all evaluated: measured all the same
+            wait_for(all_evaluated, args.settle, "every policy evaluated", every_s=5.0)
+        first_round_s = time.time() - started
+        evaluated = sum(1 for n in names if evaluations.times.get(n))
+        print(f"{evaluated} policies evaluated after {first_round_s:.0f} s", flush=True)
+        time.sleep(INTERVAL_S)  # one more interval: the first round's writes are not steady
+        evaluations.poll()
+        a = snapshot(prom_port, kube, pids, evaluations)
+        while time.time() < a.at + args.rounds * INTERVAL_S:
+            time.sleep(POLL_S)
+            evaluations.poll()
+        b = snapshot(prom_port, kube, pids, evaluations)
+        if operator.process.poll() is not None:
+            raise RuntimeError(f"cachescale run exited:\n{operator.tail()}")
+        rss = peak_rss_mib(operator.process.pid)
+    return Run(count, creation_s, first_round_s, evaluated, a, b, baseline, evaluations, rss)
+
+
+def render(args: argparse.Namespace, run: Run) -> str:
+    """The run as a Markdown block for bench/RESULTS.md."""
+    rounds = (run.b.at - run.a.at) / INTERVAL_S
+    names = [name_of(k) for k in range(run.count)]
+    late, missed, counted = schedule(run.evaluations.times, names, run.a.at, run.b.at, INTERVAL_S)
+    api = delta(run.b.api, run.a.api, rounds)
+    api = {k: v - run.baseline.get(k, 0.0) for k, v in api.items()}
+    api = {k: v for k, v in api.items() if round(v, 1) != 0}
+    by_verb: dict[str, float] = collections.defaultdict(float)
+    for key, value in api.items():
+        by_verb[key.split()[0]] += value
+    prom = delta(run.b.prometheus, run.a.prometheus, rounds)
+    cpu = delta(run.b.cpu, run.a.cpu, rounds)
+    own = delta(run.b.own, run.a.own, rounds)
+    command = " ".join(["python -m bench.bench_fleet", *sys.argv[1:]])
+    lines = [
+        f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {run.count:,} policies, `{command}`",
+        "",
+        f"- operator: `{git_describe()}`",
+        f"- machine: {machine()}",
+        f"- setup: {run.count:,} × (Deployment + pod + HPA + policy) created in "
+        f"{run.creation_s:.0f} s "
+        f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies evaluated at "
+        f"least once {run.first_round_s:.0f} s after the operator started; then measured "
+        f"{rounds:.2f} intervals of 30 s, one interval later; 1-minute load average "
+        f"{run.a.load} at its start, {run.b.load} at its end (everything runs under nice 10 "
+        "on a machine shared with other jobs)",
+        "",
+        "| per 30 s interval | value |",
+        "|---|---|",
+        f"| evaluations (wanted {run.count:,}) | {counted / rounds:,.0f} |",
+        f"| missed intervals (policy × interval, whole window) | {missed:,} |",
+        f"| lateness p95 / max (s), over {len(late):,} evaluations after a first | "
+        + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
+        f"| Prometheus API requests | {sum(prom.values()):,.0f} "
+        f"({', '.join(f'{k} {v:,.0f}' for k, v in prom.items())}) |",
+        f"| API-server requests (minus its own baseline) | {sum(api.values()):,.1f} "
+        f"({', '.join(f'{k} {v:,.1f}' for k, v in by_verb.items())}) |",
+        *(f"| — {k} | {v:,.1f} |" for k, v in sorted(api.items(), key=lambda kv: -kv[1])),
+        f"| operator CPU-seconds | {cpu.get('operator', 0.0):.2f} "
+        f"({cpu.get('operator', 0.0) / INTERVAL_S:.2f} cores) |",
+        f"| operator peak RSS (VmHWM) | {run.rss_mib:,.0f} MiB |",
+        f"| Prometheus / API-server CPU-seconds | {cpu.get('prometheus', 0.0):.2f} "
+        f"/ {cpu.get('apiserver', 0.0):.2f} |",
+        *own_rows(own),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def own_rows(own: Mapping[str, float]) -> list[str]:
+    """The operator's own counters, per interval; its lateness histogram as a p95 bound."""
+    bucket = "cachescale_evaluation_lateness_seconds_bucket"
+    buckets = sorted(
+        (float(json.loads(k[len(bucket) :])["le"]), v)
+        for k, v in own.items()
+        if k.startswith(bucket)
+    )
+    rows = [f"| operator's own `{k}` | {v:,.1f} |" for k, v in own.items() if bucket not in k]
+    if buckets and buckets[-1][1] > 0:
+        bound = next(le for le, seen in buckets if seen >= 0.95 * buckets[-1][1])
+        rows.append(f"| operator's own lateness histogram: p95 ≤ | {bound:g} s |")
+    return rows
+
+
+def git_describe() -> str:
+    """The last commit that changed the operator's code, and the branch checked out."""
+    git = ["git", "-C", str(ROOT)]
+    last = [*git, "log", "-1", "--format=%h %s", "--", "operator"]
+    commit = subprocess.run(last, capture_output=True, text=True, check=False).stdout.strip()
+    branch = [*git, "branch", "--show-current"]
+    on = subprocess.run(branch, capture_output=True, text=True, check=False).stdout.strip()
+    return f"{commit[:80]} (on {on})"
+
+
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line), "?")
+    return (
+        f"{len(os.sched_getaffinity(0))} vCPU {model}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="intervals measured")
+    parser.add_argument(
+        "--settle", type=float, default=300.0, help="seconds to wait for every first evaluation"
+    )
+    parser.add_argument("--threads", type=int, default=16, help="creation threads")
+    parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        try:
+            block = render(args, measure(args, Path(tmp)))
+        except Exception:
+            for log in sorted(Path(tmp).rglob("*.log")):
+                print(f"--- {log}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+            raise
+    print(block)
+    if args.append:
+        with (ROOT / "bench" / "RESULTS.md").open("a", encoding="utf-8") as results:
+            results.write("\n" + block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
