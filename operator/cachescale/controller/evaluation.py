@@ -153,8 +153,8 @@ class Operator:
     default_prometheus_url: str | None = None
     """``--default-prometheus-url``: read when a policy gives no ``prometheusUrl``. The
     cluster owner chose it, so the allow list does not apply to it."""
-    # The parts of an evaluation that may be wrapped from outside, e.g. to time them (the
-    # operator benchmark, bench/bench_operator.py); the defaults are the real ones.
+    # The parts of an evaluation that may be replaced from outside (the tests count
+    # queries and slow decisions down through them); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
     """Makes the client for one Prometheus endpoint."""
     status_writes: StatusWrites = field(default_factory=StatusWrites)

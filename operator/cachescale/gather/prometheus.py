@@ -342,7 +342,7 @@ class PrometheusClient:
         """Run ``queries`` on worker threads and wait for them until ``deadline`` at most:
         the queries still in flight then are abandoned, so the caller returns on time even
         if a server keeps a socket alive. A ``batch`` goes through ``query`` once per query
-        (a seam wrappers time, ``bench/bench_operator.py``) and its error counts the
+        (a seam tests count through) and its error counts the
         answered queries; a single ``query``, already that seam, goes to the retry loop.
 
         The threads are daemons, not a ``ThreadPoolExecutor``'s, whose threads the
