@@ -29,6 +29,10 @@ RULES = {
     "no-autoscaler.yaml": ("spec.target", "set exactly one of hpaName"),
     "num-seqs-inverted.yaml": ("spec.batching", "must be less than or equal to maxNumSeqs"),
     "p99-below-p95.yaml": ("spec.slo", "must be at least ttftP95Seconds"),
+    "prompt-source-bad-namespace.yaml": (
+        "spec.cache.promptSources[0].namespace",
+        "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+    ),
     "two-autoscalers.yaml": ("spec.target", "set exactly one of hpaName"),
     "unknown-field.yaml": ("spec.slo.ttftP95", "unknown field"),
 }
