@@ -26,7 +26,8 @@ NAMED_FIELD = {
     "no-autoscaler.yaml": "spec.target: set exactly one of hpaName",
     "num-seqs-inverted.yaml": "minNumSeqs (64)",
     "p99-below-p95.yaml": "ttftP99Seconds (1.0) must be at least ttftP95Seconds (2.0)",
-    "prompt-source-bad-namespace.yaml": "spec.cache.promptSources[0].namespace: 'RAG_Prod' has the wrong form",
+    "prompt-source-bad-namespace.yaml": "spec.cache.promptSources[0].namespace: 'RAG_Prod' "
+    "has the wrong form",
     "two-autoscalers.yaml": "scaledObjectName (a KEDA ScaledObject, which owns the HPA it "
     "generates); both are set",
     "unknown-field.yaml": "spec.slo.ttftP95: unknown field",
