@@ -520,12 +520,21 @@ def test_bad_input_is_one_line_and_a_documented_code(
     assert named in lines[0], lines[0]
 
 
+def as_from_a_terminal() -> None:
+    """In the child, before exec: SIGINT unblocked and at its default action, as a shell
+    starts a command. Both are inherited across exec, and a test runner's worker process
+    may have SIGINT ignored or blocked, which Python would keep: no KeyboardInterrupt."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_a_simulation_is_exit_130_without_a_traceback() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "cachescale.cli", "simulate", "--scenario", "rag-rechunk"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     time.sleep(4)  # past the imports, inside the simulation (it runs for about a minute)
     process.send_signal(signal.SIGINT)
