@@ -11,16 +11,17 @@ the first simulated second: each fails within seconds.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from cachescale.api.exit_codes import ExitCode
+from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = (REPO / "examples" / "policy-vllm.yaml").read_text(encoding="utf-8")
@@ -528,6 +529,12 @@ def as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_ctrl_c_in_a_simulation_is_exit_130_without_a_traceback() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "cachescale.cli", "simulate", "--scenario", "rag-rechunk"],
@@ -536,7 +543,11 @@ def test_ctrl_c_in_a_simulation_is_exit_130_without_a_traceback() -> None:
         text=True,
         preexec_fn=as_from_a_terminal,
     )
-    time.sleep(4)  # past the imports, inside the simulation (it runs for about a minute)
+    # Past the imports (under a second of CPU), inside the simulation (about a minute of
+    # CPU): counted in CPU time, which a loaded machine does not stretch as it does wall time.
+    wait_for(
+        lambda: True if cpu_seconds(process.pid) >= 2.0 else None, 60, "the simulation running"
+    )
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == ExitCode.INTERRUPTED, err
