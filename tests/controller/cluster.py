@@ -24,13 +24,18 @@ from kubernetes import client
 
 from cachescale.controller.kube import KubeApi
 
+DEPLOYMENTS = "apps/v1/deployments"
+HPAS = "autoscaling/v2/horizontalpodautoscalers"
+PODS = "v1/pods"
+POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
+"""The emulator's keys of the kinds the tests put and get."""
 RESOURCES = {
-    "apps/v1/deployments": "Deployment",
-    "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
-    "v1/pods": "Pod",
+    DEPLOYMENTS: "Deployment",
+    HPAS: "HorizontalPodAutoscaler",
+    PODS: "Pod",
     "v1/events": "Event",
     "v1/secrets": "Secret",
-    "cachescale.dev/v1alpha1/cachescalingpolicies": "CacheScalingPolicy",
+    POLICIES: "CacheScalingPolicy",
 }
 NAMESPACE = "llm"
 

@@ -31,14 +31,13 @@ import kmock
 import kmock._internal.parsing as kmock_parsing
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.controller.cluster import NAMESPACE, FakeCluster
+from tests.controller.cluster import DEPLOYMENTS, HPAS, NAMESPACE, PODS, POLICIES, FakeCluster
 from tests.polling import wait_for
 from tests.prometheus_fixture import free_port_block
 
-POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 SERVED_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 OBSERVED_VERBS = {"get", "list", "watch"}
-TARGET_KINDS = ("apps/v1/deployments", "autoscaling/v2/horizontalpodautoscalers", "v1/pods")
+TARGET_KINDS = (DEPLOYMENTS, HPAS, PODS)
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")

@@ -33,7 +33,9 @@ from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import AllowedUrls
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
 from tests.controller.cluster import (
+    HPAS,
     NAMESPACE,
+    POLICIES,
     Clock,
     FakeCluster,
     deployment,
@@ -46,8 +48,6 @@ from tests.gather.conftest import synthetic_prometheus  # noqa: F401 (a fixture)
 from tests.gather.gather_dataset import AT
 from tests.gather.gather_fakes import closed_port_url
 
-POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
-HPAS = "autoscaling/v2/horizontalpodautoscalers"
 MODELS = ("steady", "reset", "legacy", "idle", "saturated", "missing", "sg")
 """Engines of the dataset in namespace llm (``missing`` exports nothing; ``sg`` is SGLang,
 so a vLLM policy finds no profile)."""

@@ -30,7 +30,11 @@ from cachescale.controller.kube import KubeApi, NotFoundError
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.workload import Target, TargetError, _selector, read_target
 from tests.controller.cluster import (
+    DEPLOYMENTS,
+    HPAS,
     NAMESPACE,
+    PODS,
+    POLICIES,
     Clock,
     FakeCluster,
     deployment,
@@ -44,10 +48,6 @@ from tests.controller.test_controller_keda import SCALED_OBJECTS, keda_hpa, scal
 from tests.controller.test_shard import parse_run
 from tests.gather.gather_fakes import FakePrometheus
 
-DEPLOYMENTS = "apps/v1/deployments"
-HPAS = "autoscaling/v2/horizontalpodautoscalers"
-PODS = "v1/pods"
-POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 HPA_TARGET = TargetSpec(deployment_name="vllm", hpa_name="vllm")
 KEDA_TARGET = TargetSpec(deployment_name="vllm", scaled_object_name="vllm")
 

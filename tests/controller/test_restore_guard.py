@@ -13,11 +13,10 @@ from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Member, Runtime, restore_on_delete
 from cachescale.controller.scheduler import Due
 from cachescale.decide import Decision, decide
-from tests.controller.cluster import Clock, FakeCluster, deployment, hpa, pods, policy
+from tests.controller.cluster import HPAS, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.gather.gather_fakes import FakePrometheus
 
 restore: Any = restore_on_delete  # kopf types its handlers as its own protocols
-HPAS = "autoscaling/v2/horizontalpodautoscalers"
 
 
 def test_the_restore_waits_out_an_evaluation_and_none_starts_after(
