@@ -3,8 +3,9 @@
 The session's release is upgraded to ``replicaCount=2``: the chart then creates the
 ClusterKopfPeering and grants access to it. Two ``cachescale run --peering <release>``
 processes (cluster-wide, like the chart's pods) then run as the chart's ServiceAccount
-against the same API server. Exactly one evaluates: counted from each process's log and
-from the API server's audit log of status writes. When the active one is killed
+against the same API server. The first, with the lower ``--priority``, acts alone; once
+the second joins it pauses, and exactly one evaluates: counted from each process's log
+and from the API server's audit log of status writes. When the active one is killed
 (``kill -9``: no goodbye in the peering object), the other takes over once the dead
 peer's record expires: within kopf's peering lifetime (60 s) plus one evaluation
 interval (docs/install.md, Leader election).
@@ -68,22 +69,36 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
         body["metadata"] = {"name": APP}
         apply(cluster, namespace, body)
         with ExitStack() as stack:
-            peers = [
-                stack.enter_context(
-                    operator_process(tmp_path / name, kubeconfig, peering=release.name)
+            # The first peer acts alone; a second with a higher priority joins, and the
+            # first must pause: its own watch of the peering object stops its scheduler.
+            first = stack.enter_context(
+                operator_process(
+                    tmp_path / "low", kubeconfig, peering=release.name, flags=("--priority", "10")
                 )
-                for name in ("a", "b")
-            ]
+            )
+            until(
+                lambda: True if evaluations(first, namespace) else None,
+                "the first peer's evaluation, alone",
+                60,
+            )
+            second = stack.enter_context(
+                operator_process(
+                    tmp_path / "high", kubeconfig, peering=release.name, flags=("--priority", "20")
+                )
+            )
+            peers = [first, second]
 
-            # The first peer may act alone for a moment. Once the peering object lists
-            # both, the lower priority pauses (or stays paused from its start, silently):
-            # from then on exactly one may evaluate.
             def both_listed() -> bool | None:
                 peering = get(cluster, "clusterkopfpeering", release.name) or {}
                 return True if len(peering.get("status") or {}) >= 2 else None
 
             until(both_listed, "both peers in the ClusterKopfPeering", 60)
-            time.sleep(2.0)  # the peering event reaches both watchers
+            until(
+                lambda: True if "peering: paused in favour of" in first.output() else None,
+                "the first peer's pause",
+                30,
+            )
+            time.sleep(1.0)  # an evaluation under way at the pause ends
             start = [evaluations(p, namespace) for p in peers]
 
             def three_more() -> bool | None:
@@ -92,10 +107,10 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
 
             until(three_more, "three more evaluations", 90)
             grown = [evaluations(p, namespace) - n for p, n in zip(peers, start, strict=True)]
-            assert sorted(grown)[0] == 0, f"both peers evaluated: {grown}"
-            index = 0 if grown[0] else 1
-            active, standby = peers[index], peers[1 - index]
-            counts = [grown[index], grown[1 - index]]
+            assert grown[0] == 0, f"the paused peer evaluated: low/high {grown}"
+            assert grown[1] >= 3, f"evaluations low/high once paired: {grown}"
+            active, standby = second, first
+            counts = [grown[1], grown[0]]
             if cluster.plane is not None:
                 user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
                 writes = cluster.plane.writes(user, "cachescalingpolicies/status", namespace)
@@ -103,7 +118,7 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
                 # once the writes are read, so a write is never seen before its line.
                 time.sleep(1.0)
                 total = sum(evaluations(p, namespace) for p in peers)
-                assert evaluations(standby, namespace) == start[1 - index], "standby evaluated"
+                assert evaluations(standby, namespace) == start[0], "standby evaluated"
                 assert len(writes) <= total, (len(writes), total)
                 print(
                     f"evaluations active/standby once both peered {counts}; status writes "

@@ -40,9 +40,7 @@ def test_the_restore_waits_out_an_evaluation_and_none_starts_after(
     memo = kopf.Memo(runtime=runtime)
     body = kopf.Body(cast(kopf.RawBody, raw))
     no_claims: Any = {}
-    runtime.members["uid-vllm"] = Member(
-        body, no_claims, asyncio.Event(), runtime.guard("uid-vllm")
-    )
+    runtime.members["uid-vllm"] = Member(body, no_claims, runtime.guard("uid-vllm"))
     due = [Due("uid-vllm", 0.0, 10.0)]
 
     async def scenario() -> None:

@@ -1,5 +1,5 @@
 """Shards (``cachescale run --policy-selector``): the flag, which watch carries the
-selector, and the event handler that stops a policy's loop once it leaves the watch.
+selector, and the event handler that unregisters a policy once it leaves the watch.
 
 The API server's side (the filtered list and watch, the deletion sent when a policy is
 relabelled out) needs a real API server: e2e/test_operator_shards.py.
@@ -20,14 +20,14 @@ from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
 from cachescale.controller import command
 from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Runtime, departures, policy_loop
+from cachescale.controller.handlers import Runtime, membership
+from cachescale.controller.scheduler import Due
 from cachescale.controller.serve import shard_settings
 from tests.controller.cluster import FakeCluster, policy
 
 # kopf types its decorated handlers as its own protocols; these tests call them with the
 # few keyword arguments they read.
-on_event: Any = departures
-daemon: Any = policy_loop
+on_event: Any = membership
 
 POLICIES = kopf.Resource(GROUP, VERSION, PLURAL, kind="CacheScalingPolicy", namespaced=True)
 OTHERS = [
@@ -76,43 +76,30 @@ def test_without_a_selector_nothing_is_filtered() -> None:
         assert settings.watching.label_selectors.collect(resource) == []
 
 
-class Stopped:
-    """What the loop uses of kopf's ``DaemonStopped``: never stopped, short waits."""
-
-    def __bool__(self) -> bool:
-        return False
-
-    async def wait(self, timeout: float | None = None) -> None:
-        await asyncio.sleep(0.02)
-
-
 def body_of(raw: dict[str, Any]) -> kopf.Body:
     return kopf.Body(cast(kopf.RawBody, raw))
 
 
-def deleted(raw: dict[str, Any]) -> kopf.RawEvent:
-    return cast(kopf.RawEvent, {"type": "DELETED", "object": raw})
+def event_of(event_type: str | None, raw: dict[str, Any]) -> kopf.RawEvent:
+    return cast(kopf.RawEvent, {"type": event_type, "object": raw})
 
 
-def test_a_policy_that_leaves_the_watch_stops_its_loop(
+def test_a_policy_that_leaves_the_watch_is_no_longer_evaluated(
     cluster: FakeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Relabelled out of the shard, the policy arrives as a deletion with no deletion under
-    way: its loop stops before another evaluation, and its metrics go."""
+    way: it is unregistered before another evaluation, and its metrics go."""
     runtime = Runtime(Operator(cluster.api))
     raw = policy(prometheus_url="http://127.0.0.1:1")
     memo = kopf.Memo(runtime=runtime)
 
     async def scenario() -> int:
         runtime.scheduler.start()
-        loop = asyncio.create_task(
-            daemon(body=body_of(raw), memo=memo, stopped=Stopped(), claims={})
-        )
+        await on_event(event=event_of(None, raw), body=body_of(raw), memo=memo, claims={})
         while "/vllm: " not in caplog.text:  # a first evaluation (within the 10 s interval)
             await asyncio.sleep(0.02)
-        assert list(runtime.departed) == ["uid-vllm"]
-        on_event(event=deleted(raw), body=body_of(raw), memo=memo)
-        await asyncio.wait_for(loop, 5.0)
+        assert list(runtime.members) == ["uid-vllm"]
+        await on_event(event=event_of("DELETED", raw), body=body_of(raw), memo=memo, claims={})
         runtime.scheduler.stop()
         return caplog.text.count("vllm: ")
 
@@ -120,35 +107,78 @@ def test_a_policy_that_leaves_the_watch_stops_its_loop(
     with caplog.at_level(logging.INFO):
         runtime.operator.metrics.failed("llm", "vllm", Problem.INTERNAL)
         evaluated = asyncio.run(scenario())
-    assert runtime.departed == {}
     assert runtime.members == {}
+    assert runtime.scheduler.schedule.next_wake(0.0) is None, "still scheduled"
     assert "left this operator's watch" in caplog.text
     assert evaluated >= 1
     assert runtime.operator.metrics._series == {}
 
 
-@pytest.mark.parametrize(
-    ("event_type", "deletion_under_way"), [("MODIFIED", False), ("ADDED", False), ("DELETED", True)]
-)
-def test_other_events_leave_the_loop_alone(
-    cluster: FakeCluster, event_type: str, deletion_under_way: bool
+@pytest.mark.parametrize("event_type", [None, "ADDED", "MODIFIED"])
+def test_a_listed_added_or_changed_policy_is_registered_once_with_its_newest_body(
+    cluster: FakeCluster, event_type: str | None
 ) -> None:
-    """Only a disappearance without a deletion stops the loop here; a deletion stops it
-    through kopf (the restore must have the last word)."""
     runtime = Runtime(Operator(cluster.api))
+    memo = kopf.Memo(runtime=runtime)
+    first = policy(prometheus_url="http://127.0.0.1:1")
+    edited = policy(prometheus_url="http://127.0.0.1:1", extra={"metrics": {"interval": "60s"}})
+
+    async def scenario() -> float:
+        for kind, raw in ((event_type, first), ("MODIFIED", edited)):
+            await on_event(event=event_of(kind, raw), body=body_of(raw), memo=memo, claims={})
+        entry = runtime.scheduler.schedule._entries["uid-vllm"]
+        return entry.interval()
+
+    assert asyncio.run(scenario()) == 60.0, "the interval is read from the newest body"
+    assert list(runtime.members) == ["uid-vllm"]
+    assert runtime.members["uid-vllm"].body["spec"]["metrics"]["interval"] == "60s"
+
+
+@pytest.mark.parametrize("event_type", ["MODIFIED", "DELETED"])
+def test_a_deletion_under_way_unregisters_without_forgetting_the_metrics(
+    cluster: FakeCluster, event_type: str
+) -> None:
+    """Being deleted, the policy is no longer evaluated (the restore has the last word,
+    and the delete handler forgets its metrics then)."""
+    runtime = Runtime(Operator(cluster.api))
+    memo = kopf.Memo(runtime=runtime)
     raw = policy(prometheus_url="http://127.0.0.1:1")
-    if deletion_under_way:
+    runtime.operator.metrics.failed("llm", "vllm", Problem.INTERNAL)
+
+    async def scenario() -> None:
+        await on_event(event=event_of(None, raw), body=body_of(raw), memo=memo, claims={})
         raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    gone = runtime.departed["uid-vllm"] = asyncio.Event()
-    event = cast(kopf.RawEvent, {"type": event_type, "object": raw})
-    on_event(event=event, body=body_of(raw), memo=kopf.Memo(runtime=runtime))
-    assert not gone.is_set()
-    assert runtime.departed == {"uid-vllm": gone}
+        await on_event(event=event_of(event_type, raw), body=body_of(raw), memo=memo, claims={})
+
+    asyncio.run(scenario())
+    assert runtime.members == {}
+    assert runtime.operator.metrics._series != {}
 
 
-def test_departures_watch_every_policy_event() -> None:
+def test_a_peering_pause_forgets_every_policy_and_submits_nothing(cluster: FakeCluster) -> None:
+    """Paused, the replica evaluates nothing, even a policy that joins from an event that
+    came in as the pause began; kopf's relisting on resume registers them again."""
+    runtime = Runtime(Operator(cluster.api))
+    memo = kopf.Memo(runtime=runtime)
+    raw = policy(prometheus_url="http://127.0.0.1:1")
+
+    async def scenario() -> None:
+        await on_event(event=event_of(None, raw), body=body_of(raw), memo=memo, claims={})
+        runtime.turn(False)
+        assert runtime.members == {}
+        await on_event(event=event_of("MODIFIED", raw), body=body_of(raw), memo=memo, claims={})
+        job = runtime._job([Due("uid-vllm", 0.0, 10.0)])
+        job()
+        runtime.turn(True)
+        assert list(runtime.members) == ["uid-vllm"]
+
+    asyncio.run(scenario())
+    assert list(cluster.emulator) == [], "a paused replica sent a request"
+
+
+def test_membership_watches_every_policy_event() -> None:
     registry = kopf.get_default_registry()
-    watching = [h for h in registry._watching.get_all_handlers() if h.fn is departures]
+    watching = [h for h in registry._watching.get_all_handlers() if h.fn is membership]
     assert len(watching) == 1
     handler = watching[0]
     assert handler.selector is not None

@@ -32,6 +32,8 @@ from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
 
 PROG = "cachescale run"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+PRIORITIES = (1, 32_767)
+"""The peering priorities a replica may have (``--priority``; random when not given)."""
 
 
 def _port_or_off(text: str) -> int:
@@ -52,6 +54,17 @@ def _object_name(text: str) -> str:
             f"{text!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)"
         )
     return text
+
+
+def _priority(text: str) -> int:
+    """``--priority``: a peering priority kopf accepts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not PRIORITIES[0] <= value <= PRIORITIES[1]:
+        raise argparse.ArgumentTypeError(f"{text} is not within {PRIORITIES[0]}..{PRIORITIES[1]}")
+    return value
 
 
 def _policy_selector(text: str) -> LabelSelector:
@@ -116,6 +129,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     peering.add_argument(
         "--standalone", action="store_true", help="no peering: a single replica (default)"
+    )
+    parser.add_argument(
+        "--priority",
+        type=_priority,
+        metavar="N",
+        help=(
+            "this replica's peering priority: among live peers the highest acts, and equal "
+            f"ones all pause (default: random in {PRIORITIES[0]}..{PRIORITIES[1]})"
+        ),
     )
     parser.add_argument(
         "--no-scanning",

@@ -2,12 +2,14 @@
 
 kopf watches the policies, holds their finalizers and pauses the operator when a peer
 with a higher priority is active; the scheduler (``scheduler.py``) decides when each
-policy is evaluated. Each ``CacheScalingPolicy`` gets a kopf daemon that only registers
-it with the scheduler and waits: kopf stops that daemon on deletion, on a peering pause
-and at shutdown, and :func:`departures` stops it when the policy leaves the watch while it
-still exists (relabelled out of ``--policy-selector``), which kopf would not do; every
-way out unregisters the policy. A daemon is an idle task (what thousands of them cost:
-docs/decisions.md, "Scheduling evaluations").
+policy is evaluated. Every watch event of a ``CacheScalingPolicy`` reaches
+:func:`membership`, which registers the policy with the scheduler (or refreshes the body
+it will be evaluated from) and unregisters it once it is being deleted or has left the
+watch (deleted, or relabelled out of ``--policy-selector``). There is no task per policy:
+an idle kopf daemon per policy cost about 190 KiB and 1.7 ms of CPU a minute
+(docs/decisions.md, "Scheduling evaluations"). With ``--peering`` the operator follows
+kopf's pause itself (``peering.py``): on a pause every policy is unregistered and nothing
+is submitted, and kopf's relisting on resume registers each policy that still exists.
 
 The scheduler submits the policies of one gather group that are due together as one
 job to a bounded worker pool: the event loop never waits on I/O, the group's signals are
@@ -27,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import threading
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -82,14 +83,15 @@ class Guard:
 
 @dataclass
 class Member:
-    """A policy registered with the scheduler, as its daemon left it."""
+    """A policy registered with the scheduler, as its last watch event left it."""
 
     body: kopf.Body
-    """kopf's live view of the object: each evaluation reads it as it is then."""
+    """The object as last seen: each evaluation reads it as it is then."""
     claims: kopf.Index[ClaimKey, Claimant]
-    gone: asyncio.Event
     guard: Guard
     registered: bool = True
+    departed: bool = False
+    """It left this operator's watch while it still exists: its metrics go."""
 
 
 @dataclass
@@ -114,9 +116,9 @@ class Runtime:
     """Whether kopf lists and watches namespaces and CRDs. Off where RBAC grants neither
     (namespaced Roles): otherwise kopf retries the forbidden lists with backoff for about
     a minute before it serves anything, and keeps logging the 403s."""
-    departed: dict[str, asyncio.Event] = field(default_factory=dict)
-    """Per policy (uid) with a running loop: set when the watch reports it gone while it
-    still exists (:func:`departures`), so that loop stops."""
+    active: bool = True
+    """Whether this replica acts: always when standalone; with ``--peering`` while
+    kopf's rule says so (``controller/peering.py``)."""
     scheduler: Scheduler[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -126,10 +128,44 @@ class Runtime:
         """The policy's guard (created on first use)."""
         return self.guards.setdefault(uid, Guard())
 
+    def join(self, body: kopf.Body, claims: kopf.Index[ClaimKey, Claimant]) -> None:
+        """Register the policy, or have its next evaluation read this newer body (its
+        interval and group are read from the body each time they matter)."""
+        uid = PolicyObject.of(body).uid
+        member = self.members.get(uid)
+        if member is not None:
+            member.body, member.claims = body, claims
+            return
+        member = self.members[uid] = Member(body, claims, self.guard(uid))
+        default_url = self.operator.default_prometheus_url
+        self.scheduler.register(
+            uid,
+            interval=lambda: interval_of(member.body.get("spec", {})),
+            group=lambda: gather_group(member.body, default_url),
+        )
+
+    def leave(self, uid: str, departed: bool = False) -> None:
+        """Stop evaluating the policy (an evaluation under way ends as it would)."""
+        member = self.members.pop(uid, None)
+        if member is not None:
+            member.registered = False
+            member.departed = departed
+            self.scheduler.unregister(uid)
+
+    def turn(self, active: bool) -> None:
+        """Peering: act or pause. A pause forgets every policy, as kopf stops watching
+        then; kopf relists on resume, and every policy that still exists joins again."""
+        self.active = active
+        if not active:
+            for uid in list(self.members):
+                self.leave(uid)
+
     def _job(self, due: list[Due[str]]) -> Job:
         """On the event loop: each due policy as it is now, and its refusal (the
         ``claims`` index is kopf's, read on its loop); the job evaluates them."""
         batch = []
+        if not self.active:  # joined from an event that came in as the pause began
+            return lambda: None
         for member in (self.members.get(d.key) for d in due):
             if member is None or member.body.get("metadata", {}).get("deletionTimestamp"):
                 continue  # unregistered, or being deleted: the restore has the last word
@@ -145,8 +181,9 @@ class Runtime:
 
 
 def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
-    """kopf settings: annotation-based storage, quiet posting, a peering priority, and
-    namespace/CRD scanning only where RBAC allows it."""
+    """kopf settings: annotation-based storage, quiet posting, and namespace/CRD
+    scanning only where RBAC allows it (the peering priority is chosen before kopf
+    starts: ``controller/serve.py``)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
@@ -154,8 +191,6 @@ def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
-    # Peers with equal priorities all pause; distinct ones let exactly one act.
-    settings.peering.priority = random.randint(1, 32_767)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.scanning.disabled = not scanning
@@ -239,69 +274,34 @@ def claims(body: kopf.Body, **_: Any) -> dict[ClaimKey, Claimant]:
     return index_entry(body)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL, id="departures")
-def departures(event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
-    """Stop the loop of a policy the watch reports gone without a deletion under way.
+@kopf.on.event(GROUP, VERSION, PLURAL, id="membership")
+async def membership(event: kopf.RawEvent, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """Keep the scheduler's policies as the watch reports them: a policy listed, added
+    or changed is registered (or refreshed); one being deleted is unregistered (the
+    restore has the last word), and so is one the watch reports gone.
 
-    That is a policy relabelled out of this operator's ``--policy-selector`` (the API
-    server sends a deletion, carrying the old labels, to a filtered watch), or one whose
-    finalizer was removed by hand: kopf forgets the object but does not stop its daemon,
-    which would go on evaluating, and acting, beside the shard the policy moved to. Its
-    metrics go with it (the other shard reports them now). Any policy gone from the watch
-    also drops its last written status (``controller/status_writes.py``)."""
-    if event.get("type") != "DELETED":
-        return
+    A policy gone without a deletion under way was relabelled out of this operator's
+    ``--policy-selector`` (the API server sends a deletion, carrying the old labels, to a
+    filtered watch), or its finalizer was removed by hand: its metrics go with it (the
+    other shard reports them now). Any policy gone from the watch also drops its last
+    written status (``controller/status_writes.py``). Runs on the event loop, like the
+    scheduler."""
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
+    deleting = bool(body.get("metadata", {}).get("deletionTimestamp"))
+    if event.get("type") != "DELETED":
+        if deleting:
+            runtime.leave(policy.uid)
+        else:
+            runtime.join(body, kwargs["claims"])  # indexes come by id
+        return
     runtime.operator.status_writes.forget(policy.uid)
-    if body.get("metadata", {}).get("deletionTimestamp"):
-        return  # a deletion under way stops the loop through kopf, then restores
-    gone = runtime.departed.pop(policy.uid, None)
-    if gone is not None:
-        gone.set()
-        log.info(
-            "%s/%s left this operator's watch: no longer served", policy.namespace, policy.name
-        )
+    if deleting:
+        runtime.leave(policy.uid)
+        return
+    runtime.leave(policy.uid, departed=True)
+    log.info("%s/%s left this operator's watch: no longer served", policy.namespace, policy.name)
     runtime.operator.metrics.forget(policy.namespace, policy.name)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-async def policy_loop(
-    body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any
-) -> None:
-    """Have the scheduler evaluate the policy every interval until it is deleted, leaves
-    the watch (:func:`departures`), the operator pauses for a peer, or it stops."""
-    runtime: Runtime = memo.runtime
-    uid = PolicyObject.of(body).uid
-    gone = runtime.departed[uid] = asyncio.Event()
-    member = Member(body, kwargs["claims"], gone, runtime.guard(uid))  # indexes come by id
-    runtime.members[uid] = member
-    default_url = runtime.operator.default_prometheus_url
-    runtime.scheduler.register(
-        uid,
-        interval=lambda: interval_of(body.get("spec", {})),
-        group=lambda: gather_group(body, default_url),
-    )
-    try:
-        await _until_stopped_or_gone(stopped, gone)
-    finally:
-        member.registered = False
-        if runtime.members.get(uid) is member:  # not a newer loop's, after a return
-            runtime.scheduler.unregister(uid)
-            del runtime.members[uid]
-        if runtime.departed.get(uid) is gone:
-            del runtime.departed[uid]
-
-
-async def _until_stopped_or_gone(stopped: kopf.DaemonStopped, gone: asyncio.Event) -> None:
-    """Return once kopf stops the daemon or the policy leaves the watch."""
-    while not stopped and not gone.is_set():
-        waits = {asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(gone.wait())}
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
 
 
 def _evaluate_batch(
@@ -309,8 +309,8 @@ def _evaluate_batch(
 ) -> None:
     """In a worker: evaluate a group's due policies together, each under its guard. A
     policy whose guard is held (its restore, or a job of the group it just left) or that
-    was unregistered or retired since it was found due is skipped this round. A daemon
-    paused or cancelled mid-evaluation (peering, shutdown) does not stop the worker, so
+    was unregistered or retired since it was found due is skipped this round. A policy
+    unregistered mid-evaluation (peering pause, deletion) does not stop the worker, so
     the log line of each evaluation comes from here."""
     held = [item for item in batch if item[0].guard.lock.acquire(blocking=False)]
     try:
@@ -322,7 +322,7 @@ def _evaluate_batch(
         )
         for (member, policy, _), outcome in zip(serving, outcomes, strict=True):
             _log(runtime, policy, outcome)
-            if member.gone.is_set():  # it left the watch while it was being evaluated
+            if member.departed:  # it left the watch while it was being evaluated
                 runtime.operator.metrics.forget(policy.namespace, policy.name)
     finally:
         for member, _, _ in held:

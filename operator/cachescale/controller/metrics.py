@@ -5,8 +5,9 @@ on (``docs/metrics.md``). A signal that is unknown is an absent series, never 0:
 gauge is removed for that policy until it is known again. Deleting a policy removes all
 its series. One series is the operator's own, not a policy's:
 ``cachescale_kube_requests_total{verb}``, the Kubernetes API requests it sent (the
-``KubeApi``'s, by verb: get, list, patch, create), so a steady state that reads nothing
-from the API server can be checked (``controller/indexes.py``).
+``KubeApi``'s, by verb: get, list, patch, create; and the peering object's watch), so a
+steady state that reads nothing from the API server can be checked
+(``controller/indexes.py``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ ALERT_REASONS = (
     Diagnosis.METRICS_UNAVAILABLE,
 )
 LABELS = ("namespace", "policy")
-KUBE_VERBS = ("get", "list", "patch", "create")
-"""The verbs ``KubeApi`` sends (the label values of ``cachescale_kube_requests_total``)."""
+KUBE_VERBS = ("get", "list", "patch", "create", "watch")
+"""The verbs ``KubeApi`` sends, and the peering watch's (the label values of
+``cachescale_kube_requests_total``)."""
 
 
 class OperatorMetrics:

@@ -11,12 +11,14 @@ so a shard's watch traffic, memory and claims index grow with its own share of t
 and kopf never sees another shard's policies, which matters because with handler filters
 it would strip the shared finalizer from every policy its filters skip, letting a policy
 be deleted before the shard that serves it restored the HPA. A policy relabelled out of a
-shard leaves its watch (the API server sends a deletion): its loop stops there
-(``handlers.departures``), without a restore, and starts in the shard it now matches.
+shard leaves its watch (the API server sends a deletion): it is unregistered there
+(``handlers.membership``), without a restore, and joins the shard it now matches.
 The claim rule (``controller/claims.py``) sees only the shard's own policies: policies
 naming one HPA must fall in one shard (always so when sharding by namespace).
 Targets are read from watch-fed indexes (``controller/indexes.py``), watched in the same
-namespaces as the policies; ScaledObjects only with ``--keda``.
+namespaces as the policies; ScaledObjects only with ``--keda``. With ``--peering`` the
+operator picks its kopf identity and priority here, gives both to kopf, and follows the
+peering objects with them (``controller/peering.py``).
 """
 
 from __future__ import annotations
@@ -25,20 +27,28 @@ import argparse
 import asyncio
 import logging
 import os
+import random
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import kopf
 from aiohttp import web
+from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.controller.claims import OperatorIdentity
-from cachescale.controller.command import refused
+from cachescale.controller.command import PRIORITIES, refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
 from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.controller.metrics import OperatorMetrics
+from cachescale.controller.peering import PeeringFollower, peering_objects, watch_peering
 from cachescale.gather.egress import AllowedUrls
 
 log = logging.getLogger("cachescale.operator")
@@ -88,7 +98,7 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as error:  # the port is taken
         return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
     try:
-        asyncio.run(_main(args, runtime))
+        asyncio.run(_main(args, runtime, api_client))
     except _PortTakenError as error:
         return refused(str(error))
     return ExitCode.OK
@@ -98,23 +108,78 @@ class _PortTakenError(Exception):
     """The health port could not be bound (raised before kopf starts)."""
 
 
-async def _main(args: argparse.Namespace, runtime: Runtime) -> None:
+async def _main(args: argparse.Namespace, runtime: Runtime, api_client: ApiClient) -> None:
     try:
         health = await _serve_health(args.health_port, runtime) if args.health_port else None
     except OSError as error:
         raise _PortTakenError(f"--health-port {args.health_port}: {error.strerror}") from None
+    identity = own_identity()
+    # Peers with equal priorities all pause: chosen at random, distinct ones let one act.
+    priority = args.priority if args.priority is not None else random.randint(*PRIORITIES)
     try:
-        await kopf.operator(
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            settings=shard_settings(args.policy_selector),
-            memo=kopf.Memo(runtime=runtime),
-        )
+        with _following_peers(args, runtime, api_client, identity, priority):
+            await kopf.operator(
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
+                priority=priority,
+                settings=shard_settings(args.policy_selector),
+                memo=kopf.Memo(runtime=runtime),
+            )
     finally:
         if health is not None:
             await health.cleanup()
+
+
+def own_identity() -> str:
+    """This replica's name among its peers: the pod (its hostname in a cluster), the
+    process, and a random suffix so that a restarted process is a new peer."""
+    pod = os.environ.get("POD_ID") or socket.gethostname()
+    return f"{pod}/{os.getpid()}/{secrets.token_hex(3)}"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` called from another thread: run on ``loop``."""
+
+    def post(*args: object) -> None:
+        loop.call_soon_threadsafe(fn, *args)
+
+    return post
+
+
+@contextmanager
+def _following_peers(
+    args: argparse.Namespace,
+    runtime: Runtime,
+    api_client: ApiClient,
+    identity: str,
+    priority: int,
+) -> Iterator[None]:
+    """With ``--peering``: not active until kopf's rule says so on every peering object,
+    watched in threads until the operator stops. Standalone: always active."""
+    if args.peering is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    objects = peering_objects(args.peering, args.namespace)
+    follower = PeeringFollower(list(objects), identity, priority, runtime.turn)
+    runtime.turn(False)
+    stopping = threading.Event()
+    for key in objects:
+        threading.Thread(
+            target=watch_peering,
+            args=(api_client, key, _on_loop(loop, follower.seen), stopping),
+            kwargs={"on_request": runtime.operator.metrics.kube_request},
+            name=f"peering {key[0] or 'cluster'}",
+            daemon=True,
+        ).start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        follower.stop()
 
 
 def shard_settings(shard: LabelSelector | None) -> kopf.OperatorSettings:
