@@ -2,15 +2,15 @@
 
 Against kmock, counting the status PATCHes the operator sends: a steady policy writes at
 the refresh pace, a condition or memory change writes at once, a restarted operator (a
-new ``Operator``: nothing cached) writes on its first evaluation, and a refused write is
-retried on the next one. Events and ``lastDecision`` are what they were.
+new ``Operator``: nothing cached) writes only what changed since the stored status, and
+a refused write is retried on the next one. Events and ``lastDecision`` are what they were.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -118,19 +118,40 @@ def test_a_memory_change_is_written_even_when_nothing_displayed_moved(
     assert status_writes(cluster) == before + 1, "the same memory again: no write"
 
 
-def test_a_restarted_operator_writes_on_its_first_evaluation(
+def test_a_restarted_operator_writes_nothing_that_did_not_change_until_the_refresh(
     cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
 ) -> None:
+    """A restart is not a burst of writes: the stored status counts as written at its
+    ``observedAt``, so the refresh comes 5 minutes after the last write, not at once."""
     operator = settled(cluster, engines, prometheus, clock)
     run(operator, cluster, clock, rounds=2)
     before = status_writes(cluster)
     run(operator, cluster, clock, rounds=1)
     assert status_writes(cluster) == before, "steady: skipped"
+    stored = cluster.get(POLICIES, "vllm")["status"]["signals"]["observedAt"]
     restarted = Operator(cluster.api, clock=clock)
     run(restarted, cluster, clock, rounds=1)
-    assert status_writes(cluster) == before + 1
+    assert status_writes(cluster) == before, "nothing changed since the stored status"
+    written_at = datetime.fromisoformat(stored)
+    while clock.now - written_at < timedelta(seconds=STATUS_REFRESH_SECONDS - INTERVAL_S):
+        run(restarted, cluster, clock, rounds=1)
+    assert status_writes(cluster) == before, "written before the refresh was due"
+    run(restarted, cluster, clock, rounds=2)
+    assert status_writes(cluster) == before + 1, "the refresh, counted from the stored stamp"
+
+
+def test_a_restarted_operator_writes_at_once_what_changed(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=2)
+    before = status_writes(cluster)
+    restarted = Operator(cluster.api, clock=clock)
+    engines.down = True
     run(restarted, cluster, clock, rounds=1)
     assert status_writes(cluster) == before + 1
+    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
+    assert conditions["MetricsAvailable"]["status"] == "False"
 
 
 def test_a_failed_write_is_retried_on_the_next_evaluation(

@@ -679,7 +679,7 @@ def _write_status(
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
     except KubeError as error:
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
-        writes.forget(policy.uid)
+        writes.failed(policy.uid)
         return
     writes.wrote(policy.uid, status, now)
 

@@ -22,19 +22,23 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
   running (a streak that starts or ends is a change).
 
 Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
-suspected change and everything else in memory compare exactly. A restart forgets the
-cache, so its first evaluation writes; a write that failed forgets the last one, so the
-next evaluation writes whatever it has (also once an API outage ends); and a stored status
-that no longer matches the last write (edited by hand, or written by another process) is
-rewritten. The trade, documented in ``docs/reliability.md``: a restart can replay at most
-``STATUS_REFRESH_SECONDS`` of that steady progress.
+suspected change and everything else in memory compare exactly. A restarted process (or
+a policy it has not written yet) starts from the stored status, as the watch delivered
+it, as if it had written it at its ``signals.observedAt``: its first evaluation writes
+only what changed since, or when that stamp is older than the refresh time, so a restart
+of an operator serving thousands of policies is not a burst of writes. A write that
+failed forgets the last one, so the next evaluation writes whatever it has (also once an
+API outage ends); and a stored status that no longer matches the last write (edited by
+hand, or written by another process) is rewritten. The trade, documented in
+``docs/reliability.md``: a restart can replay at most ``STATUS_REFRESH_SECONDS`` of that
+steady progress.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
@@ -130,6 +134,8 @@ class StatusWrites:
 
     refresh_seconds: float = STATUS_REFRESH_SECONDS
     _last: dict[str, _Written] = field(default_factory=dict)
+    _unsure: set[str] = field(default_factory=set)
+    """Policies whose last write failed: what the API server holds is unknown."""
     _lock: Lock = field(default_factory=Lock)
 
     def due(
@@ -139,21 +145,34 @@ class StatusWrites:
         stored: Mapping[str, Any] | None,
         now: datetime,
     ) -> bool:
-        """Whether ``status`` must be written: nothing written since this process started,
-        the stored status (``stored``, as the watch delivered it) is no longer the one
-        written, ``status`` differs from it once normalised, or the refresh time is up."""
+        """Whether ``status`` must be written: the last write failed, the stored status
+        (``stored``, as the watch delivered it) is no longer the one written, ``status``
+        differs from it once normalised, or the refresh time is up. With nothing written
+        by this process yet, the stored status counts as written at its ``observedAt``."""
         with self._lock:
             last = self._last.get(uid)
+            if last is None and uid not in self._unsure:
+                last = self._adopt(uid, stored)
         if last is None or (now - last.at).total_seconds() >= self.refresh_seconds:
             return True
         if stored is None or normalised(stored) != last.normalised:
             return True
         return normalised(status) != last.normalised
 
+    def _adopt(self, uid: str, stored: Mapping[str, Any] | None) -> _Written | None:
+        """The stored status as this process's last write, when it says when it was
+        observed (under the lock)."""
+        observed = _observed_at(stored)
+        if stored is None or observed is None:
+            return None
+        adopted = self._last[uid] = _Written(normalised(stored), observed, stored)
+        return adopted
+
     def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
         """``status`` was written at ``now`` (call only after the API accepted it)."""
         with self._lock:
             self._last[uid] = _Written(normalised(status), now, status)
+            self._unsure.discard(uid)
 
     def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
         """``status`` was not written (``due`` said so): it is still what the next
@@ -173,7 +192,28 @@ class StatusWrites:
             return None
         return last.latest
 
-    def forget(self, uid: str) -> None:
-        """The policy is gone, or a write failed: drop what was kept for it."""
+    def failed(self, uid: str) -> None:
+        """A write failed: what the API server holds is unknown, so the next evaluation
+        writes whatever it has."""
         with self._lock:
             self._last.pop(uid, None)
+            self._unsure.add(uid)
+
+    def forget(self, uid: str) -> None:
+        """The policy is gone: drop what was kept for it."""
+        with self._lock:
+            self._last.pop(uid, None)
+            self._unsure.discard(uid)
+
+
+def _observed_at(status: Mapping[str, Any] | None) -> datetime | None:
+    """``signals.observedAt`` of a stored status, if it has a readable one."""
+    signals = status.get("signals") if isinstance(status, Mapping) else None
+    stamp = signals.get("observedAt") if isinstance(signals, Mapping) else None
+    try:
+        observed = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+    if observed is not None and observed.tzinfo is None:
+        return observed.replace(tzinfo=UTC)
+    return observed
