@@ -42,6 +42,12 @@ misses them all). Beside them, the deltas of the operator's own counters: decisi
 reason, evaluation errors by kind and, when it exports them,
 ``cachescale_evaluation_lateness_seconds`` (its p95 bucket),
 ``cachescale_evaluation_missed_intervals_total`` and ``cachescale_kube_requests_total``.
+
+``--then restart`` or ``--then relist`` adds a second window, measured the same way from
+the moment of a fault (the operator killed and started again; or the API server killed,
+etcd compacted and the API server started again, so every watch lists anew), its first
+round included: whether a restart or a relist is a burst of writes, and whether the
+policies stay on schedule through it.
 """
 
 from __future__ import annotations
@@ -515,6 +521,44 @@ class Run:
     """The API server's own requests per interval, before the operator started."""
     evaluations: Evaluations
     rss_mib: float
+    then: Disruption | None = None
+
+
+@dataclass
+class Disruption:
+    """The window right after ``--then``: from the fault (the first round included)."""
+
+    what: str
+    a: Snapshot
+    b: Snapshot
+    rss_mib: float
+
+
+DISRUPTIONS = ("restart", "relist")
+"""``--then restart``: the operator is killed (SIGKILL) and started again. ``--then
+relist``: the API server is killed, etcd's history compacted, the API server started
+again, so every watch must list again (410 Gone)."""
+
+
+def disrupt(
+    what: str, plane: Any, stack: ExitStack, workdir: Path, metrics_port: int, operator: Any
+) -> Any:
+    """Cause the fault; the operator process serving afterwards."""
+    if what == "relist":
+        plane.kill("kube-apiserver")
+        plane.compact_etcd()
+        plane.restart("kube-apiserver")
+        return operator
+    operator.process.kill()
+    operator.process.wait()
+    return stack.enter_context(
+        operator_process(
+            workdir / "restarted",
+            plane.kubeconfig,
+            namespaces=(NAMESPACE,),
+            flags=("--metrics-port", str(metrics_port)),
+        )
+    )
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> Run:
@@ -575,23 +619,25 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         if operator.process.poll() is not None:
             raise RuntimeError(f"cachescale run exited:\n{operator.tail()}")
         rss = peak_rss_mib(operator.process.pid)
-    return Run(count, creation_s, first_round_s, evaluated, a, b, baseline, evaluations, rss)
+        run = Run(count, creation_s, first_round_s, evaluated, a, b, baseline, evaluations, rss)
+        if args.then:
+            operator = disrupt(args.then, plane, stack, workdir, metrics_port, operator)
+            pids["operator"] = operator.process.pid
+            evaluations.poll()  # a restarted operator's own counters start from 0
+            c = snapshot(prom_port, Kube(plane, 2), pids, evaluations)
+            if args.then == "relist":
+                c.api = {}  # the restarted API server counts from 0
+            while time.time() < c.at + args.rounds * INTERVAL_S:
+                time.sleep(POLL_S)
+                evaluations.poll()
+            d = snapshot(prom_port, Kube(plane, 2), pids, evaluations)
+            run.then = Disruption(args.then, c, d, peak_rss_mib(operator.process.pid))
+    return run
 
 
 def render(args: argparse.Namespace, run: Run) -> str:
     """The run as a Markdown block for bench/RESULTS.md."""
     rounds = (run.b.at - run.a.at) / INTERVAL_S
-    names = [name_of(k) for k in range(run.count)]
-    late, missed, counted = schedule(run.evaluations.times, names, run.a.at, run.b.at, INTERVAL_S)
-    api = delta(run.b.api, run.a.api, rounds)
-    api = {k: v - run.baseline.get(k, 0.0) for k, v in api.items()}
-    api = {k: v for k, v in api.items() if round(v, 1) != 0}
-    by_verb: dict[str, float] = collections.defaultdict(float)
-    for key, value in api.items():
-        by_verb[key.split()[0]] += value
-    prom = delta(run.b.prometheus, run.a.prometheus, rounds)
-    cpu = delta(run.b.cpu, run.a.cpu, rounds)
-    own = delta(run.b.own, run.a.own, rounds)
     command = " ".join(["python -m bench.bench_fleet", *sys.argv[1:]])
     lines = [
         f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {run.count:,} policies, `{command}`",
@@ -607,6 +653,42 @@ def render(args: argparse.Namespace, run: Run) -> str:
         f"{run.a.load} at its start, {run.b.load} at its end (everything runs under nice 10 "
         "on a machine shared with other jobs)",
         "",
+        *window_rows(run, run.a, run.b, run.rss_mib),
+    ]
+    if run.then is not None:
+        then = run.then
+        lines += [
+            "",
+            f"Then `{then.what}` ({DISRUPTION_WORDS[then.what]}), measured from the fault "
+            f"for {(then.b.at - then.a.at) / INTERVAL_S:.2f} intervals, its first round "
+            f"included; load {then.a.load} → {then.b.load}:",
+            "",
+            *window_rows(run, then.a, then.b, then.rss_mib),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+DISRUPTION_WORDS = {
+    "restart": "the operator SIGKILLed and started again",
+    "relist": "kube-apiserver killed, etcd compacted, kube-apiserver restarted",
+}
+
+
+def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]:
+    """One measured window as table rows, per 30 s interval."""
+    rounds = (b.at - a.at) / INTERVAL_S
+    names = [name_of(k) for k in range(run.count)]
+    late, missed, counted = schedule(run.evaluations.times, names, a.at, b.at, INTERVAL_S)
+    api = delta(b.api, a.api, rounds)
+    api = {k: v - run.baseline.get(k, 0.0) for k, v in api.items()}
+    api = {k: v for k, v in api.items() if round(v, 1) != 0}
+    by_verb: dict[str, float] = collections.defaultdict(float)
+    for key, value in api.items():
+        by_verb[key.split()[0]] += value
+    prom = delta(b.prometheus, a.prometheus, rounds)
+    cpu = delta(b.cpu, a.cpu, rounds)
+    own = delta(b.own, a.own, rounds)
+    return [
         "| per 30 s interval | value |",
         "|---|---|",
         f"| evaluations (wanted {run.count:,}) | {counted / rounds:,.0f} |",
@@ -620,12 +702,11 @@ def render(args: argparse.Namespace, run: Run) -> str:
         *(f"| — {k} | {v:,.1f} |" for k, v in sorted(api.items(), key=lambda kv: -kv[1])),
         f"| operator CPU-seconds | {cpu.get('operator', 0.0):.2f} "
         f"({cpu.get('operator', 0.0) / INTERVAL_S:.2f} cores) |",
-        f"| operator peak RSS (VmHWM) | {run.rss_mib:,.0f} MiB |",
+        f"| operator peak RSS (VmHWM) | {rss_mib:,.0f} MiB |",
         f"| Prometheus / API-server CPU-seconds | {cpu.get('prometheus', 0.0):.2f} "
         f"/ {cpu.get('apiserver', 0.0):.2f} |",
         *own_rows(own),
     ]
-    return "\n".join(lines) + "\n"
 
 
 def own_rows(own: Mapping[str, float]) -> list[str]:
@@ -670,6 +751,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--settle", type=float, default=300.0, help="seconds to wait for every first evaluation"
     )
     parser.add_argument("--threads", type=int, default=16, help="creation threads")
+    parser.add_argument(
+        "--then",
+        choices=DISRUPTIONS,
+        help="after the steady window, a fault and --rounds more intervals measured",
+    )
     parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
