@@ -46,6 +46,7 @@ from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.command import PRIORITIES, refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import Runtime
+from cachescale.controller.kopf_startup import quiet_redundant_wakeups
 from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.peering import PeeringFollower, peering_objects, watch_peering
@@ -97,6 +98,7 @@ def serve(args: argparse.Namespace) -> int:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     except OSError as error:  # the port is taken
         return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
+    quiet_redundant_wakeups()
     try:
         asyncio.run(_main(args, runtime, api_client))
     except _PortTakenError as error:
