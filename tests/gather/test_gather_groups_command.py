@@ -200,6 +200,23 @@ def test_credentials_are_never_printed(tmp_path: Path, capsys: pytest.CaptureFix
     assert "s3cret" not in json.dumps(group)
 
 
+def test_a_selector_the_operator_cannot_read_is_reported_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path,
+        policy("chat", selector=model("chat")),
+        policy("odd", selector={"le": "1"}),  # valid for the API, refused by Selector.of
+    )
+    explained = groups_json(capsys, path)
+    assert [members(group) for group in explained["groups"]] == [["llm/chat"]]
+    (odd,) = explained["not_read"]
+    assert odd["policy"] == "llm/odd"
+    assert odd["reason"].startswith("its selector cannot be read: label 'le' is reserved")
+    assert main(["groups", str(path)]) == ExitCode.OK
+    assert "not read: llm/odd: its selector cannot be read" in capsys.readouterr().out
+
+
 def test_demand_queries_are_listed_as_sent_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
