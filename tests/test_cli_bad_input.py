@@ -104,6 +104,17 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("validate-anchors", ["validate", "{tmp}/anchors.yaml"], ExitCode.INVALID, "anchors.yaml"),
     ("validate-empty-folder", ["validate", "{tmp}/empty-dir"], ExitCode.INVALID, "empty-dir"),
     ("validate-too-deep", ["validate", "{tmp}/deep.yaml"], ExitCode.INVALID, "deep.yaml"),
+    # groups: the files as validate checks them; the flag as signals checks --prometheus
+    ("groups-no-file", ["groups"], ExitCode.USAGE, "FILE"),
+    ("groups-absent", ["groups", "{tmp}/absent.yaml"], ExitCode.INVALID, "absent.yaml"),
+    ("groups-window", ["groups", "--json", "{tmp}/window.yaml"], ExitCode.INVALID, "window"),
+    ("groups-empty-folder", ["groups", "{tmp}/empty-dir"], ExitCode.INVALID, "empty-dir"),
+    (
+        "groups-default-url",
+        ["groups", "--default-prometheus-url", "prometheus:9090", "{tmp}/window.yaml"],
+        ExitCode.USAGE,
+        "--default-prometheus-url",
+    ),
     # simulate: flags
     ("simulate-seed-negative", ["simulate", "--seed", "-1"], ExitCode.USAGE, "--seed"),
     ("simulate-seed-word", ["simulate", "--seed", "abc"], ExitCode.USAGE, "--seed"),
@@ -489,6 +500,7 @@ def test_the_matrix_is_large_and_covers_every_subcommand() -> None:
     assert {
         "crd",
         "validate",
+        "groups",
         "simulate",
         "emulate",
         "signals",

@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.flags import output_folder
@@ -48,8 +48,12 @@ def _policy_files(argument: Path) -> list[Path]:
     )
 
 
-def _validate_argument(argument: str) -> bool:
-    """Check one FILE or folder argument, print what was found; True when all is well."""
+def _check_argument(
+    argument: str, valid: Callable[[Path, str], None], notes: TextIO | None = None
+) -> bool:
+    """Check one FILE or folder argument, print what was found (problems on stderr,
+    skipped documents on ``notes``, default stdout) and hand each valid file with a
+    policy to ``valid(path, text)``; True when all is well."""
     from cachescale.api.validation import Checked, check_text, decode, no_policy_message
 
     files = _policy_files(Path(argument))
@@ -60,7 +64,8 @@ def _validate_argument(argument: str) -> bool:
     ok = True
     for path in files:
         try:
-            checked = check_text(decode(path.read_bytes()))
+            text = decode(path.read_bytes())
+            checked = check_text(text)
         except OSError as error:
             print(f"{path}: cannot read: {error.strerror}", file=sys.stderr)
             ok = False
@@ -71,20 +76,36 @@ def _validate_argument(argument: str) -> bool:
             continue
         read.append(checked)
         for note in checked.skipped:
-            print(note.render(str(path)))
+            print(note.render(str(path)), file=notes or sys.stdout)
         for problem in checked.problems:
             print(problem.render(str(path)), file=sys.stderr)
         ok = ok and not checked.problems
         if checked.policies and not checked.problems:
-            print(f"{path}: valid")
+            valid(path, text)
     if read and not any(one.policies or one.problems for one in read):
         print(f"{argument}: {no_policy_message(read)}", file=sys.stderr)
         ok = False
     return ok
 
 
+def _print_valid(path: Path, _text: str) -> None:
+    print(f"{path}: valid")
+
+
+def read_policy_files(arguments: Sequence[str]) -> list[tuple[Path, str]] | None:
+    """The texts of the policy files ``arguments`` name (files or folders), checked as
+    ``cachescale validate`` checks them; None, with every problem printed on stderr as
+    validate prints it, when any is not valid. Skipped documents are noted on stderr."""
+    found: list[tuple[Path, str]] = []
+    results = [
+        _check_argument(argument, lambda path, text: found.append((path, text)), sys.stderr)
+        for argument in arguments
+    ]
+    return found if all(results) else None
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    results = [_validate_argument(argument) for argument in args.files]
+    results = [_check_argument(argument, _print_valid) for argument in args.files]
     return ExitCode.OK if all(results) else ExitCode.INVALID
 
 
@@ -220,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cachescale.gather.command import add_parser as add_signals_parser
 
     add_signals_parser(commands)
+
+    from cachescale.gather.groups_command import add_parser as add_groups_parser
+
+    add_groups_parser(commands, read_policy_files)
 
     from cachescale.controller.report_policy import read_policy
     from cachescale.gather.report_command import add_parser as add_report_parser

@@ -16,13 +16,17 @@ Syntax, one entry per flag (or chart list item):
   ``.`` or ``..`` segment (also percent-encoded) never matches a prefix.
 * ``re:^https://prom-[a-z]+\\.monitoring\\.svc:9090$`` — a Python regular expression,
   matched against the whole policy URL (``re.fullmatch``).
+
+How a URL is shown lives here too (``redact_url``): without user info, query or fragment,
+so no error, status or ``cachescale groups`` output carries a credential. It needs no HTTP
+client, so the commands that run without the ``operator`` extra can use it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 REGEX_PREFIX = "re:"
 """Marks an allow-list entry as a regular expression instead of a URL prefix."""
@@ -35,6 +39,16 @@ class _Origin:
     host: str
     port: int
     path: str
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _origin(url: str) -> _Origin | None:

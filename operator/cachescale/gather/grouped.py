@@ -10,7 +10,8 @@ aggregate mixes two policies). The cost then grows with the number of groups.
 
 How a call to ``GroupedGatherer.gather`` proceeds, for the policies due now:
 
-* **Plan** (pure, ``plan``): policies are grouped by client (the controller keeps one per
+* **Plan** (pure, ``plan`` in ``gather/grouping.py``, which ``cachescale groups`` shows
+  offline): policies are grouped by client (the controller keeps one per
   URL and credentials), window, kube-state-metrics use and selector label names. A
   selector on ``pod`` is not groupable (the fleet-level queries aggregate ``pod`` away, so
   a shared result could not be split on it): it gets a group of its own. A group of one
@@ -40,15 +41,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from threading import Lock
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from cachescale.api.spec import Engine
+from cachescale.gather.grouping import DEFAULT_MAX_GROUP_SIZE as DEFAULT_MAX_GROUP_SIZE
+from cachescale.gather.grouping import Group, scope_of
+from cachescale.gather.grouping import PolicyRead as PolicyRead
+from cachescale.gather.grouping import plan as plan
 from cachescale.gather.prometheus import PrometheusClient, PrometheusError
 from cachescale.gather.promql import (
-    POD_LABEL,
     Detection,
     QueryKey,
-    QueryScope,
     ResultSeries,
     Selector,
     build_queries,
@@ -57,7 +60,6 @@ from cachescale.gather.promql import (
 )
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
-    SignalRequest,
     compute_signals,
     read_demand,
 )
@@ -70,76 +72,6 @@ Outcome = EngineSignals | PrometheusError | AmbiguousSeriesError
 
 DEFAULT_DETECTION_TTL_SECONDS = 300.0
 """How long a detected profile is trusted: an engine upgrade is seen within this."""
-DEFAULT_MAX_GROUP_SIZE = 200
-"""Distinct selectors per shared query: bounds the regex (and the GET URL) it carries."""
-
-
-@dataclass(frozen=True)
-class PolicyRead(Generic[K]):
-    """One due policy: its key (unique among the reads; its outcome comes back under it),
-    the client of its Prometheus (one per URL and credentials) and what to read."""
-
-    key: K
-    client: PrometheusClient
-    request: SignalRequest
-
-
-@dataclass(frozen=True)
-class Group(Generic[K]):
-    """Policies served by one detection query per engine and one query per signal."""
-
-    client: PrometheusClient
-    members: tuple[PolicyRead[K], ...]
-
-    @property
-    def selectors(self) -> tuple[Selector, ...]:
-        """The distinct selectors, in first-seen order."""
-        return tuple(dict.fromkeys(member.request.selector for member in self.members))
-
-    @property
-    def shared(self) -> bool:
-        """Whether its queries match several selectors (and results must be split)."""
-        return len(self.selectors) > 1
-
-
-def groupable(selector: Selector) -> bool:
-    """Whether ``selector``'s series can be split back out of a shared result: every
-    label it matches on must survive the fleet-level aggregation (``pod`` does not)."""
-    return POD_LABEL not in selector.names
-
-
-def plan(
-    reads: Sequence[PolicyRead[K]], max_group_size: int = DEFAULT_MAX_GROUP_SIZE
-) -> list[Group[K]]:
-    """The groups ``reads`` are served by, in first-seen order (pure)."""
-    buckets: dict[tuple[object, ...], list[PolicyRead[K]]] = {}
-    for index, read in enumerate(reads):
-        request = read.request
-        if groupable(request.selector):
-            names: tuple[object, ...] = request.selector.names
-        else:
-            names = ("alone", index)
-        key = (
-            id(read.client),
-            request.window_seconds,
-            request.kube_state_metrics,
-            request.ksm_step_seconds,
-            names,
-        )
-        buckets.setdefault(key, []).append(read)
-    groups: list[Group[K]] = []
-    for members in buckets.values():
-        chunks: list[list[PolicyRead[K]]] = []
-        chunk_of: dict[Selector, int] = {}  # the same selector twice: the same chunk
-        for member in members:
-            selector = member.request.selector
-            if selector not in chunk_of:
-                chunk_of[selector] = len(chunk_of) // max_group_size
-                if chunk_of[selector] == len(chunks):
-                    chunks.append([])
-            chunks[chunk_of[selector]].append(member)
-        groups.extend(Group(members[0].client, tuple(chunk)) for chunk in chunks)
-    return groups
 
 
 @dataclass
@@ -195,13 +127,6 @@ def _slices(
     return slices
 
 
-def _scope(selectors: Sequence[Selector]) -> QueryScope:
-    """Exact matchers for one selector, the shared regex scope for several."""
-    if len(selectors) == 1:
-        return QueryScope.for_selector(selectors[0])
-    return QueryScope.shared(selectors)
-
-
 class GroupedGatherer:
     """Reads the signals of many policies with one query per signal per group.
 
@@ -219,7 +144,9 @@ class GroupedGatherer:
         self._max_group_size = max_group_size
         self._parallel_groups = parallel_groups
 
-    def gather(self, reads: Sequence[PolicyRead[K]], at: datetime) -> dict[K, Outcome]:
+    def gather(
+        self, reads: Sequence[PolicyRead[K, PrometheusClient]], at: datetime
+    ) -> dict[K, Outcome]:
         """Every policy's outcome at ``at``; one group's failure is only its members'."""
         self.cache.prune()
         groups = plan(reads, self._max_group_size)
@@ -233,7 +160,7 @@ class GroupedGatherer:
                 outcomes.update(result)
         return outcomes
 
-    def gather_group(self, group: Group[K], at: datetime) -> dict[K, Outcome]:
+    def gather_group(self, group: Group[K, PrometheusClient], at: datetime) -> dict[K, Outcome]:
         """One group's outcomes, all its reads within one deadline of its client."""
         client = group.client.until(group.client.deadline())
         try:
@@ -241,10 +168,12 @@ class GroupedGatherer:
         except PrometheusError as error:
             return {member.key: error for member in group.members}
 
-    def _read(self, client: PrometheusClient, group: Group[K], at: datetime) -> dict[K, Outcome]:
+    def _read(
+        self, client: PrometheusClient, group: Group[K, PrometheusClient], at: datetime
+    ) -> dict[K, Outcome]:
         detections = self._detect(client, group, at)
         outcomes: dict[K, Outcome] = {}
-        by_profile: dict[MetricsGeneration, list[PolicyRead[K]]] = {}
+        by_profile: dict[MetricsGeneration, list[PolicyRead[K, PrometheusClient]]] = {}
         for member in group.members:
             found = detections[member.request.engine, member.request.selector]
             if found.profile is None:
@@ -258,7 +187,7 @@ class GroupedGatherer:
             first = members[0].request
             queries = build_queries(
                 profile,
-                _scope(selectors),
+                scope_of(selectors),
                 first.window_seconds,
                 kube_state_metrics=first.kube_state_metrics,
                 ksm_step_seconds=first.ksm_step_seconds,
@@ -287,7 +216,7 @@ class GroupedGatherer:
         return outcomes
 
     def _detect(
-        self, client: PrometheusClient, group: Group[K], at: datetime
+        self, client: PrometheusClient, group: Group[K, PrometheusClient], at: datetime
     ) -> dict[tuple[Engine, Selector], Detection]:
         """Each (engine, selector)'s profile: cached, or from one query per engine."""
         found: dict[tuple[Engine, Selector], Detection] = {}
@@ -303,7 +232,7 @@ class GroupedGatherer:
                 missing.setdefault(engine, {})[selector] = None
         for engine, wanted in missing.items():
             selectors = tuple(wanted)
-            series = client.query(detection_query(engine, _scope(selectors)), at)
+            series = client.query(detection_query(engine, scope_of(selectors)), at)
             for selector in selectors:
                 mine: Sequence[ResultSeries] = series
                 if len(selectors) > 1:

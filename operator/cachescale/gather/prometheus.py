@@ -44,7 +44,6 @@ from datetime import datetime
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -53,6 +52,7 @@ from urllib3.util.retry import Retry
 
 from cachescale.api.spec import Engine
 from cachescale.gather.deadline import Deadline
+from cachescale.gather.egress import redact_url as redact_url
 from cachescale.gather.promql import (
     Detection,
     QueryScope,
@@ -105,16 +105,6 @@ class PrometheusConfig:
     """PEM bundle to verify the server certificate against (default: system CAs)."""
     verify_tls: bool = True
     max_parallel_queries: int = 8
-
-
-def redact_url(url: str) -> str:
-    """``url`` without user info, query or fragment: safe to print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class PrometheusError(Exception):

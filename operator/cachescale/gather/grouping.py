@@ -1,0 +1,101 @@
+"""Which policies share one query per signal: the pure plan of grouped gathering.
+
+Why a module of its own: ``gather/grouped.py`` runs the plan against Prometheus, which
+needs the HTTP client (the ``operator`` extra), while ``cachescale groups`` shows the same
+plan offline from policy files with a plain install. Both call ``plan`` and ``scope_of``
+from here, so what the command explains cannot drift from what the operator sends.
+
+A read's client is opaque to the plan: only its identity counts (the controller keeps one
+``PrometheusClient`` per URL and credentials; ``cachescale groups`` one key object per URL
+and credential references), so the types are generic in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from cachescale.gather.promql import POD_LABEL, QueryScope, Selector
+from cachescale.gather.signals import SignalRequest
+
+K = TypeVar("K", bound=Hashable)
+C = TypeVar("C")
+
+DEFAULT_MAX_GROUP_SIZE = 200
+"""Distinct selectors per shared query: bounds the regex (and the GET URL) it carries."""
+
+
+@dataclass(frozen=True)
+class PolicyRead(Generic[K, C]):
+    """One due policy: its key (unique among the reads; its outcome comes back under it),
+    the client of its Prometheus (one per URL and credentials) and what to read."""
+
+    key: K
+    client: C
+    request: SignalRequest
+
+
+@dataclass(frozen=True)
+class Group(Generic[K, C]):
+    """Policies served by one detection query per engine and one query per signal."""
+
+    client: C
+    members: tuple[PolicyRead[K, C], ...]
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        """The distinct selectors, in first-seen order."""
+        return tuple(dict.fromkeys(member.request.selector for member in self.members))
+
+    @property
+    def shared(self) -> bool:
+        """Whether its queries match several selectors (and results must be split)."""
+        return len(self.selectors) > 1
+
+
+def groupable(selector: Selector) -> bool:
+    """Whether ``selector``'s series can be split back out of a shared result: every
+    label it matches on must survive the fleet-level aggregation (``pod`` does not)."""
+    return POD_LABEL not in selector.names
+
+
+def plan(
+    reads: Sequence[PolicyRead[K, C]], max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+) -> list[Group[K, C]]:
+    """The groups ``reads`` are served by, in first-seen order (pure)."""
+    buckets: dict[tuple[object, ...], list[PolicyRead[K, C]]] = {}
+    for index, read in enumerate(reads):
+        request = read.request
+        if groupable(request.selector):
+            names: tuple[object, ...] = request.selector.names
+        else:
+            names = ("alone", index)
+        key = (
+            id(read.client),
+            request.window_seconds,
+            request.kube_state_metrics,
+            request.ksm_step_seconds,
+            names,
+        )
+        buckets.setdefault(key, []).append(read)
+    groups: list[Group[K, C]] = []
+    for members in buckets.values():
+        chunks: list[list[PolicyRead[K, C]]] = []
+        chunk_of: dict[Selector, int] = {}  # the same selector twice: the same chunk
+        for member in members:
+            selector = member.request.selector
+            if selector not in chunk_of:
+                chunk_of[selector] = len(chunk_of) // max_group_size
+                if chunk_of[selector] == len(chunks):
+                    chunks.append([])
+            chunks[chunk_of[selector]].append(member)
+        groups.extend(Group(members[0].client, tuple(chunk)) for chunk in chunks)
+    return groups
+
+
+def scope_of(selectors: Sequence[Selector]) -> QueryScope:
+    """Exact matchers for one selector, the shared regex scope for several."""
+    if len(selectors) == 1:
+        return QueryScope.for_selector(selectors[0])
+    return QueryScope.shared(selectors)
