@@ -27,7 +27,6 @@ us, through the status subresource.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Hashable
@@ -54,6 +53,7 @@ from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, ev
 from cachescale.controller.kube import KubeError
 from cachescale.controller.scheduler import Due, Job, Scheduler
 from cachescale.controller.workload import TargetError
+from cachescale.gather.grouping import Source
 
 DEFAULT_INTERVAL: Final[str] = MetricsSpec.model_fields["interval"].default
 """``spec.metrics.interval`` when a policy leaves it out: the spec model's default."""
@@ -236,18 +236,13 @@ def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
 
 def gather_group(body: kopf.Body, default_url: str | None) -> Hashable:
     """Which policies are due together: those reading one Prometheus (URL and
-    credentials) over one window. It only times the evaluations; the read itself groups
-    by resolved client and selector (``gather/grouped.py``). A spec that cannot be read
-    is a group of its own."""
+    credentials, ``gather/grouping.Source``) over one window. It only times the
+    evaluations; the read itself groups by resolved client and selector
+    (``gather/grouped.py``). A spec that cannot be read is a group of its own."""
     try:
         metrics = body.get("spec", {}).get("metrics", {})
-        auth = metrics.get("auth")
-        return (
-            metrics.get("prometheusUrl") or default_url,
-            json.dumps(auth, sort_keys=True),
-            body["metadata"]["namespace"] if auth else None,  # its Secrets are namespaced
-            parse_duration_seconds(str(metrics.get("window", DEFAULT_WINDOW))),
-        )
+        window = parse_duration_seconds(str(metrics.get("window", DEFAULT_WINDOW)))
+        return (Source.of(metrics, body["metadata"]["namespace"], default_url), window)
     except (AttributeError, KeyError, TypeError, ValueError):
         return ("unreadable", body.get("metadata", {}).get("uid"))
 

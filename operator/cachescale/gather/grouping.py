@@ -12,9 +12,10 @@ and credential references), so the types are generic in it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import json
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cachescale.gather.promql import POD_LABEL, QueryScope, Selector
 from cachescale.gather.signals import SignalRequest
@@ -24,6 +25,30 @@ C = TypeVar("C")
 
 DEFAULT_MAX_GROUP_SIZE = 200
 """Distinct selectors per shared query: bounds the regex (and the GET URL) it carries."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One Prometheus as the operator tells them apart: URL and credential references
+    (and their namespace, since Secrets are namespaced). The scheduler batches the
+    policies of one source and window (``controller/handlers.gather_group``);
+    ``cachescale groups`` uses it as the stand-in for the client."""
+
+    url: str | None
+    auth: str | None
+    """``spec.metrics.auth`` as sorted JSON, or None."""
+    namespace: str | None
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any], namespace: str, default_url: str | None) -> Source:
+        """The source of a policy's ``spec.metrics`` as written (the operator's default
+        URL when it names none)."""
+        auth = metrics.get("auth")
+        return cls(
+            metrics.get("prometheusUrl") or default_url,
+            json.dumps(auth, sort_keys=True) if auth else None,
+            namespace if auth else None,
+        )
 
 
 @dataclass(frozen=True)

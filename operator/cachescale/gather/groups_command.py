@@ -36,7 +36,14 @@ from cachescale.api.spec import Engine, PrometheusAuth
 from cachescale.api.validation import load_documents
 from cachescale.gather.command import prometheus_url
 from cachescale.gather.egress import redact_url
-from cachescale.gather.grouping import DEFAULT_MAX_GROUP_SIZE, Group, PolicyRead, plan, scope_of
+from cachescale.gather.grouping import (
+    DEFAULT_MAX_GROUP_SIZE,
+    Group,
+    PolicyRead,
+    Source,
+    plan,
+    scope_of,
+)
 from cachescale.gather.promql import (
     POD_LABEL,
     Selector,
@@ -59,17 +66,6 @@ NEWEST_PROFILE = {
 
 ASSUMED_NAMESPACE = "default"
 """Where a policy without ``metadata.namespace`` lands with ``kubectl apply`` and no -n."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """One Prometheus as the operator tells them apart: URL and credential references
-    (and their namespace, since Secrets are namespaced). Stands in for the client."""
-
-    url: str | None
-    auth: str | None
-    """``spec.metrics.auth`` as sorted JSON, or None."""
-    namespace: str | None
 
 
 @dataclass(frozen=True)
@@ -162,13 +158,7 @@ def policies_in(path: Path, text: str) -> list[Policy]:
 def source_of(policy: Policy, default_url: str | None) -> Source:
     """The Prometheus ``policy`` reads, as the operator's scheduler tells them apart (from
     the document as written, as ``gather_group`` reads the object)."""
-    metrics = policy.body["spec"]["metrics"]
-    auth = metrics.get("auth")
-    return Source(
-        metrics.get("prometheusUrl") or default_url,
-        json.dumps(auth, sort_keys=True) if auth else None,
-        policy.namespace if auth else None,
-    )
+    return Source.of(policy.body["spec"]["metrics"], policy.namespace, default_url)
 
 
 def request_of(policy: Policy) -> SignalRequest:
