@@ -1,4 +1,5 @@
-"""The API client when the API server gives no answer at all (down, restarting).
+"""The API client when the API server gives no answer at all (down, restarting), and
+its connection pool.
 
 e2e/test_faults.py kills the real API server mid-run; this is the same failure at unit
 scale: the request must end in a typed ``KubeError`` the evaluation reports
@@ -8,11 +9,13 @@ evaluation as a crash with a traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from kubernetes import client
 
 from cachescale.controller import kube
-from cachescale.controller.kube import UNREACHABLE, KubeApi, KubeError
+from cachescale.controller.kube import UNREACHABLE, KubeApi, KubeError, load_config
 from tests.gather.gather_fakes import closed_port_url
 
 
@@ -35,3 +38,18 @@ def test_no_answer_is_a_typed_error_after_the_retries(monkeypatch: pytest.Monkey
     assert failure.value.status == UNREACHABLE
     assert "no answer from the API server" in failure.value.message
     assert len(sent) == kube.RETRIES + 1
+
+
+def test_the_client_keeps_a_connection_per_sending_thread(tmp_path: Path) -> None:
+    """The operator's evaluation threads share one client: with the client's default pool
+    (5 per CPU) they opened, handshook and discarded TLS connections all the time."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n",
+        encoding="utf-8",
+    )
+    pool = load_config(str(kubeconfig), connections=32).rest_client.pool_manager
+    assert pool.connection_pool_kw["maxsize"] == 32

@@ -59,24 +59,36 @@ class ConflictError(KubeError):
     """409 (or 422 from a failed JSON-patch ``test``): the object changed underneath us."""
 
 
-def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+def load_config(kubeconfig: str | None = None, connections: int | None = None) -> client.ApiClient:
     """An API client from ``kubeconfig`` when given, else in-cluster (a pod's
-    ServiceAccount), else ``$KUBECONFIG`` or ``~/.kube/config``."""
+    ServiceAccount), else ``$KUBECONFIG`` or ``~/.kube/config``. ``connections``: the
+    connections it keeps open, one per thread that sends at once (the client's default,
+    5 per CPU, makes the operator's evaluation threads open, handshake and discard TLS
+    connections all the time)."""
     if kubeconfig is None:
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
+            return _client(connections)
         except config.ConfigException:
             pass
     config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    return _client(connections)
 
 
-def api_client_or_reason(kubeconfig: str | None) -> client.ApiClient | str:
+def _client(connections: int | None) -> client.ApiClient:
+    configuration = client.Configuration.get_default_copy()
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
+
+
+def api_client_or_reason(
+    kubeconfig: str | None, connections: int | None = None
+) -> client.ApiClient | str:
     """The cluster's API client, or why there is none (one line, naming the source)."""
     source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig"
     try:
-        return load_config(kubeconfig)
+        return load_config(kubeconfig, connections)
     except OSError as error:
         return f"{source}: cannot read: {error.strerror}"
     except (config.ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:

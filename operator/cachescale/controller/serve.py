@@ -45,7 +45,7 @@ from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.command import PRIORITIES, refused
 from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Runtime
+from cachescale.controller.handlers import PHASE_WORKERS, WORKERS, Runtime
 from cachescale.controller.kopf_startup import quiet_redundant_wakeups
 from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.controller.metrics import OperatorMetrics
@@ -60,7 +60,7 @@ def serve(args: argparse.Namespace) -> int:
     from cachescale.controller import indexes  # registers the target indexes
     from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
 
-    api_client = api_client_or_reason(args.kubeconfig)
+    api_client = api_client_or_reason(args.kubeconfig, connections=WORKERS + PHASE_WORKERS)
     if isinstance(api_client, str):
         return refused(api_client)
 
