@@ -41,6 +41,12 @@ def status_writes(cluster: FakeCluster) -> int:
     return sum(1 for r in cluster.requests("patch") if str(r.url.path) == STATUS_PATH)
 
 
+def metrics_available(cluster: FakeCluster) -> str:
+    """The stored ``MetricsAvailable`` condition's status."""
+    conditions = cluster.get(POLICIES, "vllm")["status"]["conditions"]
+    return next(str(c["status"]) for c in conditions if c["type"] == "MetricsAvailable")
+
+
 def settled(
     cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
 ) -> Operator:
@@ -150,8 +156,7 @@ def test_a_restarted_operator_writes_at_once_what_changed(
     engines.down = True
     run(restarted, cluster, clock, rounds=1)
     assert status_writes(cluster) == before + 1
-    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
-    assert conditions["MetricsAvailable"]["status"] == "False"
+    assert metrics_available(cluster) == "False"
 
 
 def test_a_failed_write_is_retried_on_the_next_evaluation(
@@ -178,12 +183,10 @@ def test_a_failed_write_is_retried_on_the_next_evaluation(
     run(operator, cluster, clock, rounds=1)
     assert refused
     assert status_writes(cluster) == before
-    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
-    assert conditions["MetricsAvailable"]["status"] == "True", "the write was refused"
+    assert metrics_available(cluster) == "True", "the write was refused"
     run(operator, cluster, clock, rounds=1)
     assert status_writes(cluster) == before + 1, "retried: the refused write was not remembered"
-    conditions = {c["type"]: c for c in cluster.get(POLICIES, "vllm")["status"]["conditions"]}
-    assert conditions["MetricsAvailable"]["status"] == "False"
+    assert metrics_available(cluster) == "False"
 
 
 def test_after_a_failed_write_the_next_evaluation_writes_even_if_nothing_changed(
