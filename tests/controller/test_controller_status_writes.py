@@ -18,7 +18,7 @@ import pytest
 from cachescale.api.reasons import Diagnosis
 from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
 from cachescale.controller.kube import KubeError
-from cachescale.controller.status_writes import STATUS_REFRESH_SECONDS, normalised
+from cachescale.controller.status_writes import STATUS_REFRESH_SECONDS, StatusWrites, normalised
 from cachescale.decide import Decision
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake
@@ -249,3 +249,23 @@ def test_numbers_are_compared_at_their_display_precision() -> None:
     moved = {**moved_little, "signals": {**signals, "tokenHitRate": 0.83}}
     assert normalised(status) != normalised(moved)
     assert timedelta(seconds=STATUS_REFRESH_SECONDS) == timedelta(minutes=5), "as documented"
+
+
+def test_a_write_says_why_it_is_due() -> None:
+    writes = StatusWrites()
+    at = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    written: dict[str, Any] = {
+        "signals": {"tokenHitRate": 0.85, "observedAt": at.isoformat()},
+        "memory": {"streaks": {"sloBreach": 0}, "targetFactor": 1.0},
+    }
+    assert writes.due("uid", written, None, at) == "no write known"
+    writes.wrote("uid", written, at)
+    soon = at + timedelta(seconds=30)
+    assert writes.due("uid", written, written, soon) is None
+    moved = {**written, "memory": {"streaks": {"sloBreach": 2}, "targetFactor": 0.8}}
+    assert writes.due("uid", moved, written, soon) == (
+        "changed: memory.streaks.sloBreach, memory.targetFactor"
+    )
+    assert writes.due("uid", written, {}, soon) == "stored status changed"
+    late = at + timedelta(seconds=STATUS_REFRESH_SECONDS)
+    assert writes.due("uid", written, written, late) == "refresh"

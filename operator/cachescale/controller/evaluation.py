@@ -671,9 +671,11 @@ def _write_status(
     failed write forgets the last one: what the API server holds is then unknown, so the
     next evaluation writes whatever it finds (after an API outage, at once)."""
     writes = operator.status_writes
-    if not writes.due(policy.uid, status, policy.status, now):
+    why = writes.due(policy.uid, status, policy.status, now)
+    if why is None:
         writes.skipped(policy.uid, status)
         return
+    log.debug("status of %s/%s written: %s", policy.namespace, policy.name, why)
     try:
         # Replace the whole status: a merge patch would keep a signal that became unknown.
         operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])

@@ -144,20 +144,24 @@ class StatusWrites:
         status: Mapping[str, Any],
         stored: Mapping[str, Any] | None,
         now: datetime,
-    ) -> bool:
-        """Whether ``status`` must be written: the last write failed, the stored status
-        (``stored``, as the watch delivered it) is no longer the one written, ``status``
-        differs from it once normalised, or the refresh time is up. With nothing written
-        by this process yet, the stored status counts as written at its ``observedAt``."""
+    ) -> str | None:
+        """Why ``status`` must be written, or None: the last write failed (or nothing is
+        known), the refresh time is up, the stored status (``stored``, as the watch
+        delivered it) is no longer the one written, or ``status`` differs from it once
+        normalised (the fields that differ). With nothing written by this process yet,
+        the stored status counts as written at its ``observedAt``."""
         with self._lock:
             last = self._last.get(uid)
             if last is None and uid not in self._unsure:
                 last = self._adopt(uid, stored)
-        if last is None or (now - last.at).total_seconds() >= self.refresh_seconds:
-            return True
+        if last is None:
+            return "no write known"
+        if (now - last.at).total_seconds() >= self.refresh_seconds:
+            return "refresh"
         if stored is None or normalised(stored) != last.normalised:
-            return True
-        return normalised(status) != last.normalised
+            return "stored status changed"
+        changed = _differing(normalised(status), last.normalised)
+        return f"changed: {', '.join(changed)}" if changed else None
 
     def _adopt(self, uid: str, stored: Mapping[str, Any] | None) -> _Written | None:
         """The stored status as this process's last write, when it says when it was
@@ -204,6 +208,21 @@ class StatusWrites:
         with self._lock:
             self._last.pop(uid, None)
             self._unsure.discard(uid)
+
+
+def _differing(new: Mapping[str, Any], old: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The fields (dotted, down to the first level that is not a mapping) in which two
+    normalised statuses differ."""
+    out: list[str] = []
+    for key in sorted(set(new) | set(old)):
+        a, b = new.get(key), old.get(key)
+        if a == b:
+            continue
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += _differing(a, b, f"{prefix}{key}.")
+        else:
+            out.append(prefix + key)
+    return out
 
 
 def _observed_at(status: Mapping[str, Any] | None) -> datetime | None:
