@@ -1,5 +1,6 @@
 """When a policy's status is worth a PATCH: only when something a reader or a restart
-would notice changed, and at least every ``STATUS_REFRESH_SECONDS``.
+would notice changed, and at least every ``STATUS_REFRESH_SECONDS``, at a moment of
+its own (``refresh_due``).
 
 A fleet of policies evaluated every interval would otherwise rewrite every status every
 interval, though most evaluations end where the last one did. So the operator keeps, in
@@ -36,6 +37,8 @@ steady progress.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -156,7 +159,7 @@ class StatusWrites:
                 last = self._adopt(uid, stored)
         if last is None:
             return "no write known"
-        if (now - last.at).total_seconds() >= self.refresh_seconds:
+        if now >= refresh_due(uid, last.at, self.refresh_seconds):
             return "refresh"
         if stored is None or normalised(stored) != last.normalised:
             return "stored status changed"
@@ -208,6 +211,20 @@ class StatusWrites:
         with self._lock:
             self._last.pop(uid, None)
             self._unsure.discard(uid)
+
+
+def refresh_due(uid: str, written_at: datetime, refresh_seconds: float) -> datetime:
+    """When a status written at ``written_at`` is refreshed if nothing changes: at the
+    policy's own slot, the first moment after the write on its phase (from its uid,
+    spread evenly over the refresh period), so never more than ``refresh_seconds`` after
+    it. Statuses written together (an operator's first start, anything that changes every
+    policy at once) are then refreshed spread over the whole period, not together again
+    every ``refresh_seconds``; the price is one refresh sooner than needed after a write
+    made for a change."""
+    digest = hashlib.sha256(uid.encode()).digest()
+    phase = int.from_bytes(digest[:8], "big") / 2**64 * refresh_seconds
+    slots = math.floor((written_at.timestamp() - phase) / refresh_seconds) + 1
+    return datetime.fromtimestamp(phase + slots * refresh_seconds, tz=UTC)
 
 
 def _differing(new: Mapping[str, Any], old: Mapping[str, Any], prefix: str = "") -> list[str]:
