@@ -37,14 +37,13 @@ steady progress.
 
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
+from cachescale.controller.scheduler import next_slot, phase_of
 from cachescale.decide import words
 
 STATUS_REFRESH_SECONDS = 300.0
@@ -215,16 +214,14 @@ class StatusWrites:
 
 def refresh_due(uid: str, written_at: datetime, refresh_seconds: float) -> datetime:
     """When a status written at ``written_at`` is refreshed if nothing changes: at the
-    policy's own slot, the first moment after the write on its phase (from its uid,
-    spread evenly over the refresh period), so never more than ``refresh_seconds`` after
-    it. Statuses written together (an operator's first start, anything that changes every
-    policy at once) are then refreshed spread over the whole period, not together again
-    every ``refresh_seconds``; the price is one refresh sooner than needed after a write
-    made for a change."""
-    digest = hashlib.sha256(uid.encode()).digest()
-    phase = int.from_bytes(digest[:8], "big") / 2**64 * refresh_seconds
-    slots = math.floor((written_at.timestamp() - phase) / refresh_seconds) + 1
-    return datetime.fromtimestamp(phase + slots * refresh_seconds, tz=UTC)
+    policy's own slot, the first moment after the write on its phase (from its uid, as
+    the scheduler phases a group: ``scheduler.phase_of``), so never more than
+    ``refresh_seconds`` after it. Statuses written together (an operator's first start,
+    anything that changes every policy at once) are then refreshed spread over the whole
+    period, not together again every ``refresh_seconds``; the price is one refresh sooner
+    than needed after a write made for a change."""
+    due = next_slot(phase_of(uid), refresh_seconds, written_at.timestamp())
+    return datetime.fromtimestamp(due, tz=UTC)
 
 
 def _differing(new: Mapping[str, Any], old: Mapping[str, Any], prefix: str = "") -> list[str]:
