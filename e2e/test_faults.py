@@ -34,7 +34,6 @@ from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -48,6 +47,7 @@ from e2e.serving import APP, create_stack
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.process_fixture import OperatorProcess, run_operator
+from tests.gather.gather_fakes import answer_combined, form_of
 from tests.prometheus_fixture import free_port_block
 
 T = TypeVar("T")
@@ -152,7 +152,7 @@ class SwitchablePrometheus:
         mode = self.mode
         if mode in GARBAGE:
             return GARBAGE[mode]
-        status, body = self.engines(promql)
+        status, body = answer_combined(promql, self.engines)
         if mode is Mode.NAN and status == 200:
             # Every series keeps its labels; values alternate between NaN and ±Inf.
             data = json.loads(body)
@@ -166,7 +166,7 @@ class SwitchablePrometheus:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+                query = form_of(self).get("query", "")
                 with fake._lock:
                     fake.pending += 1
                     if fake.first_query_at is None:
@@ -187,6 +187,9 @@ class SwitchablePrometheus:
                 finally:
                     with fake._lock:
                         fake.pending -= 1
+
+            def do_POST(self) -> None:
+                self.do_GET()
 
             def log_message(self, *_: object) -> None:
                 pass

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OPERATOR_EXTRA = ("kopf", "kubernetes", "aiohttp", "prometheus_api_client", "requests", "urllib3")
+OPERATOR_EXTRA = ("kopf", "kubernetes", "aiohttp", "requests", "urllib3")
 """What only ``cachescale run`` and ``init`` need (the ``operator`` extra)."""
 
 

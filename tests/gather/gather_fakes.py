@@ -1,13 +1,16 @@
 """A scripted fake Prometheus HTTP API on loopback, for the gather layer's fault tests.
 
 Each test says what ``/api/v1/query`` answers (a status and a body, or a hang) and reads
-back what the client sent. A real Prometheus is used elsewhere for PromQL semantics; this
-fake exists to produce the failures a real one rarely does on demand.
+back what the client sent. A batch (``promql.combine``) is answered query by query, as
+Prometheus evaluates it: each part's answer tagged, the first error the batch's answer.
+A real Prometheus is used elsewhere for PromQL semantics; this fake exists to produce the
+failures a real one rarely does on demand.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -18,6 +21,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+from cachescale.gather.promql import QUERY_TAG_LABEL
 
 Answer = tuple[int, bytes]
 Responder = Callable[[str], Answer]
@@ -35,6 +40,42 @@ def vector(*series: tuple[dict[str, str], str]) -> Answer:
 def api_error(status: int, error_type: str, error: str) -> Answer:
     """A Prometheus API error body."""
     return status, json.dumps({"status": "error", "errorType": error_type, "error": error}).encode()
+
+
+_PART_RE = re.compile(
+    rf'label_replace\(\n(.*?)\n, "{QUERY_TAG_LABEL}", "(\d+)", "", ""\)(?:\nor\n|$)', re.DOTALL
+)
+
+
+def parts_of(promql: str) -> list[tuple[str, str]]:
+    """The (tag, query) parts of a combined query; ``[]`` for a plain one."""
+    return [(match[2], match[1]) for match in _PART_RE.finditer(promql)]
+
+
+def answer_combined(promql: str, respond: Responder) -> Answer:
+    """``respond``'s answer to ``promql``, or, for a combined query, the tagged union of
+    its answers to each part (the first failing part's answer if any fails)."""
+    parts = parts_of(promql)
+    if not parts:
+        return respond(promql)
+    result = []
+    for tag, part in parts:
+        status, body = respond(part)
+        if status != 200:
+            return status, body
+        for element in json.loads(body)["data"]["result"]:
+            element["metric"] = {**element["metric"], QUERY_TAG_LABEL: tag}
+            result.append(element)
+    answer = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    return 200, json.dumps(answer).encode()
+
+
+def form_of(handler: BaseHTTPRequestHandler) -> dict[str, str]:
+    """A request's parameters: the URL's and, for a POST, its form body's."""
+    raw = urlsplit(handler.path).query
+    if handler.command == "POST":
+        raw += "&" + handler.rfile.read(int(handler.headers["Content-Length"])).decode()
+    return {name: values[0] for name, values in parse_qs(raw).items()}
 
 
 class HangAfter:
@@ -76,12 +117,12 @@ class _Server(ThreadingHTTPServer):
 def _handler(fake: FakePrometheus) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            params = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+            params = form_of(self)
             query = params.get("query", "")
             fake.queries.append(query)
             fake.params.append(params)
             fake.headers.append(dict(self.headers.items()))
-            status, body = fake.respond(query)
+            status, body = answer_combined(query, fake.respond)
             if (status, body) == HANG:
                 fake.released.wait(timeout=30)
                 return
@@ -92,6 +133,9 @@ def _handler(fake: FakePrometheus) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.do_GET()
 
         def log_message(self, *_: object) -> None:
             pass

@@ -153,13 +153,12 @@ def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
         client.query_many(queries, AT)
     assert time.monotonic() - started < 1.3
     assert re.search(
-        r"no answer within 1s: the deadline was reached after 1\.[0-2]s, with 1 of 5 queries "
-        r"answered$",
+        r"no answer within 1s: the deadline was reached after 1\.[0-2]s$",
         str(caught.value),
     )
-    # The queries in flight were abandoned, not awaited: their threads end by themselves
-    # at the deadline (their socket timeouts never exceed what remained), while the
-    # server still holds the requests.
+    # The batch in flight was abandoned, not awaited: its thread ends by itself at the
+    # deadline (its socket timeouts never exceed what remained), while the server still
+    # holds the request.
     gone_by = time.monotonic() + 1.0
     while promql_threads() - before and time.monotonic() < gone_by:
         time.sleep(0.05)
@@ -182,6 +181,9 @@ def trickling() -> Iterator[str]:
             while not stop.wait(0.2):
                 self.wfile.write(b" ")
                 self.wfile.flush()
+
+        def do_POST(self) -> None:
+            self.do_GET()
 
         def log_message(self, *_: object) -> None:
             pass

@@ -64,7 +64,7 @@ def test_a_prometheus_that_stalls_after_one_answer_gets_the_timeout_once_in_all(
     (line,) = captured.err.splitlines()
     assert re.fullmatch(
         rf"Prometheus at {re.escape(url)} timed out: no answer within 3s: the deadline was "
-        r"reached after 3\.[0-4]s, with 0 of \d+ queries answered",
+        r"reached after 3\.[0-4]s",
         line,
     ), line
 
@@ -181,7 +181,7 @@ def test_ambiguous_selector_exits_1_naming_the_series(
 def test_without_the_operator_extra_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "prometheus_api_client", None)
+    monkeypatch.setitem(sys.modules, "requests", None)
     monkeypatch.delitem(sys.modules, "cachescale.gather.prometheus")
     assert run(steady(closed_port_url())) == ExitCode.INVALID
     assert "pip install 'cachescale[operator]'" in capsys.readouterr().err

@@ -1,12 +1,13 @@
 """Grouped gathering against a real Prometheus: the same outcome as reading each policy
-alone, for every policy, with one query per signal per group.
+alone, for every policy, with one request per group.
 
 The differential test reads a few dozen policies both ways over the synthetic TSDB of
-``gather_dataset`` (selectors on one, two and three label names, values full of regex
-metacharacters, the same values in two namespaces, policies whose deployment exports
-nothing, ambiguous selectors, SGLang and two vLLM generations side by side, demand
-queries, kube-state-metrics on and off) and requires equal outcomes: equal snapshots
-(every value, reason, note and pod, compared exactly) or errors of the same type and text.
+``gather_dataset`` (selectors on one, two and three label names, label sets sharing a
+batch, values full of regex metacharacters, the same values in two namespaces, policies
+whose deployment exports nothing, ambiguous selectors, SGLang and two vLLM generations
+side by side, demand queries, kube-state-metrics on and off) and requires equal
+outcomes: equal snapshots (every value, reason, note and pod, compared exactly) or errors
+of the same type and text.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cachescale.gather.prometheus import (
     PrometheusClient,
     PrometheusConfig,
     PrometheusError,
+    PrometheusQueryError,
     PrometheusUnreachable,
     Series,
 )
@@ -31,7 +33,7 @@ from cachescale.gather.promql import QueryScope, Selector, build_queries
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 from tests.gather.gather_dataset import AT, SPECIAL_MODELS, WINDOW_S
-from tests.gather.gather_fakes import HANG, closed_port_url, fake_prometheus
+from tests.gather.gather_fakes import HANG, closed_port_url, fake_prometheus, parts_of
 
 
 class CountingClient(PrometheusClient):
@@ -145,8 +147,10 @@ def test_grouped_outcomes_equal_reading_each_policy_alone(client: CountingClient
     reads = [PolicyRead(name, client, req) for name, req in requests.items()]
     groups = plan(reads)
     shared = [g for g in groups if g.shared]
-    # The shapes really are shared: 1, 2 and 3 label names, and mixed engines in one.
-    assert {g.selectors[0].names for g in shared} >= {
+    # The shapes really are shared: 1, 2 and 3 label names, two label sets in one group,
+    # and mixed engines in one.
+    assert any(len(g.label_sets) > 1 for g in shared)
+    assert {names for g in shared for names in g.label_sets} >= {
         ("deployment",),
         ("model_name", "namespace"),
         ("deployment", "model_name", "namespace"),
@@ -181,30 +185,32 @@ def vllm_0_13_reads(client: PrometheusClient) -> list[PolicyRead[str]]:
     ]
 
 
-def test_n_groupable_policies_send_one_query_per_signal(client: CountingClient) -> None:
+def test_n_groupable_policies_send_one_request_for_every_signal(client: CountingClient) -> None:
     reads = vllm_0_13_reads(client)
     now = [0.0]
     gatherer = GroupedGatherer(DetectionCache(ttl_seconds=300, clock=lambda: now[0]))
     signals = len(build_queries(MetricsGeneration.VLLM_0_13, QueryScope("", ()), WINDOW_S))
 
     first = gatherer.gather(reads, AT)
-    assert len(client.sent) == 1 + signals  # one detection, one batch
+    detection, batch = client.sent  # one detection, one batch
+    assert detection.startswith("count by (__name__")
+    assert len(parts_of(batch)) == signals
     assert all(isinstance(o, EngineSignals) and o.profile for o in first.values())
 
     client.sent.clear()
     now[0] = 299.0
     assert gatherer.gather(reads, AT) == first
-    assert len(client.sent) == signals  # the profiles are cached
+    assert client.sent == [batch]  # the profiles are cached
 
     client.sent.clear()
     now[0] = 300.0
     gatherer.gather(reads, AT)
-    assert len(client.sent) == 1 + signals  # the cache expired: detected again
+    assert client.sent == [detection, batch]  # the cache expired: detected again
 
     client.sent.clear()
     for read in reads:
         gather_signals(client, read.request, AT)
-    assert len(client.sent) == len(reads) * (1 + signals)
+    assert len(client.sent) == len(reads) * 2
 
 
 def test_one_failing_group_does_not_touch_another(client: CountingClient) -> None:
@@ -262,3 +268,63 @@ def test_a_missing_deployment_is_looked_for_again_while_found_ones_stay_cached(
     assert 'model_name="ghost"' in detections[0]
     assert "steady" not in detections[0]
     assert comparable(outcomes["ghost"]) == comparable(alone(client, ghost))
+
+
+def mixed_reads(client: PrometheusClient) -> list[PolicyRead[str]]:
+    """Two label sets on one model label: ``llm`` series carry no ``deployment``, ``sp``
+    series do, so ``sp/dot.model``'s share of a batch grouped by ``deployment`` is not its own."""
+    three = {"namespace": "sp", "model_name": "a+b", "deployment": "d2"}
+    return [
+        PolicyRead("llm/steady", client, request(namespace="llm", model_name="steady")),
+        PolicyRead("llm/reset", client, request(namespace="llm", model_name="reset")),
+        PolicyRead("sp/a+b/d2", client, labelled(three)),
+        PolicyRead("sp/dot.model", client, request(namespace="sp", model_name="dot.model")),
+    ]
+
+
+def test_label_sets_share_a_batch_unless_a_member_carries_the_others_labels(
+    client: CountingClient,
+) -> None:
+    reads = mixed_reads(client)
+    (group,) = plan(reads)
+    assert group.label_sets == (
+        ("model_name", "namespace"),
+        ("deployment", "model_name", "namespace"),
+    )
+
+    outcomes = GroupedGatherer().gather(reads, AT)
+
+    assert {k: comparable(o) for k, o in outcomes.items()} == {
+        read.key: comparable(alone(client, read.request)) for read in reads
+    }
+    assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
+    detection, mixed, apart = client.sent[:3]
+    assert detection.startswith("count by (__name__, deployment, model_name, namespace)")
+    assert parts_of(mixed)[-1][1].startswith("count by (deployment, model_name, namespace)")
+    # sp/dot.model's series carry deployment="d0": read again in its own label set, alone.
+    assert 'model_name="dot.model"' in apart
+    assert "deployment" not in apart
+    assert len(client.sent) == 3 + 2 * len(reads)  # then each read alone, to compare
+
+
+class RejectingMixes(CountingClient):
+    """Prometheus refusing a batch that mixes label sets, as it does when a pod's series
+    carry two values of a label a join groups by (many-to-many matching)."""
+
+    def query(self, promql: str, at: datetime) -> list[Series]:
+        if "count by (deployment, model_name, namespace)" in promql:
+            self.sent.append(promql)
+            raise PrometheusQueryError(self._url, "HTTP 422 Unprocessable Entity (execution)")
+        return super().query(promql, at)
+
+
+def test_a_rejected_mix_is_read_again_per_label_set(synthetic_prometheus: str) -> None:
+    with RejectingMixes(PrometheusConfig(url=synthetic_prometheus, retries=0)) as rejecting:
+        reads = mixed_reads(rejecting)
+        outcomes = GroupedGatherer().gather(reads, AT)
+        sent = list(rejecting.sent)
+        assert {k: comparable(o) for k, o in outcomes.items()} == {
+            read.key: comparable(alone(rejecting, read.request)) for read in reads
+        }
+    assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
+    assert len(sent) == 1 + 1 + 2  # detection, the rejected mix, one batch per label set

@@ -100,7 +100,7 @@ def test_groupable_policies_share_one_query_per_signal_carrying_all_their_values
     assert members(group) == ["llm/chat", "llm/code", "llm/docs"]
     assert group["prometheus_url"] == PROM
     assert group["window_seconds"] == 300
-    assert group["label_names"] == ["model_name", "namespace"]
+    assert group["label_sets"] == [["model_name", "namespace"]]
     (batch,) = group["batches"]
     assert (batch["engine"], batch["profile"]) == ("vllm", MetricsGeneration.VLLM_0_13.value)
     selectors = [Selector.of(model(m)) for m in ("llama-3-8b", "qwen.coder", "mistral-7b")]
@@ -122,11 +122,20 @@ def test_a_pod_selector_and_a_unique_label_set_read_alone_and_say_why(
         policy("canary", selector={"namespace": "llm", "pod": "canary-0"}),
         policy("canary-1", selector={"namespace": "llm", "pod": "canary-1"}),
         policy("pinned", selector={"namespace": "llm", "app": "pinned"}),
+        policy("lora", selector={**model("lora"), "adapter": "sql"}),
     )
     shared, canary, canary_1, pinned = groups_json(capsys, path)["groups"]
+    # Another label set on the same model labels shares, and is checked member by member.
+    assert members(shared) == ["llm/chat", "llm/code", "llm/lora"]
+    assert shared["label_sets"] == [
+        ["model_name", "namespace"],
+        ["adapter", "model_name", "namespace"],
+    ]
+    assert shared["reason"].startswith("shared: 3 selectors on 2 label sets")
+    (batch,) = shared["batches"]
+    assert batch["queries"]["series_labels"].startswith("count by (adapter, model_name, namespace)")
     assert members(canary_1) == ["llm/canary-1"]  # same label names, still alone
     assert canary_1["reason"] == canary["reason"]
-    assert members(shared) == ["llm/chat", "llm/code"]
     assert shared["shared"]
     assert members(canary) == ["llm/canary"]
     assert not canary["shared"]
@@ -279,7 +288,7 @@ def test_the_json_is_stable_and_follows_the_files(
         "prometheus_url",
         "auth",
         "window_seconds",
-        "label_names",
+        "label_sets",
         "members",
         "batches",
         "demand_queries",

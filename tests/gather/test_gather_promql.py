@@ -19,6 +19,7 @@ from cachescale.gather.promql import (
     detection_query,
     duration,
     escape_label_value,
+    label_query,
     split_by_selector,
 )
 from cachescale.snapshot import MetricsGeneration
@@ -92,6 +93,7 @@ def test_an_empty_selector_or_an_empty_value_is_refused(text: str) -> None:
         'namespace="bad\\x"',
         'namespace="llm"} or vector(1)',
         '__name__="up"',
+        'cachescale_query="0"',  # the tag of a combined batch
     ],
 )
 def test_selector_string_accepts_only_name_equals_quoted_value(text: str) -> None:
@@ -268,3 +270,35 @@ def test_docs_show_the_queries_the_code_builds() -> None:
     )
     missing = [key.name for key, query in queries.items() if query.promql not in docs]
     assert missing == []
+
+
+@pytest.mark.parametrize("profile", list(MetricsGeneration))
+@pytest.mark.parametrize("ksm", [False, True])
+def test_the_label_query_counts_every_series_the_batch_selects(
+    profile: MetricsGeneration, ksm: bool
+) -> None:
+    selectors = [
+        Selector.of({"namespace": "llm", "model_name": "a"}),
+        Selector.of({"model_name": "b", "app": "x"}),
+    ]
+    scope = QueryScope.shared(selectors)
+    batch = " ".join(
+        q.promql for q in build_queries(profile, scope, 300, kube_state_metrics=ksm).values()
+    )
+    selected = set(re.findall(r"([a-z_:]+)\{" + re.escape(scope.matchers), batch))
+    counted = label_query(profile, scope, 300, kube_state_metrics=ksm)
+    assert counted.startswith("count by (app, model_name, namespace) ({__name__=~")
+    assert selected
+    assert (
+        set(re.search(r'__name__=~"([^"]+)"', counted)[1].replace("\\", "").split("|")) == selected
+    )
+
+
+def test_selectors_share_a_scope_on_the_labels_they_all_match_on() -> None:
+    two = Selector.of({"namespace": "llm", "model_name": "a"})
+    three = Selector.of({"namespace": "sp", "model_name": "b", "adapter": "x"})
+    scope = QueryScope.shared([two, three])
+    assert scope.matchers == 'model_name=~"a|b",namespace=~"llm|sp"'
+    assert scope.group_by == ("adapter", "model_name", "namespace")
+    with pytest.raises(SelectorError, match="no common label"):
+        QueryScope.shared([Selector.of({"app": "a"}), Selector.of({"model_name": "b"})])

@@ -16,7 +16,7 @@ import pytest
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import Engine
 from cachescale.decide import decide, words
-from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
 from cachescale.gather.promql import QueryScope, Selector, build_queries, split_by_selector
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
@@ -253,3 +253,36 @@ def test_quantiles_in_narrow_buckets_are_plain_values(client: PrometheusClient) 
     assert p95.value == pytest.approx(0.875)
     assert (p95.lower_bound, p95.bucket) == (False, None)
     assert engine.ttft_p50_seconds.bucket == (0.1, 0.5)  # five times: stated
+
+
+def _as_set(series: list[Series]) -> set[tuple[tuple[tuple[str, str], ...], str]]:
+    """Label sets and values, comparable (NaN as text: NaN equals nothing)."""
+    return {(tuple(sorted(s.labels.items())), repr(s.value)) for s in series}
+
+
+@pytest.mark.parametrize(
+    ("profile", "models", "ksm"),
+    [
+        (MetricsGeneration.VLLM_0_13, ("steady",), True),
+        (MetricsGeneration.VLLM_0_13, ("steady", "reset", "nan", "idle", "wide", "nopod"), False),
+        (MetricsGeneration.VLLM_0_9_2, ("legacy", "steady"), False),
+        (MetricsGeneration.SGLANG_0_5_20, ("sg", "sgslow"), True),
+    ],
+)
+def test_a_batch_in_one_request_answers_what_each_query_answers_alone(
+    client: PrometheusClient, profile: MetricsGeneration, models: tuple[str, ...], ksm: bool
+) -> None:
+    selectors = [Selector.of({"namespace": "llm", "model_name": m}) for m in models]
+    scope = (
+        QueryScope.shared(selectors)
+        if len(selectors) > 1
+        else QueryScope.for_selector(selectors[0])
+    )
+    queries = {
+        k: q.promql
+        for k, q in build_queries(profile, scope, WINDOW_S, kube_state_metrics=ksm).items()
+    }
+    combined = client.query_many(queries, AT)
+    alone = {key: client.query(promql, AT) for key, promql in queries.items()}
+    assert {k: _as_set(v) for k, v in combined.items()} == {k: _as_set(v) for k, v in alone.items()}
+    assert sum(map(len, alone.values())) > len(queries)  # the answers are not empty

@@ -3,6 +3,7 @@
 I/O lives here (HTTP to Prometheus); the result is a ``cachescale.snapshot.EngineSignals``
 that the pure decision layer consumes. ``promql`` builds the query text, ``prometheus``
 talks to the server, ``signals`` turns results into known-or-unknown signals,
-``grouped`` reads many policies with one query per signal per group, and ``command`` is
+``grouped`` reads many policies with one request per group (every signal's query in it),
+and ``command`` is
 ``cachescale signals``.
 """

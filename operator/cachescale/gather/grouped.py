@@ -1,28 +1,35 @@
-"""Grouped gathering: one query per signal for every policy that can share it.
+"""Grouped gathering: one request for every policy that can share it.
 
-Why: ``gather_signals`` sends one detection query and a batch of about 21 queries per
-policy per evaluation, so Prometheus load grows with the number of policies. Policies that
-read the same Prometheus over the same window, with selectors on the same label names,
-differ only in label values; ``QueryScope.shared`` reads all of them with one regex per
-label, and ``split_by_selector`` hands each policy back exactly the series its own query
-would have returned (every query aggregates ``by`` the selector's label names, so no
-aggregate mixes two policies). The cost then grows with the number of groups.
+Why: ``gather_signals`` sends one detection query and a batch of about 21 queries (one
+request, ``promql.combine``) per policy per evaluation, so Prometheus load grows with the
+number of policies. Policies that read the same Prometheus over the same window differ in
+label values (and sometimes in the labels they select on); ``QueryScope.shared`` reads
+all of them with one regex per common label, grouping by every label any of them selects
+on, and ``split_by_selector`` hands each policy back exactly the series its own query
+would have returned (no aggregate mixes two policies). The cost then grows with the
+number of groups.
 
 How a call to ``GroupedGatherer.gather`` proceeds, for the policies due now:
 
 * **Plan** (pure, ``plan`` in ``gather/grouping.py``, which ``cachescale groups`` shows
-  offline): policies are grouped by client (the controller keeps one per
-  URL and credentials), window, kube-state-metrics use and selector label names. A
-  selector on ``pod`` is not groupable (the fleet-level queries aggregate ``pod`` away, so
-  a shared result could not be split on it): it gets a group of its own. A group of one
-  distinct selector reads with its own exact matchers, as ``gather_signals`` does.
+  offline): policies are grouped by client (the controller keeps one per URL and
+  credentials), window, kube-state-metrics use and the model labels their selectors match
+  on (``sharing_key``). A selector on ``pod`` is not groupable (the fleet-level queries
+  aggregate ``pod`` away, so a shared result could not be split on it): it gets a group of
+  its own. A group of one distinct selector reads with its own exact matchers, as
+  ``gather_signals`` does.
 * **Detect** per group and engine: one detection query for the members whose profile is
   not cached; a detected profile is cached per policy for ``ttl_seconds`` (clock
   injected), so a steady group sends no detection query at all. "No profile" is not
   cached: a deployment that has not started yet is looked for again next time.
-* **Read** per group and detected profile: one query per signal; each member's slice goes
-  through ``compute_signals``, exactly as in ``gather_signals``. A member's own
-  ``demandQuery`` (user PromQL) is still sent alone, as it is per policy by nature.
+* **Read** per group and detected profile: one batch (one query per signal, sent as one
+  request); each member's slice goes through ``compute_signals``, exactly as in
+  ``gather_signals``. A batch mixing label sets also counts its series by the group
+  labels (``label_query``): a member whose series carry a label only others select on
+  (its share would be grouped more finely than its own answer), or every member of a
+  mixed batch Prometheus rejects, is read again with selectors on its own label names. A
+  member's own ``demandQuery`` (user PromQL) is still sent alone, as it is per policy by
+  nature.
 
 Failures stay where they happen. Every member gets its own outcome: its signals (unknowns
 keep their per-policy reasons, e.g. "has no data for <its selector>" while its group-mates
@@ -45,11 +52,12 @@ from typing import TypeVar
 
 from cachescale.api.spec import Engine
 from cachescale.gather.grouping import DEFAULT_MAX_GROUP_SIZE as DEFAULT_MAX_GROUP_SIZE
-from cachescale.gather.grouping import Group, scope_of
+from cachescale.gather.grouping import SHARING_LABELS, Group, scope_of
 from cachescale.gather.grouping import PolicyRead as PolicyRead
 from cachescale.gather.grouping import plan as plan
-from cachescale.gather.prometheus import PrometheusClient, PrometheusError
+from cachescale.gather.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
 from cachescale.gather.promql import (
+    SERIES_LABELS,
     Detection,
     QueryKey,
     ResultSeries,
@@ -57,6 +65,8 @@ from cachescale.gather.promql import (
     build_queries,
     detect_profile,
     detection_query,
+    label_query,
+    split_by_selector,
 )
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
@@ -111,12 +121,25 @@ class DetectionCache:
                 del self._entries[key]
 
 
+def _carries_labels_of_others(
+    selector: Selector, selectors: Sequence[Selector], labels: Sequence[ResultSeries]
+) -> bool:
+    """Whether any series ``selector`` reads (``label_query``'s answer) has a value for
+    a label name only other selectors of the batch match on: the batch then groups its
+    series more finely than its own queries do, and its share is not its answer."""
+    every_name = {name for other in selectors for name in other.names}
+    others = every_name - set(selector.names) - set(SHARING_LABELS)
+    mine = (series for series in labels if selector.matches(series.labels))
+    return any(series.labels.get(name) for series in mine for name in others)
+
+
 def _slices(
     results: Mapping[QueryKey, Sequence[ResultSeries]], names: Sequence[str]
 ) -> dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]]:
-    """A shared batch's series by their values of the selectors' label ``names``: each
-    policy's slice is the entry of its own values (what ``split_by_selector`` returns,
-    found in one pass over the results instead of one per policy)."""
+    """A shared batch's series by their values of the label ``names`` every selector
+    matches on: each policy's slice is the entry of its own values (what
+    ``split_by_selector`` returns when the selectors share all their names, found in one
+    pass over the results instead of one per policy)."""
     slices: dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]] = {}
     for key, series in results.items():
         for s in series:
@@ -128,7 +151,7 @@ def _slices(
 
 
 class GroupedGatherer:
-    """Reads the signals of many policies with one query per signal per group.
+    """Reads the signals of many policies with one batch per group and profile.
 
     One instance lives as long as the operator (it holds the detection cache); ``gather``
     is called once per interval with the policies due in it."""
@@ -183,36 +206,77 @@ class GroupedGatherer:
             else:
                 by_profile.setdefault(found.profile, []).append(member)
         for profile, members in by_profile.items():
-            selectors = tuple(dict.fromkeys(m.request.selector for m in members))
-            first = members[0].request
-            queries = build_queries(
-                profile,
-                scope_of(selectors),
-                first.window_seconds,
-                kube_state_metrics=first.kube_state_metrics,
-                ksm_step_seconds=first.ksm_step_seconds,
+            outcomes.update(self._read_batch(client, profile, members, detections, at))
+        return outcomes
+
+    def _read_batch(
+        self,
+        client: PrometheusClient,
+        profile: MetricsGeneration,
+        members: Sequence[PolicyRead[K, PrometheusClient]],
+        detections: Mapping[tuple[Engine, Selector], Detection],
+        at: datetime,
+    ) -> dict[K, Outcome]:
+        """The outcomes of ``members`` (one profile) from one batch; a member whose share
+        of a batch mixing label sets is not its own answer is read again apart."""
+        selectors = tuple(dict.fromkeys(m.request.selector for m in members))
+        mixed = len({selector.names for selector in selectors}) > 1
+        first, scope = members[0].request, scope_of(selectors)
+        window, ksm, step = first.window_seconds, first.kube_state_metrics, first.ksm_step_seconds
+        queries = build_queries(
+            profile, scope, window, kube_state_metrics=ksm, ksm_step_seconds=step
+        )
+        batch: dict[object, str] = {key: query.promql for key, query in queries.items()}
+        if mixed:
+            batch[SERIES_LABELS] = label_query(
+                profile, scope, window, kube_state_metrics=ksm, ksm_step_seconds=step
             )
-            results = client.query_many({key: query.promql for key, query in queries.items()}, at)
-            names = selectors[0].names
-            slices = _slices(results, names) if len(selectors) > 1 else {}
-            nothing: dict[QueryKey, list[ResultSeries]] = {key: [] for key in results}
-            for member in members:
-                request = member.request
-                own: Mapping[QueryKey, Sequence[ResultSeries]] = results
-                if len(selectors) > 1:
-                    values = tuple(value for _, value in request.selector.labels)
-                    own = slices.get(values, nothing)
-                demand, mine = None, queries
-                if request.demand_query is not None:
-                    mine = {k: q for k, q in queries.items() if k is not QueryKey.ARRIVALS}
-                    demand = read_demand(client, request.demand_query, at)
-                found = detections[request.engine, request.selector]
-                try:
-                    outcomes[member.key] = compute_signals(
-                        request, found, mine, own, at, demand=demand
-                    )
-                except AmbiguousSeriesError as error:
-                    outcomes[member.key] = error
+        try:
+            answers = client.query_many(batch, at)
+        except PrometheusQueryError:
+            if not mixed:
+                raise
+            return self._apart(client, members, at)  # e.g. a pod exporting two label sets
+        results = {key: answers[key] for key in queries}
+        common = [name for name in selectors[0].names if all(name in s.names for s in selectors)]
+        slices = _slices(results, common) if len(selectors) > 1 else {}
+        nothing: dict[QueryKey, list[ResultSeries]] = {key: [] for key in results}
+        outcomes: dict[K, Outcome] = {}
+        apart = []
+        for member in members:
+            request = member.request
+            own: Mapping[QueryKey, Sequence[ResultSeries]] = results
+            if len(selectors) > 1:
+                values = tuple(dict(request.selector.labels)[name] for name in common)
+                own = slices.get(values, nothing)
+            if mixed:
+                if _carries_labels_of_others(request.selector, selectors, answers[SERIES_LABELS]):
+                    apart.append(member)
+                    continue
+                own = split_by_selector(own, request.selector)
+            demand, mine = None, queries
+            if request.demand_query is not None:
+                mine = {k: q for k, q in queries.items() if k is not QueryKey.ARRIVALS}
+                demand = read_demand(client, request.demand_query, at)
+            found = detections[request.engine, request.selector]
+            try:
+                outcomes[member.key] = compute_signals(request, found, mine, own, at, demand=demand)
+            except AmbiguousSeriesError as error:
+                outcomes[member.key] = error
+        outcomes.update(self._apart(client, apart, at))
+        return outcomes
+
+    def _apart(
+        self,
+        client: PrometheusClient,
+        members: Sequence[PolicyRead[K, PrometheusClient]],
+        at: datetime,
+    ) -> dict[K, Outcome]:
+        """``members`` read in groups of selectors on the same label names only (their
+        profiles are cached by now: no detection query)."""
+        outcomes: dict[K, Outcome] = {}
+        for group in plan(members, self._max_group_size, across_label_sets=False):
+            outcomes.update(self._read(client, group, at))
         return outcomes
 
     def _detect(

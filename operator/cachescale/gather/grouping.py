@@ -1,4 +1,4 @@
-"""Which policies share one query per signal: the pure plan of grouped gathering.
+"""Which policies share one request to Prometheus: the pure plan of grouped gathering.
 
 Why a module of its own: ``gather/grouped.py`` runs the plan against Prometheus, which
 needs the HTTP client (the ``operator`` extra), while ``cachescale groups`` shows the same
@@ -17,7 +17,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from cachescale.gather.promql import POD_LABEL, QueryScope, Selector
+from cachescale.gather.promql import (
+    MODEL_LABEL,
+    NAMESPACE_LABEL,
+    POD_LABEL,
+    QueryScope,
+    Selector,
+)
 from cachescale.gather.signals import SignalRequest
 
 K = TypeVar("K", bound=Hashable)
@@ -63,7 +69,7 @@ class PolicyRead(Generic[K, C]):
 
 @dataclass(frozen=True)
 class Group(Generic[K, C]):
-    """Policies served by one detection query per engine and one query per signal."""
+    """Policies served by one detection query per engine and one batch per profile."""
 
     client: C
     members: tuple[PolicyRead[K, C], ...]
@@ -78,6 +84,12 @@ class Group(Generic[K, C]):
         """Whether its queries match several selectors (and results must be split)."""
         return len(self.selectors) > 1
 
+    @property
+    def label_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The distinct label-name sets of its selectors, in first-seen order: several when
+        selectors on different names share (each member's share is then checked)."""
+        return tuple(dict.fromkeys(selector.names for selector in self.selectors))
+
 
 def groupable(selector: Selector) -> bool:
     """Whether ``selector``'s series can be split back out of a shared result: every
@@ -85,24 +97,48 @@ def groupable(selector: Selector) -> bool:
     return POD_LABEL not in selector.names
 
 
+SHARING_LABELS = (MODEL_LABEL, NAMESPACE_LABEL)
+"""The labels every query groups by: selectors that match on the same ones of these share
+a group whatever else they match on (the shared regexes are on these)."""
+
+
+def sharing_key(selector: Selector, *, across_label_sets: bool = True) -> tuple[str, ...]:
+    """What a groupable selector must have in common with the others of its group: its
+    ``SHARING_LABELS`` names (``across_label_sets``) when it matches on any, else (or
+    without ``across_label_sets``) every label name it matches on."""
+    core = tuple(name for name in selector.names if name in SHARING_LABELS)
+    return core if across_label_sets and core else ("names:", *selector.names)
+
+
+def bucket_of(
+    read: PolicyRead[K, C], *, across_label_sets: bool = True
+) -> tuple[object, ...] | None:
+    """What ``plan`` puts ``read`` together with others on (before the size limit splits
+    a bucket into groups), or None when it reads alone (a selector on ``pod``)."""
+    request = read.request
+    if not groupable(request.selector):
+        return None
+    return (
+        id(read.client),
+        request.window_seconds,
+        request.kube_state_metrics,
+        request.ksm_step_seconds,
+        sharing_key(request.selector, across_label_sets=across_label_sets),
+    )
+
+
 def plan(
-    reads: Sequence[PolicyRead[K, C]], max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    reads: Sequence[PolicyRead[K, C]],
+    max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
+    *,
+    across_label_sets: bool = True,
 ) -> list[Group[K, C]]:
-    """The groups ``reads`` are served by, in first-seen order (pure)."""
+    """The groups ``reads`` are served by, in first-seen order (pure). Without
+    ``across_label_sets``, only selectors on the same label names share (what a member
+    whose share of a mixed group could not be used falls back to)."""
     buckets: dict[tuple[object, ...], list[PolicyRead[K, C]]] = {}
     for index, read in enumerate(reads):
-        request = read.request
-        if groupable(request.selector):
-            names: tuple[object, ...] = request.selector.names
-        else:
-            names = ("alone", index)
-        key = (
-            id(read.client),
-            request.window_seconds,
-            request.kube_state_metrics,
-            request.ksm_step_seconds,
-            names,
-        )
+        key = bucket_of(read, across_label_sets=across_label_sets) or ("alone", index)
         buckets.setdefault(key, []).append(read)
     groups: list[Group[K, C]] = []
     for members in buckets.values():

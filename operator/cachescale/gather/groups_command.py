@@ -1,7 +1,7 @@
 """``cachescale groups``: which gather group each policy falls into, and what it sends.
 
 Why: the operator reads the policies that share a Prometheus (URL and credentials), a
-window and the label names of their selectors with one query per signal
+window and the label names of their selectors with one request per group
 (``gather/grouping.py``), so one policy's selector decides how much load a whole fleet
 puts on Prometheus, and a selector on ``pod`` quietly costs a query set of its own.
 Nothing in the cluster shows the grouping; this shows it offline, from the policy files.
@@ -41,16 +41,19 @@ from cachescale.gather.grouping import (
     Group,
     PolicyRead,
     Source,
+    bucket_of,
     plan,
     scope_of,
 )
 from cachescale.gather.promql import (
     POD_LABEL,
+    SERIES_LABELS,
     Selector,
     SelectorError,
     build_queries,
     detection_query,
     duration,
+    label_query,
 )
 from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import MetricsGeneration
@@ -93,12 +96,12 @@ def add_parser(
     """Register ``cachescale groups``."""
     parser = subparsers.add_parser(
         "groups",
-        help="show which policies share one Prometheus query per signal, and the queries",
+        help="show which policies share one Prometheus request, and its queries",
         description=(
             "Group policies as the operator does when it reads their signals (same "
             "Prometheus URL and credentials, same window, selectors on the same label "
-            "names: one query per signal for the whole group), offline. Prints each "
-            "group's Prometheus, window, label names, members, whether they share or "
+            "names: one request with every signal's query for the whole group), offline. "
+            "Prints each group's Prometheus, window, label names, members, whether they share or "
             "a policy reads alone and why, and the PromQL the group sends. Files are "
             "checked as by cachescale validate. Exit codes: 0 shown, 1 invalid input, "
             "2 usage error."
@@ -188,31 +191,25 @@ def explain(policies: Sequence[Policy], default_url: str | None) -> dict[str, An
             continue
         reads.append(PolicyRead(index, sources.setdefault(source, source), request))
     groups = plan(reads)
-    keys = [_bucket(group) for group in groups]
+    keys = [bucket_of(group.members[0]) for group in groups]
     return {
         "groups": [
-            _group_json(number, group, policies, keys.count(_bucket(group)) > 1)
-            for number, group in enumerate(groups, start=1)
+            _group_json(number, group, policies, key is not None and keys.count(key) > 1)
+            for number, (group, key) in enumerate(zip(groups, keys, strict=True), start=1)
         ],
         "not_read": not_read,
         "max_group_size": DEFAULT_MAX_GROUP_SIZE,
     }
 
 
-def _bucket(group: Group[int, Source]) -> tuple[object, ...]:
-    """What ``plan`` groups on, for a group (to tell a group split by the size limit)."""
-    request = group.members[0].request
-    return (
-        group.client,
-        request.window_seconds,
-        request.kube_state_metrics,
-        request.ksm_step_seconds,
-        request.selector.names,
-    )
-
-
 def _reason(group: Group[int, Source], split: bool) -> str:
     selectors = group.selectors
+    if group.shared and len(group.label_sets) > 1:
+        return (
+            f"shared: {len(selectors)} selectors on {len(group.label_sets)} label sets, read "
+            f"with one regex per label they all match on; a policy whose series carry a label "
+            "only the others match on is read again with its own label set"
+        )
     if group.shared:
         return f"shared: {len(selectors)} selectors read with one regex per label"
     if POD_LABEL in selectors[0].names:
@@ -228,7 +225,8 @@ def _reason(group: Group[int, Source], split: bool) -> str:
         return "one selector: its policies all have the same selector (exact matchers)"
     return (
         "reads alone: no other policy reads this Prometheus, with these credentials, over "
-        "this window, with a selector on these label names"
+        "this window, with a selector on the same of model_name and namespace (or, on "
+        "neither, on the same label names)"
     )
 
 
@@ -269,21 +267,24 @@ def _group_json(
         by_engine.setdefault(member.request.engine, []).append(member.request.selector)
     batches = []
     for engine, selectors in by_engine.items():
-        scope = scope_of(tuple(dict.fromkeys(selectors)))
-        profile = NEWEST_PROFILE[engine]
+        distinct = tuple(dict.fromkeys(selectors))
+        scope, profile = scope_of(distinct), NEWEST_PROFILE[engine]
+        window, ksm = first.request.window_seconds, first.request.kube_state_metrics
+        step = first.request.ksm_step_seconds
         queries = build_queries(
-            profile,
-            scope,
-            first.request.window_seconds,
-            kube_state_metrics=first.request.kube_state_metrics,
-            ksm_step_seconds=first.request.ksm_step_seconds,
+            profile, scope, window, kube_state_metrics=ksm, ksm_step_seconds=step
         )
+        shown = {key.value: query.promql for key, query in queries.items()}
+        if len({selector.names for selector in distinct}) > 1:
+            shown[SERIES_LABELS] = label_query(
+                profile, scope, window, kube_state_metrics=ksm, ksm_step_seconds=step
+            )
         batches.append(
             {
                 "engine": engine.value,
                 "profile": profile.value,
                 "detection": detection_query(engine, scope),
-                "queries": {key.value: query.promql for key, query in queries.items()},
+                "queries": shown,
             }
         )
     return {
@@ -293,7 +294,7 @@ def _group_json(
         "prometheus_url": None if url is None else redact_url(url),
         "auth": _auth_json(policy.policy.spec.metrics.auth),
         "window_seconds": first.request.window_seconds,
-        "label_names": list(first.request.selector.names),
+        "label_sets": [list(names) for names in group.label_sets],
         "members": [_member_json(policies[m.key], m.request) for m in group.members],
         "batches": batches,
         "demand_queries": [
@@ -335,7 +336,7 @@ def render_text(explained: dict[str, Any]) -> str:
             f"  prometheus  {url}",
             f"  auth        {_auth_text(group['auth'])}",
             f"  window      {duration(group['window_seconds'])}",
-            f"  labels      {', '.join(group['label_names'])}",
+            f"  labels      {' | '.join(', '.join(names) for names in group['label_sets'])}",
             "  members",
         ]
         width = max(len(member["policy"]) for member in group["members"])

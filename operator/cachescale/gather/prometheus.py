@@ -1,4 +1,4 @@
-"""Prometheus HTTP access for the gather layer, through ``prometheus-api-client``.
+"""Prometheus HTTP access for the gather layer: instant queries POSTed as a form.
 
 Why a wrapper: the decision layer must tell "Prometheus is down" from "it answered with
 garbage" from "our query was rejected", and a CLI user must get one clear line, never a
@@ -27,8 +27,14 @@ reason. Redirects are never followed (a 3xx is a bad response): a Prometheus tha
 with one is misconfigured, and following it could lead the bearer token or the request to
 another host.
 
-An evaluation's queries are issued together on a small thread pool, all at the same
-evaluation timestamp, so the signals they yield describe one instant.
+An evaluation's queries (or a group's) are one request (``query_many``): ``combine``
+tags each query's series and joins them with ``or``, and the answer is split back by
+tag. So the cost to Prometheus, and to anyone who meters its API by request, grows with
+the number of groups, not with the number of signals; the queries are evaluated at one
+timestamp, so the signals they yield describe one instant. The query goes in the POST
+body, not the URL: a group's batch carries its members' label values many times over and
+would exceed what proxies in front of Prometheus accept in a URL (``prometheus-api-client``
+always sends it in the URL, so it is not used).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
@@ -46,7 +52,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 import requests
-from prometheus_api_client import PrometheusConnect
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
@@ -54,9 +59,11 @@ from cachescale.api.spec import Engine
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import redact_url as redact_url
 from cachescale.gather.promql import (
+    QUERY_TAG_LABEL,
     Detection,
     QueryScope,
     Selector,
+    combine,
     detect_profile,
     detection_query,
 )
@@ -80,8 +87,9 @@ class Series:
     value: float
 
 
-POOL_CONNECTIONS_PER_QUERY_SLOT = 8
-"""Kept-alive connections per parallel query slot (several evaluations share a client)."""
+POOL_CONNECTIONS = 64
+"""Kept-alive connections per client: the groups and evaluations that share it query at
+once (urllib3's default of 10 would churn)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,6 @@ class PrometheusConfig:
     ca_file: str | None = None
     """PEM bundle to verify the server certificate against (default: system CAs)."""
     verify_tls: bool = True
-    max_parallel_queries: int = 8
 
 
 class PrometheusError(Exception):
@@ -195,22 +202,17 @@ class PrometheusClient:
         self._config = config
         self._clock = clock
         self._deadline: Deadline | None = None
-        self._on_worker = False
-        """Set on the views ``_awaited`` runs queries with: they are already waited for."""
         self._url = config.url.rstrip("/")
+        self._query_url = f"{self._url}/api/v1/query"
         session = requests.Session()
         session.verify = config.ca_file or config.verify_tls
         if config.bearer_token is not None:
             session.headers["Authorization"] = f"Bearer {config.bearer_token}"
         session.hooks["response"].append(self._raise_for_status)
-        self._connect = PrometheusConnect(url=self._url, session=session)
-        # Mounted after PrometheusConnect's own adapter so that this retry policy wins.
-        # Many evaluations share one client (one per Prometheus), each running up to
-        # max_parallel_queries at once: a pool of urllib3's default 10 would churn.
-        pool = POOL_CONNECTIONS_PER_QUERY_SLOT * config.max_parallel_queries
         # Retries are made in ``query``, where the deadline is known: none in urllib3.
         no_retry = Retry(total=0, read=False)  # read=False: a read timeout stays one
-        session.mount(self._url, HTTPAdapter(max_retries=no_retry, pool_maxsize=pool))
+        session.mount(self._url, HTTPAdapter(max_retries=no_retry, pool_maxsize=POOL_CONNECTIONS))
+        self._session = session
 
     def deadline(self) -> Deadline:
         """A deadline of ``timeout_seconds`` starting now on the client's clock."""
@@ -221,7 +223,6 @@ class PrometheusClient:
         connections: close the client, not the view)."""
         view = copy.copy(self)
         view._deadline = deadline
-        view._on_worker = False
         return view
 
     def _pause(self, retry: int) -> float:
@@ -248,10 +249,7 @@ class PrometheusClient:
     def query(self, promql: str, at: datetime) -> list[Series]:
         """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
         (``DeadlineReached`` when the deadline runs out first)."""
-        deadline = self._deadline or self.deadline()
-        if self._on_worker:
-            return self._retried(promql, at, deadline)
-        return self._awaited({0: promql}, at, deadline, batch=False)[0]
+        return self._awaited(promql, at, self._deadline or self.deadline())
 
     def _retried(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
         """``promql`` with retries, each attempt and pause within ``deadline``."""
@@ -274,9 +272,15 @@ class PrometheusClient:
         if remaining <= 0:
             raise DeadlineReached(self._url, deadline.reached())
         connect = min(self._config.connect_timeout_seconds, remaining)
-        params = {"time": f"{at.timestamp():.3f}", "timeout": _duration(remaining)}
+        form = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": _duration(remaining)}
         try:
-            result = self._connect.custom_query(promql, params=params, timeout=(connect, remaining))
+            response = self._session.post(
+                self._query_url,
+                data=form,
+                timeout=(connect, remaining),
+                verify=self._session.verify,  # or requests lets REQUESTS_CA_BUNDLE win
+            )
+            result = response.json()["data"]["result"]
         except requests.exceptions.ReadTimeout as error:
             raise DeadlineReached(self._url, deadline.reached()) from error
         except requests.exceptions.SSLError as error:
@@ -319,60 +323,44 @@ class PrometheusClient:
         return vector
 
     def query_many(self, queries: Mapping[_K, str], at: datetime) -> dict[_K, list[Series]]:
-        """Evaluate every query at ``at`` concurrently, all within one deadline; the first
-        failure is raised, and ``DeadlineReached`` (saying how many were answered) when the
-        deadline runs out first."""
+        """Evaluate every query at ``at`` in one request (``combine``), within one
+        deadline; each query's series come back under its key."""
         if not queries:
             return {}
-        return self._awaited(queries, at, self._deadline or self.deadline(), batch=True)
+        keys = list(queries)
+        results: dict[_K, list[Series]] = {key: [] for key in keys}
+        for series in self.query(combine([queries[key] for key in keys]), at):
+            labels = dict(series.labels)
+            tag = labels.pop(QUERY_TAG_LABEL, "")
+            if not tag.isdecimal() or int(tag) >= len(keys):
+                raise PrometheusBadResponse(
+                    self._url, f"a series of a combined query has no valid {QUERY_TAG_LABEL}"
+                )
+            results[keys[int(tag)]].append(Series(labels, series.value))
+        return results
 
-    def _awaited(
-        self, queries: Mapping[_K, str], at: datetime, deadline: Deadline, *, batch: bool
-    ) -> dict[_K, list[Series]]:
-        """Run ``queries`` on worker threads and wait for them until ``deadline`` at most:
-        the queries still in flight then are abandoned, so the caller returns on time even
-        if a server keeps a socket alive. A ``batch`` goes through ``query`` once per query
-        (a seam tests count through) and its error counts the
-        answered queries; a single ``query``, already that seam, goes to the retry loop.
+    def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+        """Run ``promql`` (with its retries) on a worker thread and wait for it until
+        ``deadline`` at most: a query still in flight then is abandoned, so the caller
+        returns on time even if a server keeps a socket alive. The thread is a daemon,
+        not a ``ThreadPoolExecutor``'s, whose threads the interpreter joins at exit: an
+        abandoned query must not hold up the process."""
+        future: Future[list[Series]] = Future()
 
-        The threads are daemons, not a ``ThreadPoolExecutor``'s, whose threads the
-        interpreter joins at exit: an abandoned query must not hold up the process."""
-        worker = self.until(deadline)
-        worker._on_worker = True
-        slots = threading.BoundedSemaphore(min(self._config.max_parallel_queries, len(queries)))
+        def run() -> None:
+            future.set_running_or_notify_cancel()
+            try:
+                result = self._retried(promql, at, deadline)
+            except Exception as error:  # handed to the waiting caller
+                future.set_exception(error)
+            else:
+                future.set_result(result)
 
-        def run(future: Future[list[Series]], promql: str) -> None:
-            with slots:
-                if not future.set_running_or_notify_cancel():
-                    return  # the deadline passed before this query's turn: never sent
-                try:
-                    result = (
-                        worker.query(promql, at) if batch else worker._retried(promql, at, deadline)
-                    )
-                except Exception as error:  # handed to the waiting caller
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-
-        futures: dict[_K, Future[list[Series]]] = {key: Future() for key in queries}
-        for number, (key, promql) in enumerate(queries.items()):
-            name = f"promql-{number}"
-            threading.Thread(
-                target=run, args=(futures[key], promql), name=name, daemon=True
-            ).start()
-        wait(futures.values(), timeout=deadline.remaining(), return_when=FIRST_EXCEPTION)
-        for future in futures.values():
-            future.cancel()  # those still waiting for a slot
-        done = [f for f in futures.values() if f.done() and not f.cancelled()]
-        errors = [error for f in done if (error := f.exception()) is not None]
-        for error in errors:
-            if not isinstance(error, DeadlineReached):
-                raise error
-        if len(done) < len(futures) or errors:
-            answered = len(done) - len(errors)
-            count = f", with {answered} of {len(futures)} queries answered"
-            raise DeadlineReached(self._url, deadline.reached() + (count if batch else ""))
-        return {key: future.result() for key, future in futures.items()}
+        threading.Thread(target=run, name="promql", daemon=True).start()
+        wait([future], timeout=deadline.remaining())
+        if not future.done():
+            raise DeadlineReached(self._url, deadline.reached())
+        return future.result()
 
     def detect(self, engine: Engine, selector: Selector, at: datetime) -> Detection:
         """Which engine profile the series matching ``selector`` belong to."""
@@ -381,7 +369,7 @@ class PrometheusClient:
 
     def close(self) -> None:
         """Release the HTTP connection pool."""
-        self._connect.close()
+        self._session.close()
 
     def __enter__(self) -> PrometheusClient:
         return self

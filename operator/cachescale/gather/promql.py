@@ -16,6 +16,12 @@ That has two uses:
   the same label names, can share one query per signal: ``QueryScope.shared`` matches the
   union of their values and ``split_by_selector`` hands each policy back its own series.
 
+An evaluation's queries (or a group's) travel as one request: ``combine`` tags each
+query's series with its position in the batch and joins them with ``or``, so Prometheus
+is asked once per batch, not once per signal, and each series comes back under the query
+that produced it. Every value is the one the query alone returns: the tag is the only
+label added, and no operand's series can match another's.
+
 Pure: builds strings and interprets label sets; the HTTP side is ``gather.prometheus``.
 """
 
@@ -44,8 +50,10 @@ POD_LABEL = "pod"
 """Target labels a PodMonitor/ServiceMonitor adds; kube-state-metrics uses the same names."""
 
 _LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
-_RESERVED_LABELS = frozenset({"le"})
-"""Label names the queries set themselves (histogram bucket bounds)."""
+QUERY_TAG_LABEL = "cachescale_query"
+"""The label ``combine`` tags each query's series with, so that one request carries a batch."""
+_RESERVED_LABELS = frozenset({"le", QUERY_TAG_LABEL})
+"""Label names the queries set themselves (histogram bucket bounds, the batch's tags)."""
 _VALUE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _RE2_METACHARACTERS = frozenset("\\.+*?()|[]{}^$")
 
@@ -178,19 +186,23 @@ class QueryScope:
 
     @classmethod
     def shared(cls, selectors: Sequence[Selector]) -> QueryScope:
-        """Several policies whose selectors use the same label names: one regex per label
-        matching every policy's value. The union over-selects (it is a per-label cross
-        product), so results must go through ``split_by_selector``."""
-        names = {selector.names for selector in selectors}
-        if len(names) != 1:
-            raise SelectorError(f"selectors on different label sets cannot share: {names}")
-        (shared_names,) = names
+        """Several policies: one regex per label name that every selector matches on,
+        matching every policy's value, and results grouped by every name any of them
+        matches on. The union over-selects (a per-label cross product, and nothing
+        narrows on the names only some selectors use), so results must be split per
+        selector (``split_by_selector``); for selectors on different label sets, a
+        policy's share is its own answer only if its series carry none of the names
+        only the others match on (``label_query`` tells, ``gather.grouped`` checks)."""
+        common = set.intersection(*(set(selector.names) for selector in selectors))
+        if not common:
+            raise SelectorError("selectors that match on no common label cannot share a query")
         matchers = []
-        for index, name in enumerate(shared_names):
-            values = sorted({selector.labels[index][1] for selector in selectors})
+        for name in (name for name in selectors[0].names if name in common):
+            values = sorted({dict(selector.labels)[name] for selector in selectors})
             pattern = "|".join(_escape_regex(value) for value in values)
             matchers.append(f'{name}=~"{escape_label_value(pattern)}"')
-        return cls(",".join(matchers), _group_labels(shared_names))
+        every_name = {name for selector in selectors for name in selector.names}
+        return cls(",".join(matchers), _group_labels(every_name))
 
 
 def _group_labels(selector_names: Iterable[str]) -> tuple[str, ...]:
@@ -255,6 +267,17 @@ class QueryKey(StrEnum):
     POD_KV_USAGE = "pod_kv_usage"
     POD_AGE = "pod_age"
     POD_CACHE_CONFIG = "pod_cache_config"
+
+
+def combine(queries: Sequence[str]) -> str:
+    """``queries`` (instant vectors) as one query: each operand's series tagged with its
+    position in ``QUERY_TAG_LABEL`` (``label_replace`` from the always-empty label ""),
+    then joined with ``or``. The tags keep every operand's label sets distinct, so ``or``
+    drops nothing; the caller hands each series back to the query of its tag."""
+    return "\nor\n".join(
+        f'label_replace(\n{promql}\n, "{QUERY_TAG_LABEL}", "{position}", "", "")'
+        for position, promql in enumerate(queries)
+    )
 
 
 @dataclass(frozen=True)
@@ -358,8 +381,11 @@ class _Builder:
         self._window_seconds = window_seconds
         self._by = ", ".join(scope.group_by)
         self._by_pod = ", ".join((*scope.group_by, POD_LABEL))
+        self.selected: set[str] = set()
+        """Every series name a query built so far selects under the scope."""
 
     def select(self, metric: str, extra: str = "") -> str:
+        self.selected.add(metric)
         matchers = ",".join(part for part in (self._scope.matchers, extra) if part)
         return f"{metric}{{{matchers}}}" if matchers else metric
 
@@ -377,6 +403,13 @@ class _Builder:
             f"rate({self.select(h + '_bucket')}[{self._window}])" for h in histograms
         )
         return f"sum by ({self._by}, le) ({rates})"
+
+    def labels_selected(self) -> str:
+        """The series of every name selected so far, counted per value of the group
+        labels: which of those labels each policy's own series carry."""
+        names = "|".join(_escape_regex(name) for name in sorted(self.selected))
+        matchers = ",".join(part for part in (f'__name__=~"{names}"', self._scope.matchers) if part)
+        return f"count by ({self._by}) ({{{matchers}}})"
 
     def arrivals(self, finished: _Counter, in_system: Sequence[str]) -> str:
         """Requests arriving per second: every finished request plus the growth of the
@@ -444,8 +477,35 @@ def build_queries(
     With ``kube_state_metrics`` the batch also reads pod ages and GPU-seconds from
     kube-state-metrics, joined to the engine series on ``namespace`` and ``pod``.
     """
-    fam = _SGLANG if profile is MetricsGeneration.SGLANG_0_5_20 else _VLLM
     b = _Builder(scope, window_seconds)
+    return _queries(profile, b, kube_state_metrics, ksm_step_seconds)
+
+
+SERIES_LABELS = "series_labels"
+"""The name of ``label_query`` in a batch (beside the ``QueryKey`` ones)."""
+
+
+def label_query(
+    profile: MetricsGeneration,
+    scope: QueryScope,
+    window_seconds: float,
+    *,
+    kube_state_metrics: bool = False,
+    ksm_step_seconds: float = 30.0,
+) -> str:
+    """Every series ``build_queries`` selects under ``scope`` (same arguments), counted by
+    the scope's group labels. For selectors on different label sets sharing ``scope``, it
+    shows whether a policy's series carry a label only the others match on: if none do,
+    every aggregate of its series is the one its own queries compute."""
+    b = _Builder(scope, window_seconds)
+    _queries(profile, b, kube_state_metrics, ksm_step_seconds)
+    return b.labels_selected()
+
+
+def _queries(
+    profile: MetricsGeneration, b: _Builder, kube_state_metrics: bool, ksm_step_seconds: float
+) -> dict[QueryKey, Query]:
+    fam = _SGLANG if profile is MetricsGeneration.SGLANG_0_5_20 else _VLLM
     queries = {
         QueryKey.HITS_LOCAL: Query(b.rate(fam.hits_local), fam.hits_local.metric),
         QueryKey.HITS_EXTERNAL: Query(b.rate(fam.hits_external), fam.hits_external.metric),
