@@ -1,18 +1,24 @@
 """When each policy is evaluated: one asyncio task owns the due time of every policy.
 
 Why: with a sleeping loop per policy, each policy comes due on its own, and each
-evaluation sends its own ~21 Prometheus queries, so the load grows with the number of
+evaluation sends its own Prometheus request, so the load grows with the number of
 policies. Here the policies of one gather group (the handlers say which: one Prometheus,
-credentials and window) come due together, so one job reads all of them with one query
-per signal (``gather/grouped.py``), and the cost grows with the number of groups. The
+credentials and window) come due together, so one job reads all of them with one
+request per group (``gather/grouped.py``), and the cost grows with the number of groups. The
 bookkeeping is a dict entry per policy, not a task (measurements: docs/decisions.md,
 "Scheduling evaluations").
 
 The due times of a group are the slots ``offset + k × interval`` of the wall clock: the
 offset is a stable hash of the group, so groups are spread over the interval, the slots
 survive a restart, and policies of one group with intervals of 30 s and 60 s meet every
-60 s. A policy registered between two slots waits for the next one (a restart is not a
-burst of evaluations); its interval is re-read each time its next slot is computed.
+60 s. A policy registered between two slots waits for the next one; its interval is
+re-read each time its next slot is computed. Except in the scheduler's first interval: a
+policy registered then (by a starting operator, as kopf lists the policies) is due at
+once, then on its slots. Whether the previous process evaluated the latest slot is not
+known (statuses are not written at every evaluation), and waiting for the next one made a
+restart cost up to one missed interval for every group whose slot fell while the process
+was down or starting (measured: 500 of 1,000 policies, bench/RESULTS.md). The catch-up is
+one round: grouped as every round is, and its status writes bounded by what changed.
 
 At each wake the due policies are collected per group and each group is submitted as one
 job to the worker pool. A group whose previous job is still running is not submitted
@@ -82,6 +88,16 @@ class Round(Generic[K]):
     missed: int = 0
 
 
+def _following(offset: float, interval: float, due: float, now: float) -> float:
+    """The slot after one taken at ``now`` that was due at ``due``: at least half an
+    interval after ``due``, so a catch-up (due off its slots) is not followed by a slot
+    moments later; for a slot taken on time, the next slot."""
+    half_on = due + interval / 2
+    if half_on > now:
+        return next_slot(offset, interval, half_on, inclusive=True)
+    return next_slot(offset, interval, now)
+
+
 class Schedule(Generic[K]):
     """The bookkeeping, without I/O or a clock of its own: every call is given ``now``."""
 
@@ -95,10 +111,13 @@ class Schedule(Generic[K]):
         interval: Callable[[], float],
         group: Callable[[], Hashable],
         now: float,
+        *,
+        catch_up: bool = False,
     ) -> None:
-        """Schedule ``key`` from its group's next slot (``interval`` and ``group`` are
-        asked again each time they matter: spec edits take effect)."""
-        due = next_slot(phase_of(group()), interval(), now, inclusive=True)
+        """Schedule ``key`` from its group's next slot, or with ``catch_up`` from ``now``
+        and then on its slots (``interval`` and ``group`` are asked again each time they
+        matter: spec edits take effect)."""
+        due = now if catch_up else next_slot(phase_of(group()), interval(), now, inclusive=True)
         self._entries[key] = _Entry(interval, group, due)
 
     def remove(self, key: K) -> None:
@@ -124,7 +143,7 @@ class Schedule(Generic[K]):
                 entry.due += passed * interval
                 continue
             found.jobs.setdefault(group, []).append(Due(key, entry.due, interval))
-            entry.due = next_slot(phase_of(group), interval, now)
+            entry.due = _following(phase_of(group), interval, entry.due, now)
         self._busy.update(found.jobs)
         return found
 
@@ -175,13 +194,16 @@ class Scheduler(Generic[K]):
         self._clock = clock
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._created_at = clock()
 
     def register(
         self, key: K, interval: Callable[[], float], group: Callable[[], Hashable]
     ) -> None:
         """Evaluate ``key`` every ``interval()`` seconds with the other members of its
-        ``group()``."""
-        self.schedule.add(key, interval, group, self._clock())
+        ``group()``; at once if this is the scheduler's first interval (module doc)."""
+        now = self._clock()
+        starting = now - self._created_at < interval()
+        self.schedule.add(key, interval, group, now, catch_up=starting)
         self._wake.set()
 
     def unregister(self, key: K) -> None:
