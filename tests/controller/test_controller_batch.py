@@ -129,6 +129,7 @@ def test_a_batch_leaves_what_evaluating_each_alone_leaves(
     cluster: FakeCluster,
     other_cluster: FakeCluster,
     synthetic_prometheus: str,  # noqa: F811 (the fixture imported above)
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     names = stack(cluster, synthetic_prometheus)
     stack(other_cluster, synthetic_prometheus)
@@ -159,6 +160,13 @@ def test_a_batch_leaves_what_evaluating_each_alone_leaves(
     # Four vLLM 0.13 engines share one query set; the legacy engine and the pod selector
     # read alone, as they would anyway: about half the requests.
     assert sent(batch, synthetic_prometheus) < 0.6 * sent(one, synthetic_prometheus)
+    # A failed read is also one line in the operator's log per batch, not one per policy.
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(logged) == 3
+    assert all(
+        line.startswith("signals of 1 policies could not be read: Prometheus is unreachable")
+        for line in logged
+    )
 
 
 def test_a_bug_in_one_policy_is_that_policys_only(

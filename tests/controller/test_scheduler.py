@@ -179,24 +179,25 @@ def test_a_slow_group_delays_only_itself_and_never_runs_twice_at_once() -> None:
     assert overlap == []
     assert len(starts["slow"]) == 1, "the slow group was submitted again while it ran"
     assert len(starts["fast"]) >= 6, starts["fast"]  # about 8 slots in 8 intervals
-    on_slot = starts["fast"][1:]  # the first was at registration: the start-up catch-up
-    gaps = [b - a for a, b in itertools.pairwise(on_slot)]
+    gaps = [b - a for a, b in itertools.pairwise(starts["fast"])]
     assert all(0.5 * interval < gap < 1.5 * interval for gap in gaps), gaps
     assert punctual.missed >= 4  # the slow group's members, every slot they waited
     assert sorted(punctual.late)[len(punctual.late) // 2] < 0.1
 
 
-def test_a_policy_registered_while_the_scheduler_starts_is_due_at_once() -> None:
+def test_a_slot_missed_while_the_scheduler_started_is_caught_up_at_once() -> None:
+    slot = Schedule[str]()
+    slot.add("probe", lambda: INTERVAL, constant("g"), 1000.0)
+    latest = slot.due_at("probe") - INTERVAL  # g's latest slot before 1000
     schedule: Schedule[str] = Schedule()
-    schedule.add("restarted", lambda: INTERVAL, constant("g"), 1000.0, catch_up=True)
-    schedule.add("created", lambda: INTERVAL, constant("g"), 1000.0)
-    assert schedule.due_at("restarted") == 1000.0
-    slot = schedule.due_at("created")
-    assert on_slots(slot, "g", INTERVAL)
+    schedule.add("missed", lambda: INTERVAL, constant("g"), 1000.0, missed_since=latest - 1)
+    schedule.add("evaluated", lambda: INTERVAL, constant("g"), 1000.0, missed_since=latest + 1)
+    assert schedule.due_at("missed") == 1000.0  # its slot passed since the start: at once
+    assert schedule.due_at("evaluated") == latest + INTERVAL  # the old process's: next slot
     [due] = schedule.take(1000.0).jobs["g"]
-    assert (due.key, due.at) == ("restarted", 1000.0)  # at once, not late
+    assert (due.key, due.at) == ("missed", 1000.0)  # at once, not late
     # Then on its slots, the first at least half an interval on (never twice in a row).
-    assert schedule.due_at("restarted") == next_slot(phase_of("g"), INTERVAL, 1000.0 + 15.0)
+    assert schedule.due_at("missed") == next_slot(phase_of("g"), INTERVAL, 1000.0 + 15.0)
 
 
 def test_only_the_first_interval_of_a_scheduler_catches_up() -> None:
@@ -204,8 +205,9 @@ def test_only_the_first_interval_of_a_scheduler_catches_up() -> None:
     scheduler: Scheduler[str] = Scheduler(
         lambda _: lambda: None, ThreadPoolExecutor(1), Punctual(), clock=lambda: clock[0]
     )
+    clock[0] += INTERVAL - 0.001  # every group's latest slot now fell after the start
     scheduler.register("at start", lambda: INTERVAL, constant("g"))
-    clock[0] += INTERVAL  # a policy created one interval later waits for its slot
+    clock[0] += 0.002  # past the first interval: a new policy waits for its slot
     scheduler.register("later", lambda: INTERVAL, constant("g"))
-    assert scheduler.schedule.due_at("at start") == 5000.0
+    assert scheduler.schedule.due_at("at start") == 5000.0 + INTERVAL - 0.001
     assert scheduler.schedule.due_at("later") > clock[0]

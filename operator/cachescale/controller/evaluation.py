@@ -31,6 +31,7 @@ import os
 import tempfile
 import time
 from base64 import b64decode
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -262,6 +263,7 @@ def evaluate_many(
         read = operator.gatherer.gather(reads, now)
     except Exception as error:  # a bug in the gatherer fails the batch's reads, not the rest
         read = {r.key: error for r in reads}
+    _log_read_failures(read)
 
     def last(index: int) -> Outcome | Exception:
         policy, step = policies[index][0], steps[index]
@@ -275,6 +277,15 @@ def evaluate_many(
         return done
 
     return list(fan_out(last, range(len(steps))))
+
+
+def _log_read_failures(read: Mapping[int, GroupedOutcome | Exception]) -> None:
+    """One warning per distinct failure of a batch's reads, with how many policies it
+    failed: each policy's status says it too, but a group failing at once (a Prometheus
+    down, a batch past its deadline) is one event to whoever reads the operator's log."""
+    failures = Counter(str(outcome) for outcome in read.values() if isinstance(outcome, Exception))
+    for message, count in failures.items():
+        log.warning("signals of %d policies could not be read: %s", count, message)
 
 
 def _guarded(step: Callable[[], _T]) -> _T | Exception:

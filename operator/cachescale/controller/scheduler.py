@@ -13,12 +13,13 @@ offset is a stable hash of the group, so groups are spread over the interval, th
 survive a restart, and policies of one group with intervals of 30 s and 60 s meet every
 60 s. A policy registered between two slots waits for the next one; its interval is
 re-read each time its next slot is computed. Except in the scheduler's first interval: a
-policy registered then (by a starting operator, as kopf lists the policies) is due at
-once, then on its slots. Whether the previous process evaluated the latest slot is not
-known (statuses are not written at every evaluation), and waiting for the next one made a
-restart cost up to one missed interval for every group whose slot fell while the process
-was down or starting (measured: 500 of 1,000 policies, bench/RESULTS.md). The catch-up is
-one round: grouped as every round is, and its status writes bounded by what changed.
+policy registered then (by a starting operator, as kopf lists the policies) whose group's
+latest slot fell after this scheduler was created is due at once: that slot passed while
+the operator was starting, and waiting for the next one made a restart cost a missed
+interval to those groups (500 of 1,000 policies after one restart, bench/RESULTS.md).
+Only those: catching up every policy at once made the first round of 3,000 policies one
+burst that Prometheus answered past the deadline for 1,950 of them (bench/RESULTS.md);
+slots before the start were the previous process's to evaluate.
 
 At each wake the due policies are collected per group and each group is submitted as one
 job to the worker pool. A group whose previous job is still running is not submitted
@@ -112,12 +113,17 @@ class Schedule(Generic[K]):
         group: Callable[[], Hashable],
         now: float,
         *,
-        catch_up: bool = False,
+        missed_since: float | None = None,
     ) -> None:
-        """Schedule ``key`` from its group's next slot, or with ``catch_up`` from ``now``
-        and then on its slots (``interval`` and ``group`` are asked again each time they
-        matter: spec edits take effect)."""
-        due = now if catch_up else next_slot(phase_of(group()), interval(), now, inclusive=True)
+        """Schedule ``key`` from its group's next slot, or from ``now`` if its group's
+        latest slot fell at or after ``missed_since`` (a slot nobody evaluated), then on
+        its slots (``interval`` and ``group`` are asked again each time they matter: spec
+        edits take effect)."""
+        every = interval()
+        due = next_slot(phase_of(group()), every, now, inclusive=True)
+        latest = due if due <= now else due - every
+        if missed_since is not None and latest >= missed_since:
+            due = now
         self._entries[key] = _Entry(interval, group, due)
 
     def remove(self, key: K) -> None:
@@ -203,7 +209,8 @@ class Scheduler(Generic[K]):
         ``group()``; at once if this is the scheduler's first interval (module doc)."""
         now = self._clock()
         starting = now - self._created_at < interval()
-        self.schedule.add(key, interval, group, now, catch_up=starting)
+        missed_since = self._created_at if starting else None
+        self.schedule.add(key, interval, group, now, missed_since=missed_since)
         self._wake.set()
 
     def unregister(self, key: K) -> None:
