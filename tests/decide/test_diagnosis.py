@@ -95,13 +95,32 @@ def test_missing_data_fails_open_to_the_original_envelope() -> None:
 
 
 def test_metrics_unavailable_clears_when_data_returns_but_waits_a_window() -> None:
+    """Five blind evaluations 30 s apart: up to 180 s of the 5m window may be blank (from
+    the last evaluation with data), more than half of it, so the window fills again."""
     blind = EngineSignals.all_unknown("down", observed_at=T0, window_seconds=300)
-    frozen, back, *filling = run(spec(), [snapshot(blind)] + [snapshot()] * 11)
-    assert frozen.alert_active(Diagnosis.METRICS_UNAVAILABLE)
+    decisions = run(spec(), [snapshot(blind)] * 5 + [snapshot()] * 11)
+    frozen, back, filling = decisions[:5], decisions[5], decisions[6:]
+    assert all(d.alert_active(Diagnosis.METRICS_UNAVAILABLE) for d in frozen)
     assert [c.reason for c in back.cleared] == [Diagnosis.METRICS_UNAVAILABLE]
     assert back.reason == Action.WAITING_FOR_FULL_WINDOW
     assert [d.reason for d in filling[:9]] == [Action.WAITING_FOR_FULL_WINDOW] * 9
     assert filling[-1].reason != Action.WAITING_FOR_FULL_WINDOW  # 300 s after the data came back
+
+
+@pytest.mark.parametrize("blind_evaluations", [1, 4])
+def test_a_short_gap_does_not_restart_the_window(blind_evaluations: int) -> None:
+    """A timed-out read, or up to 4 blind evaluations (at most 150 s of a 5m window blank):
+    MetricsUnavailable is raised and cleared, and the first evaluation with data decides
+    again, since Prometheus's window still holds at least half its samples."""
+    blind = EngineSignals.all_unknown("timed out", observed_at=T0, window_seconds=300)
+    steady = [snapshot()] * 11
+    decisions = run(spec(), steady + [snapshot(blind)] * blind_evaluations + [snapshot()])
+    frozen, back = decisions[11:-1], decisions[-1]
+    assert decisions[10].reason != Action.WAITING_FOR_FULL_WINDOW  # the window was full
+    assert all(d.reason == Action.FROZEN_ON_MISSING_METRICS for d in frozen)
+    assert [c.reason for c in back.cleared] == [Diagnosis.METRICS_UNAVAILABLE]
+    assert back.reason != Action.WAITING_FOR_FULL_WINDOW
+    assert back.memory.missing_since is None
 
 
 def collapse_run(hits: Sequence[float], **kwargs: float | None) -> list[Decision]:

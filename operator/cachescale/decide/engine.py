@@ -59,6 +59,7 @@ from cachescale.decide.memory import (
     learn,
     track_collapse_evidence,
 )
+from cachescale.decide.thresholds import SHORT_GAP_SHARE
 from cachescale.snapshot import Snapshot
 
 REQUIRED_SIGNALS = ("requests_per_second", "ttft_p95_seconds", "token_hit_rate_local")
@@ -72,10 +73,10 @@ def decide(
     memory, notes, rebaselined = apply_human_requests(memory, snapshot.human)
     missing = _missing(snapshot)
     if missing:
-        memory = memory.model_copy(update={"data_since": None})
+        memory = memory.model_copy(update={"missing_since": memory.missing_since or now})
         return _frozen(spec, snapshot, memory, now, missing, notes)
+    memory = _data_back(spec, memory, now)
     since = memory.data_since or now
-    memory = memory.model_copy(update={"data_since": since})
     if (now - since).total_seconds() < spec.metrics.window_seconds:
         ready_at = since + timedelta(seconds=spec.metrics.window_seconds)
         wait = (
@@ -93,6 +94,18 @@ def decide(
 
 
 # --- the gates --------------------------------------------------------------------------
+
+
+def _data_back(spec: CacheScalingPolicySpec, memory: Memory, now: datetime) -> Memory:
+    """Where the trusted data starts: now for a new policy or after a long gap, unchanged
+    after a gap of at most ``SHORT_GAP_SHARE`` of the window (bounded by the time since
+    the last evaluation with data: the first blind one plus one interval)."""
+    since, gap_from = memory.data_since, memory.missing_since
+    if gap_from is not None:
+        blank = (now - gap_from).total_seconds() + spec.metrics.interval_seconds
+        if blank > SHORT_GAP_SHARE * spec.metrics.window_seconds:
+            since = None
+    return memory.model_copy(update={"data_since": since or now, "missing_since": None})
 
 
 def _missing(snapshot: Snapshot) -> list[str]:

@@ -173,6 +173,9 @@ class Memory(ApiModel):
     """First evaluation with data after none (policy created, or metrics came back). Until
     a full window has passed the windowed rates still cover blank time, so nothing is
     decided from them."""
+    missing_since: datetime | None = None
+    """First evaluation of the current run without data (None while data is there): how
+    long the gap lasted decides whether the window must fill again (``SHORT_GAP_SHARE``)."""
     baseline: BaselineMemory = Field(default_factory=BaselineMemory)
     streaks: Streaks = Field(default_factory=Streaks)
     pre_collapse: ReplicaMark | None = None

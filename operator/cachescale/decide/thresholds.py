@@ -48,6 +48,13 @@ hovering at the raise level cannot raise and clear on alternate evaluations."""
 
 # --- alerts and memory ------------------------------------------------------------------
 
+SHORT_GAP_SHARE = 0.5
+"""Data missing for at most this share of ``metrics.window`` (counted from the last
+evaluation with data to the first one with data again) does not restart the full-window
+wait: the window still holds at least half its span of samples, and a windowed rate or
+mean over them reads the same traffic. One timed-out read is such a gap, and Prometheus
+kept the samples meanwhile; a longer outage waits a whole window as before."""
+
 RECOVERY_EVALUATIONS = 2
 """Evaluations above the clearing threshold before a collapse alert clears."""
 AT_BASELINE_SHARE = 0.9
