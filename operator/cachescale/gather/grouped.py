@@ -43,7 +43,7 @@ only the groups that read it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,6 +76,7 @@ from cachescale.gather.signals import (
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 K = TypeVar("K", bound=Hashable)
+Q = TypeVar("Q", bound=Hashable)
 
 Outcome = EngineSignals | PrometheusError | AmbiguousSeriesError
 """What one policy gets: its signals, or the error ``gather_signals`` would have raised."""
@@ -122,25 +123,26 @@ class DetectionCache:
 
 
 def _carries_labels_of_others(
-    selector: Selector, selectors: Sequence[Selector], labels: Sequence[ResultSeries]
+    selector: Selector, every_name: Set[str], labels: Sequence[ResultSeries]
 ) -> bool:
-    """Whether any series ``selector`` reads (``label_query``'s answer) has a value for
-    a label name only other selectors of the batch match on: the batch then groups its
-    series more finely than its own queries do, and its share is not its answer."""
-    every_name = {name for other in selectors for name in other.names}
+    """Whether any series ``selector`` reads (``label_query``'s answer, or the part of it
+    with the selector's values of the common labels) has a value for a label name only
+    other selectors of the batch match on (``every_name``: the names any of them matches
+    on): the batch then groups its series more finely than its own queries do, and its
+    share is not its answer."""
     others = every_name - set(selector.names) - set(SHARING_LABELS)
     mine = (series for series in labels if selector.matches(series.labels))
     return any(series.labels.get(name) for series in mine for name in others)
 
 
 def _slices(
-    results: Mapping[QueryKey, Sequence[ResultSeries]], names: Sequence[str]
-) -> dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]]:
+    results: Mapping[Q, Sequence[ResultSeries]], names: Sequence[str]
+) -> dict[tuple[str, ...], dict[Q, list[ResultSeries]]]:
     """A shared batch's series by their values of the label ``names`` every selector
     matches on: each policy's slice is the entry of its own values (what
     ``split_by_selector`` returns when the selectors share all their names, found in one
     pass over the results instead of one per policy)."""
-    slices: dict[tuple[str, ...], dict[QueryKey, list[ResultSeries]]] = {}
+    slices: dict[tuple[str, ...], dict[Q, list[ResultSeries]]] = {}
     for key, series in results.items():
         for s in series:
             values = tuple(s.labels.get(name, "") for name in names)
@@ -241,16 +243,19 @@ class GroupedGatherer:
         common = [name for name in selectors[0].names if all(name in s.names for s in selectors)]
         slices = _slices(results, common) if len(selectors) > 1 else {}
         nothing: dict[QueryKey, list[ResultSeries]] = {key: [] for key in results}
+        labels = _slices({SERIES_LABELS: answers[SERIES_LABELS]}, common) if mixed else {}
+        every_name = {name for selector in selectors for name in selector.names}
         outcomes: dict[K, Outcome] = {}
         apart = []
         for member in members:
             request = member.request
             own: Mapping[QueryKey, Sequence[ResultSeries]] = results
+            values = tuple(dict(request.selector.labels)[name] for name in common)
             if len(selectors) > 1:
-                values = tuple(dict(request.selector.labels)[name] for name in common)
                 own = slices.get(values, nothing)
             if mixed:
-                if _carries_labels_of_others(request.selector, selectors, answers[SERIES_LABELS]):
+                counted = labels.get(values, {SERIES_LABELS: []})[SERIES_LABELS]
+                if _carries_labels_of_others(request.selector, every_name, counted):
                     apart.append(member)
                     continue
                 own = split_by_selector(own, request.selector)

@@ -265,6 +265,7 @@ class _Computation:
         self._queries = queries
         self._results = results
         self._window = duration(request.window_seconds)
+        self._parsed_buckets: dict[QueryKey, dict[float, Measured]] = {}
 
     # --- reading results -------------------------------------------------------------
 
@@ -453,9 +454,17 @@ class _Computation:
     def _buckets(self, key: QueryKey, *, with_inf: bool = False) -> dict[float, Measured]:
         """Bucket bound → rate, from a ``sum by (..., le)`` result of one group; finite
         bounds only unless ``with_inf``."""
+        if key not in self._parsed_buckets:  # the TTFT buckets serve three quantiles
+            self._parsed_buckets[key] = self._read_buckets(key)
+        buckets = self._parsed_buckets[key]
+        return buckets if with_inf else {b: m for b, m in buckets.items() if b != math.inf}
+
+    def _read_buckets(self, key: QueryKey) -> dict[float, Measured]:
+        """Every bound of ``key``'s buckets but NaN and -Inf, after checking they are one
+        group's (the label sets compared without ``le``, as ``_label_text`` shows them)."""
         series = self._results.get(key, ())
-        groups = {_label_text({k: v for k, v in s.labels.items() if k != "le"}) for s in series}
-        if len(groups) > 1:
+        groups = [{k: v for k, v in s.labels.items() if k != "le"} for s in series]
+        if any(g != groups[0] for g in groups) and len(set(map(_label_text, groups))) > 1:
             raise AmbiguousSeriesError(
                 self._request.selector,
                 self._reads(key),
@@ -464,7 +473,7 @@ class _Computation:
         buckets = {}
         for s in series:
             bound = float(s.labels.get("le", "nan"))
-            if math.isfinite(bound) or (with_inf and bound == math.inf):
+            if math.isfinite(bound) or bound == math.inf:
                 buckets[bound] = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
         return buckets
 
