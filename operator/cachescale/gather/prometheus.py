@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -79,9 +79,9 @@ PROMETHEUS_ERROR_TYPES = frozenset(
 _K = TypeVar("_K", bound=Hashable)
 
 
-@dataclass(frozen=True)
-class Series:
-    """One element of an instant vector: its labels and its value (possibly NaN/±Inf)."""
+class Series(NamedTuple):
+    """One element of an instant vector: its labels and its value (possibly NaN/±Inf).
+    A named tuple: a group's answer holds thousands, made twice each (``query_many``)."""
 
     labels: Mapping[str, str]
     value: float
@@ -315,7 +315,8 @@ class PrometheusClient:
                 labels, (_, text) = element["metric"], element["value"]
                 if not all(isinstance(v, str) for v in labels.values()):
                     raise TypeError("label values must be strings")
-                vector.append(Series(dict(labels), float(text)))
+                # ``labels`` is a dict of this answer's own parse: no copy needed
+                vector.append(Series(labels, float(text)))
             except (KeyError, TypeError, ValueError, AttributeError) as error:
                 raise PrometheusBadResponse(
                     self._url, "data.result holds an element that is not an instant-vector sample"
