@@ -33,7 +33,6 @@ returns copies, so an evaluation never sees a store change under it nor changes 
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -89,6 +88,21 @@ def _compact(value: Any) -> Any:
         return {sys.intern(str(k)): _compact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_compact(v) for v in value]
+    return value
+
+
+def _copied(projection: Projection) -> Projection:
+    """A copy of a projection, whose values are dicts, lists and immutable JSON scalars
+    only (``_compact`` made them): what ``copy.deepcopy`` returns, at a third of its cost
+    (no memo, no dispatch per type), for every target read of every evaluation."""
+    return {key: _copy(item) for key, item in projection.items()}
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
     return value
 
 
@@ -281,7 +295,7 @@ class IndexedReads:
             index = getattr(self._indexes, field) if field is not None else None
             found = list(index.get((parts[4], parts[6])) or ()) if index is not None else []
             if found:
-                return copy.deepcopy(found[0])
+                return _copied(found[0])
         if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "secrets":
             return self._secret(path)
         return self._api.get(path)
@@ -301,7 +315,7 @@ class IndexedReads:
         with self._lock:
             kept = self._secrets.get(path)
             if kept is not None and now - kept[0] < SECRET_TTL_S:
-                return copy.deepcopy(kept[1])
+                return _copied(kept[1])
         secret = self._api.get(path)
         projected = {"metadata": _pick(secret.get("metadata"), "labels"), **_pick(secret, "data")}
         if (projected["metadata"].get("labels") or {}).get(PROMETHEUS_CREDENTIALS) != "true":
@@ -310,7 +324,7 @@ class IndexedReads:
             fresh = {p: e for p, e in self._secrets.items() if now - e[0] < SECRET_TTL_S}
             fresh[path] = (now, projected)
             self._secrets = fresh
-        return copy.deepcopy(projected)
+        return _copied(projected)
 
 
 def select(index: Index, namespace: str, selector: str | None) -> list[dict[str, Any]] | None:
@@ -333,7 +347,7 @@ def select(index: Index, namespace: str, selector: str | None) -> list[dict[str,
         if all(matches(r, pod["metadata"].get("labels") or {}) for r in requirements)
     ]
     chosen.sort(key=lambda pod: str(pod["metadata"].get("name", "")))
-    return [copy.deepcopy(pod) for pod in chosen]
+    return [_copied(pod) for pod in chosen]
 
 
 def matches(requirement: Requirement, labels: Mapping[str, str]) -> bool:
