@@ -127,6 +127,15 @@ class _Written:
     """When it was written."""
     latest: Mapping[str, Any]
     """The last status rendered, written or not: the next evaluation's previous status."""
+    written: Mapping[str, Any]
+    """The last status written, as written: a stored status equal to it is known to be
+    unchanged without normalising it (the watch delivers it back at every evaluation)."""
+
+    def holds(self, stored: Mapping[str, Any] | None) -> bool:
+        """Whether ``stored`` is still the status written, once both are normalised."""
+        if stored is None:
+            return False
+        return stored == self.written or normalised(stored) == self.normalised
 
 
 @dataclass
@@ -160,7 +169,7 @@ class StatusWrites:
             return "no write known"
         if now >= refresh_due(uid, last.at, self.refresh_seconds):
             return "refresh"
-        if stored is None or normalised(stored) != last.normalised:
+        if not last.holds(stored):
             return "stored status changed"
         changed = _differing(normalised(status), last.normalised)
         return f"changed: {', '.join(changed)}" if changed else None
@@ -171,13 +180,13 @@ class StatusWrites:
         observed = _observed_at(stored)
         if stored is None or observed is None:
             return None
-        adopted = self._last[uid] = _Written(normalised(stored), observed, stored)
+        adopted = self._last[uid] = _Written(normalised(stored), observed, stored, stored)
         return adopted
 
     def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
         """``status`` was written at ``now`` (call only after the API accepted it)."""
         with self._lock:
-            self._last[uid] = _Written(normalised(status), now, status)
+            self._last[uid] = _Written(normalised(status), now, status, status)
             self._unsure.discard(uid)
 
     def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
@@ -186,7 +195,7 @@ class StatusWrites:
         with self._lock:
             last = self._last.get(uid)
             if last is not None:
-                self._last[uid] = _Written(last.normalised, last.at, status)
+                self._last[uid] = _Written(last.normalised, last.at, status, last.written)
 
     def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The last status rendered for the policy, when the stored one (``stored``) is
@@ -194,7 +203,7 @@ class StatusWrites:
         the stored one is then the truth)."""
         with self._lock:
             last = self._last.get(uid)
-        if last is None or stored is None or normalised(stored) != last.normalised:
+        if last is None or not last.holds(stored):
             return None
         return last.latest
 
