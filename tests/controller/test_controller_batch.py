@@ -31,7 +31,7 @@ from cachescale.controller.evaluation import (
 from cachescale.decide import Decision, decide
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import AllowedUrls
-from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from tests.controller.cluster import (
     HPAS,
     NAMESPACE,
@@ -61,7 +61,7 @@ class CountingClient(PrometheusClient):
         super().__init__(config)
         self.sent = [0]
 
-    def _attempt(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+    def _attempt(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
         self.sent[0] += 1
         return super()._attempt(promql, at, deadline)
 

@@ -24,6 +24,7 @@ from cachescale.gather.prometheus import (
     PrometheusQueryError,
     PrometheusTimeout,
     PrometheusUnreachable,
+    Series,
     redact_url,
 )
 from cachescale.snapshot import FetchFailure
@@ -164,6 +165,27 @@ def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
         time.sleep(0.05)
     assert promql_threads() - before == set()
     assert not fake.released.is_set()
+
+
+class SlowToRead(PrometheusClient):
+    """Reads each answer slowly, as a busy operator does a group's megabytes of JSON."""
+
+    def _vector(self, result: object) -> list[Series]:
+        time.sleep(0.6)
+        return super()._vector(result)
+
+
+def test_the_deadline_bounds_the_wait_for_the_answer_not_its_reading(
+    fake: FakePrometheus,
+) -> None:
+    """An answer that arrived in time is read however long that takes: reading it under
+    the deadline called the operator's own CPU contention a Prometheus timeout."""
+    fake.respond = lambda _q: vector(({"pod": "a"}, "0.5"))
+    config = PrometheusConfig(url=fake.url, timeout_seconds=0.5)
+    with SlowToRead(config) as client:
+        started = time.monotonic()
+        assert client.query_many({"up": "up"}, AT)["up"][0].value == 0.5
+    assert time.monotonic() - started >= 0.6
 
 
 @pytest.fixture

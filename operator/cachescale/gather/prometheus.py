@@ -40,6 +40,7 @@ always sends it in the URL, so it is not used).
 from __future__ import annotations
 
 import copy
+import json
 import re
 import threading
 import time
@@ -248,10 +249,15 @@ class PrometheusClient:
 
     def query(self, promql: str, at: datetime) -> list[Series]:
         """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
-        (``DeadlineReached`` when the deadline runs out first)."""
-        return self._awaited(promql, at, self._deadline or self.deadline())
+        (``DeadlineReached`` when the deadline runs out first).
 
-    def _retried(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
+        The deadline bounds the wait for Prometheus's answer, not its parsing here: a
+        group's answer is megabytes of JSON, and on a busy operator parsing it under the
+        deadline turned the operator's own CPU contention into "Prometheus timed out"."""
+        body = self._awaited(promql, at, self._deadline or self.deadline())
+        return self._vector(self._result(body))
+
+    def _retried(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
         """``promql`` with retries, each attempt and pause within ``deadline``."""
         retry = 0
         while True:
@@ -266,8 +272,8 @@ class PrometheusClient:
                     raise  # no time for another attempt: the last failure is the cause
                 time.sleep(pause)
 
-    def _attempt(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
-        """One request, given only what remains of ``deadline``."""
+    def _attempt(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
+        """One request, given only what remains of ``deadline``: the answer's body."""
         remaining = deadline.remaining()
         if remaining <= 0:
             raise DeadlineReached(self._url, deadline.reached())
@@ -280,7 +286,6 @@ class PrometheusClient:
                 timeout=(connect, remaining),
                 verify=self._session.verify,  # or requests lets REQUESTS_CA_BUNDLE win
             )
-            result = response.json()["data"]["result"]
         except requests.exceptions.ReadTimeout as error:
             raise DeadlineReached(self._url, deadline.reached()) from error
         except requests.exceptions.SSLError as error:
@@ -297,13 +302,19 @@ class PrometheusClient:
             ) from error
         except requests.exceptions.ConnectionError as error:
             raise PrometheusUnreachable(self._url, _short_cause(error), retryable=True) from error
-        except requests.exceptions.JSONDecodeError as error:
-            raise PrometheusBadResponse(self._url, "the body is not JSON") from error
         except requests.exceptions.RequestException as error:
             raise PrometheusBadResponse(self._url, type(error).__name__) from error
+        return response.content
+
+    def _result(self, body: bytes) -> object:
+        """``data.result`` of an answer's body."""
+        try:
+            result: object = json.loads(body)["data"]["result"]
+        except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError
+            raise PrometheusBadResponse(self._url, "the body is not JSON") from error
         except (KeyError, TypeError) as error:
             raise PrometheusBadResponse(self._url, "no data.result in the answer") from error
-        return self._vector(result)
+        return result
 
     def _vector(self, result: object) -> list[Series]:
         """Validate an instant vector's JSON shape; values may be NaN or ±Inf."""
@@ -340,13 +351,13 @@ class PrometheusClient:
             results[keys[int(tag)]].append(Series(labels, series.value))
         return results
 
-    def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> list[Series]:
-        """Run ``promql`` (with its retries) on a worker thread and wait for it until
-        ``deadline`` at most: a query still in flight then is abandoned, so the caller
+    def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
+        """Run ``promql`` (with its retries) on a worker thread and wait for its answer
+        until ``deadline`` at most: a query still in flight then is abandoned, so the caller
         returns on time even if a server keeps a socket alive. The thread is a daemon,
         not a ``ThreadPoolExecutor``'s, whose threads the interpreter joins at exit: an
         abandoned query must not hold up the process."""
-        future: Future[list[Series]] = Future()
+        future: Future[bytes] = Future()
 
         def run() -> None:
             future.set_running_or_notify_cancel()
