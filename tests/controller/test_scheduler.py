@@ -15,11 +15,14 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import pytest
+
 from cachescale.controller.scheduler import (
     Due,
     Job,
     Schedule,
     Scheduler,
+    catch_up,
     next_slot,
     phase_of,
 )
@@ -185,19 +188,29 @@ def test_a_slow_group_delays_only_itself_and_never_runs_twice_at_once() -> None:
     assert sorted(punctual.late)[len(punctual.late) // 2] < 0.1
 
 
-def test_a_slot_missed_while_the_scheduler_started_is_caught_up_at_once() -> None:
-    slot = Schedule[str]()
-    slot.add("probe", lambda: INTERVAL, constant("g"), 1000.0)
-    latest = slot.due_at("probe") - INTERVAL  # g's latest slot before 1000
+@pytest.mark.parametrize(
+    ("age", "caught_up_after"),
+    [(1.0, 0.5), (4.0, 2.0), (18.0, 9.0), (20.0, 10.0), (25.0, 5.0)],
+)
+def test_a_starting_scheduler_catches_up_the_latest_slot_after_half_its_age(
+    age: float, caught_up_after: float
+) -> None:
+    """The slot just missed at once; older ones (more likely evaluated by the previous
+    process) later, spread over the first third of the interval; one 25 s old at its
+    next slot, 5 s on, which comes sooner."""
+    latest = next_slot(phase_of("g"), INTERVAL, 1000.0) - INTERVAL  # g's latest before 1000
+    now = latest + age
     schedule: Schedule[str] = Schedule()
-    schedule.add("missed", lambda: INTERVAL, constant("g"), 1000.0, missed_since=latest - 1)
-    schedule.add("evaluated", lambda: INTERVAL, constant("g"), 1000.0, missed_since=latest + 1)
-    assert schedule.due_at("missed") == 1000.0  # its slot passed since the start: at once
-    assert schedule.due_at("evaluated") == latest + INTERVAL  # the old process's: next slot
-    [due] = schedule.take(1000.0).jobs["g"]
-    assert (due.key, due.at) == ("missed", 1000.0)  # at once, not late
+    schedule.add("p", lambda: INTERVAL, constant("g"), now, catching_up=True)
+    assert schedule.due_at("p") == pytest.approx(now + caught_up_after)
+    waiting: Schedule[str] = Schedule()
+    waiting.add("p", lambda: INTERVAL, constant("g"), now)
+    assert waiting.due_at("p") == pytest.approx(latest + INTERVAL)  # not starting: next slot
+    [due] = schedule.take(now + caught_up_after).jobs["g"]
+    assert due.at == pytest.approx(now + caught_up_after)
     # Then on its slots, the first at least half an interval on (never twice in a row).
-    assert schedule.due_at("missed") == next_slot(phase_of("g"), INTERVAL, 1000.0 + 15.0)
+    following = next_slot(phase_of("g"), INTERVAL, now + caught_up_after + 15.0, inclusive=True)
+    assert schedule.due_at("p") == pytest.approx(following)
 
 
 def test_only_the_first_interval_of_a_scheduler_catches_up() -> None:
@@ -205,9 +218,11 @@ def test_only_the_first_interval_of_a_scheduler_catches_up() -> None:
     scheduler: Scheduler[str] = Scheduler(
         lambda _: lambda: None, ThreadPoolExecutor(1), Punctual(), clock=lambda: clock[0]
     )
-    clock[0] += INTERVAL - 0.001  # every group's latest slot now fell after the start
+    clock[0] += INTERVAL - 0.001
     scheduler.register("at start", lambda: INTERVAL, constant("g"))
+    latest = next_slot(phase_of("g"), INTERVAL, clock[0], inclusive=True) - INTERVAL
+    expected = catch_up(latest, latest + INTERVAL, clock[0])
     clock[0] += 0.002  # past the first interval: a new policy waits for its slot
     scheduler.register("later", lambda: INTERVAL, constant("g"))
-    assert scheduler.schedule.due_at("at start") == 5000.0 + INTERVAL - 0.001
-    assert scheduler.schedule.due_at("later") > clock[0]
+    assert scheduler.schedule.due_at("at start") == pytest.approx(expected)
+    assert scheduler.schedule.due_at("later") == pytest.approx(latest + INTERVAL)

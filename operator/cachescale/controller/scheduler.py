@@ -12,14 +12,17 @@ The due times of a group are the slots ``offset + k × interval`` of the wall cl
 offset is a stable hash of the group, so groups are spread over the interval, the slots
 survive a restart, and policies of one group with intervals of 30 s and 60 s meet every
 60 s. A policy registered between two slots waits for the next one; its interval is
-re-read each time its next slot is computed. Except in the scheduler's first interval: a
-policy registered then (by a starting operator, as kopf lists the policies) whose group's
-latest slot fell after this scheduler was created is due at once: that slot passed while
-the operator was starting, and waiting for the next one made a restart cost a missed
-interval to those groups (500 of 1,000 policies after one restart, bench/RESULTS.md).
-Only those: catching up every policy at once made the first round of 3,000 policies one
-burst that Prometheus answered past the deadline for 1,950 of them (bench/RESULTS.md);
-slots before the start were the previous process's to evaluate.
+re-read each time its next slot is computed. Except in the scheduler's first interval
+(a starting operator, as kopf lists the policies): a group's latest slot may have passed
+while no process ran, so the policy is caught up after half the age of that slot, or at
+its next slot if that comes first (``catch_up``). The slot just missed is caught up at
+once and older ones, which the previous process more likely evaluated, later: the
+catch-ups are spread over the first third of the interval in the order the slots
+passed. Waiting for the next slot made a restart cost a missed interval to 500 of 1,000
+policies; catching up only the slots after this scheduler was created, to 750 (the
+restart's dead time is mostly before it); catching up every group at once made the
+first round of 3,000 policies one burst that Prometheus answered past the deadline for
+1,950 of them (bench/RESULTS.md).
 
 At each wake the due policies are collected per group and each group is submitted as one
 job to the worker pool. A group whose previous job is still running is not submitted
@@ -89,6 +92,13 @@ class Round(Generic[K]):
     missed: int = 0
 
 
+def catch_up(latest: float, following: float, now: float) -> float:
+    """When a starting scheduler evaluates a group whose latest slot passed at ``latest``
+    (``following`` is its next slot): after half the slot's age, so the slot just missed
+    comes first and the catch-ups are spread, or at the next slot if that is sooner."""
+    return min(now + (now - latest) / 2, following)
+
+
 def _following(offset: float, interval: float, due: float, now: float) -> float:
     """The slot after one taken at ``now`` that was due at ``due``: at least half an
     interval after ``due``, so a catch-up (due off its slots) is not followed by a slot
@@ -113,17 +123,15 @@ class Schedule(Generic[K]):
         group: Callable[[], Hashable],
         now: float,
         *,
-        missed_since: float | None = None,
+        catching_up: bool = False,
     ) -> None:
-        """Schedule ``key`` from its group's next slot, or from ``now`` if its group's
-        latest slot fell at or after ``missed_since`` (a slot nobody evaluated), then on
-        its slots (``interval`` and ``group`` are asked again each time they matter: spec
-        edits take effect)."""
+        """Schedule ``key`` from its group's next slot, or, ``catching_up``, from
+        ``catch_up`` of its latest slot; then on its slots (``interval`` and ``group`` are
+        asked again each time they matter: spec edits take effect)."""
         every = interval()
         due = next_slot(phase_of(group()), every, now, inclusive=True)
-        latest = due if due <= now else due - every
-        if missed_since is not None and latest >= missed_since:
-            due = now
+        if catching_up:
+            due = catch_up(due if due <= now else due - every, due, now)
         self._entries[key] = _Entry(interval, group, due)
 
     def remove(self, key: K) -> None:
@@ -206,11 +214,10 @@ class Scheduler(Generic[K]):
         self, key: K, interval: Callable[[], float], group: Callable[[], Hashable]
     ) -> None:
         """Evaluate ``key`` every ``interval()`` seconds with the other members of its
-        ``group()``; at once if this is the scheduler's first interval (module doc)."""
+        ``group()``; caught up in the scheduler's first interval (module doc)."""
         now = self._clock()
         starting = now - self._created_at < interval()
-        missed_since = self._created_at if starting else None
-        self.schedule.add(key, interval, group, now, missed_since=missed_since)
+        self.schedule.add(key, interval, group, now, catching_up=starting)
         self._wake.set()
 
     def unregister(self, key: K) -> None:
