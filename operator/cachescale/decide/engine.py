@@ -75,8 +75,8 @@ def decide(
     if missing:
         memory = memory.model_copy(update={"missing_since": memory.missing_since or now})
         return _frozen(spec, snapshot, memory, now, missing, notes)
-    memory = _data_back(spec, memory, now)
-    since = memory.data_since or now
+    since = _data_since(spec, memory, now)
+    memory = memory.model_copy(update={"data_since": since, "missing_since": None})
     if (now - since).total_seconds() < spec.metrics.window_seconds:
         ready_at = since + timedelta(seconds=spec.metrics.window_seconds)
         wait = (
@@ -96,16 +96,15 @@ def decide(
 # --- the gates --------------------------------------------------------------------------
 
 
-def _data_back(spec: CacheScalingPolicySpec, memory: Memory, now: datetime) -> Memory:
+def _data_since(spec: CacheScalingPolicySpec, memory: Memory, now: datetime) -> datetime:
     """Where the trusted data starts: now for a new policy or after a long gap, unchanged
     after a gap of at most ``SHORT_GAP_SHARE`` of the window (bounded by the time since
     the last evaluation with data: the first blind one plus one interval)."""
     since, gap_from = memory.data_since, memory.missing_since
-    if gap_from is not None:
-        blank = (now - gap_from).total_seconds() + spec.metrics.interval_seconds
-        if blank > SHORT_GAP_SHARE * spec.metrics.window_seconds:
-            since = None
-    return memory.model_copy(update={"data_since": since or now, "missing_since": None})
+    if since is None or gap_from is None:
+        return since or now
+    blank = (now - gap_from).total_seconds() + spec.metrics.interval_seconds
+    return now if blank > SHORT_GAP_SHARE * spec.metrics.window_seconds else since
 
 
 def _missing(snapshot: Snapshot) -> list[str]:
