@@ -11,6 +11,7 @@ from cachescale.api.reasons import Action, ConditionReason, Diagnosis
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory
 from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.decide.engine import read_retried
 from cachescale.decide.envelope import Envelope
 from cachescale.decide.memory import OriginalEnvelope
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
@@ -121,6 +122,43 @@ def test_a_short_gap_does_not_restart_the_window(blind_evaluations: int) -> None
     assert [c.reason for c in back.cleared] == [Diagnosis.METRICS_UNAVAILABLE]
     assert back.reason != Action.WAITING_FOR_FULL_WINDOW
     assert back.memory.missing_since is None
+
+
+@pytest.mark.parametrize(
+    ("failure", "in_a_row", "retried"),
+    [
+        (FetchFailure.TIMEOUT, 1, True),
+        (FetchFailure.UNREACHABLE, 1, True),
+        (FetchFailure.BAD_RESPONSE, 1, True),
+        (FetchFailure.TIMEOUT, 2, False),
+        (FetchFailure.QUERY_ERROR, 1, False),
+        (FetchFailure.CREDENTIALS_UNREADABLE, 1, False),
+        (None, 0, False),
+    ],
+)
+def test_a_first_failed_read_is_retried(
+    failure: FetchFailure | None, in_a_row: int, retried: bool
+) -> None:
+    """A read that timed out, found nothing listening or got an unusable answer is retried
+    once before the evaluation freezes on it; a query Prometheus rejects and unreadable
+    credentials are not passing trouble, and freeze at once."""
+    read = (
+        signals()
+        if failure is None
+        else EngineSignals.all_unknown("x", observed_at=T0, window_seconds=300, failure=failure)
+    )
+    assert read_retried(read, in_a_row, Memory()) is retried
+
+
+def test_a_known_outage_is_not_retried_after_a_restart() -> None:
+    """A process that starts during an outage its predecessor froze on stays frozen: the
+    stored alert says the data is missing, so its own first failed read is not retried."""
+    blind = EngineSignals.all_unknown(
+        "down", observed_at=T0, window_seconds=300, failure=FetchFailure.UNREACHABLE
+    )
+    (frozen,) = run(spec(), [snapshot(blind)])
+    assert frozen.alert_active(Diagnosis.METRICS_UNAVAILABLE)
+    assert not read_retried(blind, 1, frozen.memory)
 
 
 def collapse_run(hits: Sequence[float], **kwargs: float | None) -> list[Decision]:

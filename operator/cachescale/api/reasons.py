@@ -99,6 +99,10 @@ class Action(StrEnum):
     """The window still covers time without data: nothing changed."""
     WAITING_FOR_WARM_PODS = "WaitingForWarmPods"
     """Every ready pod is still warming up: nothing changed."""
+    READ_RETRIED = "ReadRetried"
+    """The signals could not be read, for the first time in a row: nothing was decided,
+    changed or written, and the read is retried at the next interval (never in a status:
+    the operator's log and ``cachescale_evaluation_errors_total`` show it)."""
 
 
 class Hold(StrEnum):

@@ -58,10 +58,12 @@ from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
+from cachescale.controller.read_failures import ReadFailures
 from cachescale.controller.status import render, render_problem
 from cachescale.controller.status_writes import StatusWrites
 from cachescale.controller.workload import Target, TargetError, read_target
 from cachescale.decide import Decision, Memory, decide
+from cachescale.decide.engine import read_retried
 from cachescale.gather.egress import AllowedUrls
 from cachescale.gather.grouped import GroupedGatherer, PolicyRead
 from cachescale.gather.grouped import Outcome as GroupedOutcome
@@ -161,6 +163,9 @@ class Operator:
     status_writes: StatusWrites = field(default_factory=StatusWrites)
     """The last status written per policy: a status PATCH only when something changed
     (``controller/status_writes.py``)."""
+    read_failures: ReadFailures = field(default_factory=ReadFailures)
+    """Failed reads in a row per policy: the first is retried, not frozen on
+    (``controller/read_failures.py``)."""
     read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
         default=gather_signals
     )
@@ -346,7 +351,8 @@ def prepare(
 
 
 def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcome:
-    """Everything after the signals: decide, act, correlate, write the status, announce."""
+    """Everything after the signals: decide, act, correlate, write the status, announce;
+    or, on a first failed read, nothing (``read_retried``)."""
     policy, previous, spec, target, now = (
         step.policy,
         step.previous,
@@ -355,6 +361,10 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         step.now,
     )
     memory = _memory(policy, previous.memory, target)
+    failed_in_a_row = operator.read_failures.counted(policy.uid, signals)
+    if signals.failure is not None and read_retried(signals, failed_in_a_row, memory):
+        operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
+        return Outcome(Action.READ_RETRIED)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
     applied, act_error = _act(operator, policy, spec, target, decision, now)

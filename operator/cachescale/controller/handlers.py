@@ -279,8 +279,8 @@ async def membership(event: kopf.RawEvent, body: kopf.Body, memo: Any, **kwargs:
     ``--policy-selector`` (the API server sends a deletion, carrying the old labels, to a
     filtered watch), or its finalizer was removed by hand: its metrics go with it (the
     other shard reports them now). Any policy gone from the watch also drops its last
-    written status (``controller/status_writes.py``). Runs on the event loop, like the
-    scheduler."""
+    written status (``controller/status_writes.py``) and its failed reads in a row. Runs
+    on the event loop, like the scheduler."""
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
     deleting = bool(body.get("metadata", {}).get("deletionTimestamp"))
@@ -291,6 +291,7 @@ async def membership(event: kopf.RawEvent, body: kopf.Body, memo: Any, **kwargs:
             runtime.join(body, kwargs["claims"])  # indexes come by id
         return
     runtime.operator.status_writes.forget(policy.uid)
+    runtime.operator.read_failures.forget(policy.uid)
     if deleting:
         runtime.leave(policy.uid)
         return

@@ -59,8 +59,8 @@ from cachescale.decide.memory import (
     learn,
     track_collapse_evidence,
 )
-from cachescale.decide.thresholds import SHORT_GAP_SHARE
-from cachescale.snapshot import Snapshot
+from cachescale.decide.thresholds import READ_FAILURES_TO_FREEZE, SHORT_GAP_SHARE
+from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 
 REQUIRED_SIGNALS = ("requests_per_second", "ttft_p95_seconds", "token_hit_rate_local")
 """Without these nothing can be decided; unknown opens the envelope (``open_envelope``)."""
@@ -105,6 +105,25 @@ def _data_since(spec: CacheScalingPolicySpec, memory: Memory, now: datetime) -> 
         return since or now
     blank = (now - gap_from).total_seconds() + spec.metrics.interval_seconds
     return now if blank > SHORT_GAP_SHARE * spec.metrics.window_seconds else since
+
+
+RETRIED_FAILURES = frozenset(
+    {FetchFailure.UNREACHABLE, FetchFailure.TIMEOUT, FetchFailure.BAD_RESPONSE}
+)
+"""Read failures that may pass (``READ_FAILURES_TO_FREEZE``); a query Prometheus rejects
+or credentials that cannot be read are not retried: they stay until someone fixes them."""
+
+
+def read_retried(signals: EngineSignals, failed_in_a_row: int, memory: Memory) -> bool:
+    """Whether an evaluation ends before deciding, its read retried at the next interval:
+    the read failed (``RETRIED_FAILURES``) fewer than ``READ_FAILURES_TO_FREEZE`` times in
+    a row, this one included, and no ``MetricsUnavailable`` is raised already (an outage
+    known before a restart stays frozen)."""
+    return (
+        signals.failure in RETRIED_FAILURES
+        and failed_in_a_row < READ_FAILURES_TO_FREEZE
+        and memory.alert(Diagnosis.METRICS_UNAVAILABLE) is None
+    )
 
 
 def _missing(snapshot: Snapshot) -> list[str]:

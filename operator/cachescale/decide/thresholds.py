@@ -55,6 +55,16 @@ wait: the window still holds at least half its span of samples, and a windowed r
 mean over them reads the same traffic. One timed-out read is such a gap, and Prometheus
 kept the samples meanwhile; a longer outage waits a whole window as before."""
 
+READ_FAILURES_TO_FREEZE = 2
+"""Failed reads in a row (Prometheus unreachable, timed out, or an unusable answer)
+before an evaluation freezes on them and raises ``MetricsUnavailable``; the first ends
+the evaluation with nothing decided, changed or written, and the read is retried at the
+next interval (``engine.read_retried``), as KEDA's ``fallback.failureThreshold``. One
+slow answer is not an outage, and at thousands of policies an alert raised and cleared
+for each one is a status write and two Events apiece, which load the API server and the
+operator while Prometheus catches up. The price: an outage is named one interval later,
+and for that interval the envelope stays as the last evaluation set it."""
+
 RECOVERY_EVALUATIONS = 2
 """Evaluations above the clearing threshold before a collapse alert clears."""
 AT_BASELINE_SHARE = 0.9

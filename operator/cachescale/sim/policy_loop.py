@@ -10,7 +10,8 @@ outcomes exist only in the reports, after the run.
 The operator arrives at ``policy_start_s`` (Prometheus scrapes from the start), so its
 first window already holds data, as when cachescale is installed on a running fleet. A
 ``metrics_outage`` perturbation blinds it (no scrapes stored, every signal unknown) while
-the HPA keeps scaling on its own pipeline.
+the HPA keeps scaling on its own pipeline; the first blind evaluation is retried, as the
+operator retries a first failed read (``decide.engine.read_retried``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
 from cachescale.decide import Decision, Memory, decide
+from cachescale.decide.engine import read_retried
 from cachescale.decide.envelope import Envelope
 from cachescale.sim.observe import ScrapedFleet
 from cachescale.sim.profiles import get_profile
@@ -79,6 +81,7 @@ class CachescaleAutoscaler:
         self._outages = [p for p in scenario.perturbations if isinstance(p, MetricsOutage)]
         self._scraped = ScrapedFleet()
         self._memory = Memory()
+        self._failed_reads = 0
         spec = hpa.spec
         self._envelope = Envelope(spec.min_replicas, spec.max_replicas, spec.target_average_value)
         self._next_evaluation_s = max(scenario.policy_start_s, policy.metrics.interval_seconds)
@@ -99,7 +102,7 @@ class CachescaleAutoscaler:
         if now_s + 1e-9 >= self._next_evaluation_s:
             self._next_evaluation_s += self._policy.metrics.interval_seconds
             decision = self._evaluate(observation, blind)
-            if self._policy.mode is Mode.ENFORCE:
+            if decision is not None and self._policy.mode is Mode.ENFORCE:
                 self._envelope = decision.envelope
                 if decision.max_num_seqs != observation.max_num_seqs:
                     max_num_seqs = decision.max_num_seqs
@@ -110,9 +113,15 @@ class CachescaleAutoscaler:
         )
         return ScaleDecision(scaled.desired_replicas, scaled.reason, max_num_seqs)
 
-    def _evaluate(self, observation: FleetObservation, blind: bool) -> Decision:
+    def _evaluate(self, observation: FleetObservation, blind: bool) -> Decision | None:
+        """Decide, or None when the read failed and is retried (``read_retried``), as the
+        operator does: nothing decided, nothing recorded."""
         now_s = observation.now_s
-        snapshot = Snapshot(self._signals(observation, blind), self._workload(observation))
+        signals = self._signals(observation, blind)
+        self._failed_reads = self._failed_reads + 1 if blind else 0
+        if read_retried(signals, self._failed_reads, self._memory):
+            return None
+        snapshot = Snapshot(signals, self._workload(observation))
         decision = decide(self._policy, snapshot, self._memory, EPOCH + timedelta(seconds=now_s))
         self._memory = decision.memory
         self._records.append(_record(now_s, decision, snapshot))
