@@ -1,4 +1,4 @@
-"""The simulated Prometheus: histogram_quantile, rate() and the gather layer's definitions."""
+"""The simulated Prometheus: rate() and the gather layer's definitions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from cachescale.sim.fleet import Fleet, Pod, RouterKind
 from cachescale.sim.metrics import TTFT_BUCKETS_S, ReplicaSeries
-from cachescale.sim.observe import ScrapedFleet, histogram_quantile
+from cachescale.sim.observe import ScrapedFleet
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
@@ -22,67 +22,6 @@ from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 INF = math.inf
-
-# --- histogram_quantile, against hand-computed values ----------------------------------------
-
-BUCKETS = [(1.0, 10.0), (2.0, 30.0), (INF, 40.0)]
-
-
-@pytest.mark.parametrize(
-    ("q", "expected"),
-    [
-        (0.5, 1.5),  # rank 20 in (1, 2]: 1 + 1 × (20 − 10) / (30 − 10)
-        (0.25, 1.0),  # rank 10 fills the first bucket exactly
-        (0.1, 0.4),  # rank 4 in the first bucket, from 0: 1 × 4 / 10
-        (0.75, 2.0),  # rank 30 ends the second bucket
-        (0.9, 2.0),  # rank 36 in +Inf: the highest finite bound
-        (0.0, 0.0),  # rank 0 in the first bucket: its lower edge
-    ],
-)
-def test_quantile_interpolates_inside_the_bucket(q: float, expected: float) -> None:
-    assert histogram_quantile(q, BUCKETS) == pytest.approx(expected)
-
-
-def test_quantile_out_of_range_and_degenerate_inputs() -> None:
-    assert histogram_quantile(-0.1, BUCKETS) == -INF
-    assert histogram_quantile(1.1, BUCKETS) == INF
-    assert math.isnan(histogram_quantile(math.nan, BUCKETS))
-    assert math.isnan(histogram_quantile(0.5, []))
-    assert math.isnan(histogram_quantile(0.5, [(1.0, 0.0), (INF, 0.0)]))  # no observations
-    assert math.isnan(histogram_quantile(0.5, [(INF, 7.0)]))  # fewer than 2 buckets
-    assert math.isnan(histogram_quantile(0.5, [(1.0, 3.0), (2.0, 7.0)]))  # no +Inf bucket
-
-
-def test_quantile_with_a_single_finite_bucket() -> None:
-    # rank 3.96 of 4 in (0, 0.5]: 0.5 × 3.96 / 4.
-    assert histogram_quantile(0.99, [(0.5, 4.0), (INF, 4.0)]) == pytest.approx(0.495)
-    # Everything above the only bound: the bound.
-    assert histogram_quantile(0.5, [(0.5, 0.0), (INF, 4.0)]) == 0.5
-
-
-def test_quantile_lowest_bound_at_or_below_zero_is_returned_as_is() -> None:
-    assert histogram_quantile(0.2, [(0.0, 5.0), (1.0, 10.0), (INF, 10.0)]) == 0.0
-    assert histogram_quantile(0.2, [(-1.0, 5.0), (1.0, 10.0), (INF, 10.0)]) == -1.0
-
-
-def test_quantile_sorts_and_merges_equal_bounds() -> None:
-    shuffled = [(INF, 40.0), (2.0, 15.0), (1.0, 10.0), (2.0, 15.0)]
-    assert histogram_quantile(0.5, shuffled) == pytest.approx(1.5)
-
-
-def test_quantile_forces_monotonic_counts() -> None:
-    # The le=2 count (4) is raised to 10: rank 12 in (2, 4] is 2 + 2 × (12 − 10) / 10.
-    # Without the fix it would be 2 + 2 × (12 − 4) / 16 = 3.
-    buckets = [(1.0, 10.0), (2.0, 4.0), (4.0, 20.0), (INF, 20.0)]
-    assert histogram_quantile(0.6, buckets) == pytest.approx(2.4)
-
-
-def test_quantile_ignores_float_noise_between_buckets() -> None:
-    # le=2 exceeds le=1 by 1e-13 (relative): equalised, so a rank just above 1.0 falls past
-    # it into +Inf (2.0), instead of 40% into (1, 2] as the raw counts would put it.
-    buckets = [(1.0, 1.0), (2.0, 1.0 + 1e-13), (INF, 2.0)]
-    assert histogram_quantile(0.5 + 2e-14, buckets) == 2.0
-
 
 # --- hand-built pods ---------------------------------------------------------------------------
 

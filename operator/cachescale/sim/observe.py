@@ -14,8 +14,8 @@ for the ``vllm>=0.13`` profile, "unknown" reasons included:
   or ends inside the window, and never back past the counter's zero — divided by ``w``;
   then summed over pods. This matters after a scale-out: a pod that became ready
   mid-window adds its share of the window's requests, not its current rate.
-* **Quantiles** are ``histogram_quantile`` (Prometheus' ``bucketQuantile``) over the
-  per-bucket rates summed over pods.
+* **Quantiles** are ``histogram_quantile`` (Prometheus' ``bucketQuantile``, in
+  ``cachescale.histogram``) over the per-bucket rates summed over pods.
 * **Gauges** are ``avg_over_time`` per pod (one sample suffices), averaged over pods.
 * **Arrivals** are gather's estimate: ``sum(rate())`` of finished requests of every reason
   plus ``sum(delta())`` of waiting and running (Prometheus' ``extrapolatedRate`` for
@@ -44,6 +44,7 @@ from operator import add, attrgetter, lt, mul, sub
 from typing import NamedTuple
 
 from cachescale.api.engine_metrics import VLLM_EXTERNAL_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
+from cachescale.histogram import histogram_quantile
 from cachescale.sim.fleet import Pod
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
@@ -60,8 +61,6 @@ MIN_SAMPLES_FOR_RATE = 2
 EXTRAPOLATION_THRESHOLD = 1.1
 """``rate()`` extrapolates to a window edge only if the sample nearest to it lies within
 this many average sample intervals of it; otherwise by half an interval."""
-PRECISION_TOLERANCE = 1e-12
-"""Relative difference under which ``histogram_quantile`` treats adjacent buckets as equal."""
 
 # Series named in "unknown" reasons, as vLLM exports them.
 _QUERIES = VLLM_PREFIX_CACHE_QUERIES
@@ -71,83 +70,6 @@ _COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _TTFT = "vllm:time_to_first_token_seconds_bucket"
 _ITL = "vllm:inter_token_latency_seconds_bucket"
 _NO_REQUESTS = "no requests finished in the window"
-
-
-# --- histogram_quantile --------------------------------------------------------------------
-
-
-def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
-    """Prometheus' ``histogram_quantile`` over classic buckets (``bucketQuantile``).
-
-    ``buckets`` are ``(upper bound, cumulative count or rate)`` pairs in any order. The
-    result interpolates linearly inside the bucket holding rank ``q × total``, from 0 in the
-    lowest bucket (or returns that bucket's bound if it is ≤ 0); a rank in the ``+Inf``
-    bucket returns the highest finite bound. NaN without a ``+Inf`` bucket, with fewer than
-    two buckets or without observations (and for no buckets at all, where Prometheus returns
-    no sample); −Inf for q < 0, +Inf for q > 1. As in Prometheus, equal bounds are merged,
-    a count within 1e-12 (relative) of the one below takes its value, and a count below the
-    one before it is raised to it.
-    """
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
-    ordered = sorted(buckets, key=lambda bucket: bucket[0])
-    if not ordered or ordered[-1][0] != math.inf:
-        return math.nan
-    bounds, counts = _coalesced(ordered)
-    counts = _monotonic(_without_precision_errors(counts))
-    if len(bounds) < 2 or counts[-1] == 0:
-        return math.nan
-    rank = q * counts[-1]
-    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # first count >= rank
-    if b == len(bounds) - 1:
-        return bounds[-2]
-    if b == 0 and bounds[0] <= 0:
-        return bounds[0]
-    start, count = 0.0, counts[b]
-    if b > 0:
-        start = bounds[b - 1]
-        count -= counts[b - 1]
-        rank -= counts[b - 1]
-    if count == 0:  # q = 0 and an empty lowest bucket: 0/0, NaN in Go
-        return math.nan
-    return start + (bounds[b] - start) * (rank / count)
-
-
-def _coalesced(ordered: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    """Bounds and counts of sorted buckets, equal bounds merged (counts added)."""
-    bounds: list[float] = []
-    counts: list[float] = []
-    for bound, count in ordered:
-        if bounds and bounds[-1] == bound:
-            counts[-1] += count
-        else:
-            bounds.append(bound)
-            counts.append(count)
-    return bounds, counts
-
-
-def _without_precision_errors(counts: list[float]) -> list[float]:
-    """Each count within ``PRECISION_TOLERANCE`` (relative) of the last distinct one below
-    it takes that one's value (Prometheus' ``correctPrecisionErrors``)."""
-    fixed = counts[:1]
-    previous = counts[0]
-    for count in counts[1:]:
-        delta = abs(count - previous)
-        if delta and count and delta / count <= PRECISION_TOLERANCE:  # x/0 is +Inf in Go
-            fixed.append(previous)
-        else:
-            fixed.append(count)
-            previous = count
-    return fixed
-
-
-def _monotonic(counts: list[float]) -> list[float]:
-    """Cumulative counts with every decrease raised to the running maximum."""
-    return list(accumulate(counts, max))
 
 
 # --- what a scrape stores ----------------------------------------------------------------
