@@ -1,4 +1,7 @@
-"""Prometheus's histogram_quantile over classic buckets, against hand-computed values."""
+"""Prometheus's histogram_quantile over classic buckets, against hand-computed values.
+
+(``tests/gather/test_gather_quantiles.py`` checks it against a real Prometheus.)
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import math
 
 import pytest
 
-from cachescale.histogram import histogram_quantile
+from cachescale.histogram import BucketQuantile, NoQuantile, histogram_quantile, locate_quantile
 
 INF = math.inf
 
@@ -67,3 +70,60 @@ def test_quantile_ignores_float_noise_between_buckets() -> None:
     # it into +Inf (2.0), instead of 40% into (1, 2] as the raw counts would put it.
     buckets = [(1.0, 1.0), (2.0, 1.0 + 1e-13), (INF, 2.0)]
     assert histogram_quantile(0.5 + 2e-14, buckets) == 2.0
+
+
+def test_float_noise_is_relative_to_the_sum_and_to_the_last_count_kept() -> None:
+    # Each count is 1.5e-12 above the one below: 0.75e-12 of their sum, noise, so le=2
+    # keeps 10. Then le=3 is compared with that 10 (3e-12 above, 1.5e-12 of the sum: a
+    # real difference), not with the le=2 count it replaced. Rank 10 + 2e-11 then lies
+    # 2/3 of the way into (2, 3]; a rule relative to the larger count (1.5e-12 > 1e-12)
+    # or to the last count seen would keep le=2 and put it 1/3 of the way in.
+    buckets = [(1.0, 10.0), (2.0, 10.0 + 1.5e-11), (3.0, 10.0 + 3e-11), (INF, 20.0)]
+    assert histogram_quantile(0.5 + 1e-12, buckets) == pytest.approx(2 + 2 / 3, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("q", "located"),
+    [
+        (0.5, BucketQuantile(1.5, 1.0, 2.0)),
+        (0.1, BucketQuantile(0.4, 0.0, 1.0)),  # the first bucket starts at 0
+        (0.25, BucketQuantile(1.0, 0.0, 1.0)),  # a rank on a bound stays in its bucket
+        (0.9, BucketQuantile(2.0, 2.0, INF)),  # past the last finite bound: only "> 2"
+    ],
+)
+def test_located_quantile_names_the_bucket_its_rank_fell_in(
+    q: float, located: BucketQuantile
+) -> None:
+    assert locate_quantile(q, BUCKETS) == pytest.approx(located)
+
+
+def test_all_observations_in_the_first_bucket_interpolate_from_zero() -> None:
+    buckets = [(0.1, 10.0), (0.5, 10.0), (1.0, 10.0), (INF, 10.0)]
+    assert locate_quantile(0.5, buckets) == BucketQuantile(0.05, 0.0, 0.1)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.099)
+
+
+def test_all_observations_past_the_last_bound_give_that_bound() -> None:
+    buckets = [(0.1, 0.0), (1.0, 0.0), (INF, 10.0)]
+    for q in (0.5, 0.95, 0.99):
+        assert locate_quantile(q, buckets) == BucketQuantile(1.0, 1.0, INF)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "why"),
+    [
+        ([], NoQuantile.NO_INF_BUCKET),
+        ([(1.0, 3.0), (2.0, 7.0)], NoQuantile.NO_INF_BUCKET),
+        ([(INF, 7.0)], NoQuantile.NO_FINITE_BUCKET),
+        ([(INF, 3.0), (INF, 4.0)], NoQuantile.NO_FINITE_BUCKET),  # merged into one
+        ([(1.0, 0.0), (INF, 0.0)], NoQuantile.NO_OBSERVATIONS),
+    ],
+)
+def test_no_quantile_says_why(buckets: list[tuple[float, float]], why: NoQuantile) -> None:
+    assert locate_quantile(0.5, buckets) is why
+    assert math.isnan(histogram_quantile(0.5, buckets))
+
+
+def test_observations_counted_below_an_empty_inf_bucket_still_count() -> None:
+    # The +Inf count (0) is raised to le=1's 4 before observations are counted.
+    assert locate_quantile(0.5, [(1.0, 4.0), (INF, 0.0)]) == BucketQuantile(0.5, 0.0, 1.0)

@@ -5,6 +5,23 @@ from buckets must be Prometheus's very answer, special cases included, wherever 
 computed. The simulator's Prometheus (``sim.observe``) answers its quantiles from its
 scraped buckets with it, and the gather layer, above the simulator, is to do the same.
 
+The steps are Prometheus's ``BucketQuantile`` (``promql/quantile.go``), in its order:
+
+1. the buckets sorted by upper bound, equal bounds merged (their counts added);
+2. no ``+Inf`` bucket: no quantile;
+3. the counts made non-decreasing (``ensureMonotonicAndIgnoreSmallDeltas``): a count
+   that differs from the last one kept below it by less than ``SMALL_DELTA_TOLERANCE``
+   (relative to their sum: float noise, not observations), or that is below it, takes
+   that count's value;
+4. fewer than two buckets, or no observations (the ``+Inf`` count is 0): no quantile;
+5. the rank ``q × observations`` lies in the first bucket whose count reaches it: the
+   ``+Inf`` bucket answers the last finite bound, a first bucket bounded at or below 0
+   answers its bound, and any other bucket interpolates linearly from the bound below it
+   (0 below the first) to its own.
+
+``histogram_quantile`` returns what PromQL returns (NaN for "no quantile");
+``locate_quantile`` also says which bucket the rank fell in, or why there is no quantile.
+
 Pure: numbers in, numbers out.
 """
 
@@ -12,24 +29,44 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
+from dataclasses import dataclass
+from enum import Enum
 
-PRECISION_TOLERANCE = 1e-12
-"""Relative difference under which ``histogram_quantile`` treats adjacent buckets as equal."""
+SMALL_DELTA_TOLERANCE = 1e-12
+"""Relative difference under which adjacent bucket counts are taken as equal
+(Prometheus's ``smallDeltaTolerance``)."""
+_MIN_NORMAL = sys.float_info.min
+"""The smallest positive normal float (``almost.Equal`` compares with 0 against it)."""
+
+
+class NoQuantile(Enum):
+    """Why a histogram has no quantile (PromQL's ``histogram_quantile`` returns NaN)."""
+
+    NO_INF_BUCKET = "no +Inf bucket"
+    NO_FINITE_BUCKET = "no finite bucket"
+    NO_OBSERVATIONS = "no observations"
+
+
+@dataclass(frozen=True)
+class BucketQuantile:
+    """A quantile and the bucket its rank fell in."""
+
+    value: float
+    lower: float
+    """The bucket's lower edge: the bound below it (0 below the first bound)."""
+    upper: float
+    """The bucket's bound; +Inf when the rank is past the last finite bucket, where
+    ``value`` is that bucket's bound and the quantile is only known to exceed it."""
 
 
 def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
-    """Prometheus' ``histogram_quantile`` over classic buckets (``bucketQuantile``).
+    """PromQL's ``histogram_quantile(q, buckets)`` for classic buckets.
 
-    ``buckets`` are ``(upper bound, cumulative count or rate)`` pairs in any order. The
-    result interpolates linearly inside the bucket holding rank ``q × total``, from 0 in the
-    lowest bucket (or returns that bucket's bound if it is ≤ 0); a rank in the ``+Inf``
-    bucket returns the highest finite bound. NaN without a ``+Inf`` bucket, with fewer than
-    two buckets or without observations (and for no buckets at all, where Prometheus returns
-    no sample); −Inf for q < 0, +Inf for q > 1. As in Prometheus, equal bounds are merged,
-    a count within 1e-12 (relative) of the one below takes its value, and a count below the
-    one before it is raised to it.
+    ``buckets`` are ``(upper bound, cumulative count or rate)`` pairs in any order, with
+    finite counts. NaN where there is no quantile (``locate_quantile``) and for no
+    buckets at all (where Prometheus returns no sample); −Inf for q < 0, +Inf for q > 1.
     """
     if math.isnan(q):
         return math.nan
@@ -37,27 +74,41 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
+    located = locate_quantile(q, buckets)
+    return math.nan if isinstance(located, NoQuantile) else located.value
+
+
+def locate_quantile(
+    q: float, buckets: Iterable[tuple[float, float]]
+) -> BucketQuantile | NoQuantile:
+    """The ``q``-quantile (0 ≤ q ≤ 1) of ``buckets`` (as for ``histogram_quantile``) and
+    the bucket it lies in, or why there is none."""
     ordered = sorted(buckets, key=lambda bucket: bucket[0])
     if not ordered or ordered[-1][0] != math.inf:
-        return math.nan
+        return NoQuantile.NO_INF_BUCKET
     bounds, counts = _coalesced(ordered)
-    counts = _monotonic(_without_precision_errors(counts))
-    if len(bounds) < 2 or counts[-1] == 0:
-        return math.nan
+    counts = _non_decreasing(counts)
+    if len(bounds) < 2:
+        return NoQuantile.NO_FINITE_BUCKET
+    if counts[-1] == 0:
+        return NoQuantile.NO_OBSERVATIONS
     rank = q * counts[-1]
-    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # first count >= rank
+    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # the first count >= rank
     if b == len(bounds) - 1:
-        return bounds[-2]
-    if b == 0 and bounds[0] <= 0:
-        return bounds[0]
-    start, count = 0.0, counts[b]
-    if b > 0:
-        start = bounds[b - 1]
-        count -= counts[b - 1]
-        rank -= counts[b - 1]
-    if count == 0:  # q = 0 and an empty lowest bucket: 0/0, NaN in Go
+        return BucketQuantile(bounds[-2], bounds[-2], math.inf)
+    start, end = (bounds[b - 1], bounds[b]) if b > 0 else (0.0, bounds[0])
+    if b == 0 and end <= 0:
+        return BucketQuantile(end, start, end)
+    below = counts[b - 1] if b > 0 else 0.0
+    return BucketQuantile(_interpolated(start, end, rank - below, counts[b] - below), start, end)
+
+
+def _interpolated(start: float, end: float, rank: float, count: float) -> float:
+    """Linear interpolation in ``(start, end]`` at ``rank`` of the bucket's ``count``, with
+    Prometheus's float operations in its order (so the result is bit for bit its own)."""
+    if count == 0:  # q = 0 over an empty lowest bucket: 0/0, NaN in Go
         return math.nan
-    return start + (bounds[b] - start) * (rank / count)
+    return start + (end - start) * (rank / count)
 
 
 def _coalesced(ordered: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
@@ -73,21 +124,29 @@ def _coalesced(ordered: Sequence[tuple[float, float]]) -> tuple[list[float], lis
     return bounds, counts
 
 
-def _without_precision_errors(counts: list[float]) -> list[float]:
-    """Each count within ``PRECISION_TOLERANCE`` (relative) of the last distinct one below
-    it takes that one's value (Prometheus' ``correctPrecisionErrors``)."""
-    fixed = counts[:1]
-    previous = counts[0]
+def _non_decreasing(counts: list[float]) -> list[float]:
+    """Each count that is almost equal to the last count kept, or below it, takes that
+    count's value (``ensureMonotonicAndIgnoreSmallDeltas``: the last count kept, not the
+    last one seen, is the reference)."""
+    kept = counts[0]
+    fixed = [kept]
     for count in counts[1:]:
-        delta = abs(count - previous)
-        if delta and count and delta / count <= PRECISION_TOLERANCE:  # x/0 is +Inf in Go
-            fixed.append(previous)
+        if count < kept or _almost_equal(kept, count):
+            fixed.append(kept)
         else:
             fixed.append(count)
-            previous = count
+            kept = count
     return fixed
 
 
-def _monotonic(counts: list[float]) -> list[float]:
-    """Cumulative counts with every decrease raised to the running maximum."""
-    return list(accumulate(counts, max))
+def _almost_equal(a: float, b: float) -> bool:
+    """Prometheus's ``almost.Equal(a, b, SMALL_DELTA_TOLERANCE)`` for finite numbers: the
+    difference relative to their sum, or (when either is 0 or both are tiny) absolute
+    against the tolerance times the smallest normal float."""
+    if a == b:
+        return True
+    total = abs(a) + abs(b)
+    difference = abs(a - b)
+    if a == 0 or b == 0 or total < _MIN_NORMAL:
+        return difference < SMALL_DELTA_TOLERANCE * _MIN_NORMAL
+    return difference / min(total, sys.float_info.max) < SMALL_DELTA_TOLERANCE
