@@ -2,8 +2,10 @@
 
 Why a module of its own, below every layer that reads a histogram: a quantile computed
 from buckets must be Prometheus's very answer, special cases included, wherever it is
-computed. The simulator's Prometheus (``sim.observe``) answers its quantiles from its
-scraped buckets with it, and the gather layer, above the simulator, is to do the same.
+computed. The gather layer computes the operator's latency quantiles with it from the
+bucket rates its batch reads, rather than asking Prometheus for ``histogram_quantile``
+over the same rates again (docs/signals.md, "Latency"), and the simulator's Prometheus
+(``sim.observe``) answers its quantiles from its scraped buckets with it.
 
 The steps are Prometheus's ``BucketQuantile`` (``promql/quantile.go``), in its order:
 

@@ -10,6 +10,7 @@ exercised by the gather and end-to-end process tests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -61,14 +62,16 @@ class EngineNumbers:
             QueryKey.PREEMPTIONS: self.preemptions_per_second,
             QueryKey.PREFILL_COMPUTED: computed,
             QueryKey.COMPUTED_COUNT: rps,
-            QueryKey.TTFT_P50: self.ttft_p95_s / 3,
-            QueryKey.TTFT_P95: self.ttft_p95_s,
-            QueryKey.TTFT_P99: self.ttft_p95_s * 1.5,
-            QueryKey.ITL_P95: 0.03,
             QueryKey.KV_USAGE: self.kv_usage,
             QueryKey.CONTEXT_TOKENS: looked_up + rps * 300,
         }
         return values | self.overrides
+
+    def buckets(self, key: QueryKey) -> list[tuple[float, float]]:
+        """``(le, rate)`` of a latency histogram: TTFT p50, p95 and p99 at a third, once and
+        1.5 times ``ttft_p95_s``; ITL p95 at 0.03 s."""
+        p95 = self.ttft_p95_s if key is QueryKey.TTFT_BUCKETS else 0.03
+        return latency_buckets(p95, self.requests_per_second)
 
     def pod(self, key: QueryKey) -> float:
         per_pod_lookups = self.requests_per_second * self.prompt_tokens_per_request / len(self.pods)
@@ -80,6 +83,20 @@ class EngineNumbers:
             QueryKey.POD_RUNNING: self.running,
             QueryKey.POD_KV_USAGE: self.kv_usage,
         }[key]
+
+
+def latency_buckets(p95: float, total: float) -> list[tuple[float, float]]:
+    """Bucket rates whose ``histogram_quantile`` is exactly ``p95 / 3`` at 0.5, ``p95`` at
+    0.95 and ``p95 * 1.5`` at 0.99 (as floats): each rank ends its bucket, and each bucket
+    starts at half its bound or more, so interpolating to its end is exact."""
+    return [
+        (p95 / 6, 0.0),
+        (p95 / 3, 0.5 * total),
+        (p95 / 2, 0.5 * total),
+        (p95, 0.95 * total),
+        (p95 * 1.5, 0.99 * total),
+        (math.inf, total),
+    ]
 
 
 @dataclass
@@ -122,6 +139,13 @@ class EngineFake:
             if key in PER_POD:
                 return vector(
                     *(({**labels, "pod": pod}, repr(numbers.pod(key))) for pod in numbers.pods)
+                )
+            if key in (QueryKey.TTFT_BUCKETS, QueryKey.ITL_BUCKETS):
+                return vector(
+                    *(
+                        ({**labels, "le": "+Inf" if le == math.inf else repr(le)}, repr(rate))
+                        for le, rate in numbers.buckets(key)
+                    )
                 )
             if key is QueryKey.COMPUTED_BUCKETS:
                 rps = numbers.requests_per_second

@@ -149,7 +149,7 @@ def test_profiles_differ_where_vllm_changed() -> None:
     assert "vllm:request_prefill_kv_computed_tokens_sum" in new[QueryKey.PREFILL_COMPUTED].promql
     assert "vllm:prompt_tokens_total" in old[QueryKey.PREFILL_COMPUTED].promql
     assert QueryKey.COMPUTED_BUCKETS not in old
-    assert "time_per_output_token_seconds_bucket" in old[QueryKey.ITL_P95].promql
+    assert "time_per_output_token_seconds_bucket" in old[QueryKey.ITL_BUCKETS].promql
 
 
 def test_successful_requests_exclude_aborts_and_errors() -> None:
@@ -157,11 +157,33 @@ def test_successful_requests_exclude_aborts_and_errors() -> None:
     assert 'finished_reason!~"abort|error"' in queries[QueryKey.REQUESTS].promql
 
 
-def test_quantiles_use_scraped_buckets_not_fixed_bounds() -> None:
+def test_latency_histograms_are_read_per_scraped_bucket_not_fixed_bounds() -> None:
     queries = build_queries(MetricsGeneration.VLLM_0_13, QueryScope.for_selector(Selector(())), 300)
-    p95 = queries[QueryKey.TTFT_P95].promql
-    assert p95.startswith("histogram_quantile(0.95, sum by (model_name, namespace, le) (rate(")
-    assert "le=" not in p95
+    for key in (QueryKey.TTFT_BUCKETS, QueryKey.ITL_BUCKETS):
+        buckets = queries[key].promql
+        assert buckets.startswith("sum by (model_name, namespace, le) (rate("), key
+        assert "le=" not in buckets, key
+
+
+@pytest.mark.parametrize(
+    ("profile", "count"),
+    [
+        (MetricsGeneration.VLLM_0_13, 20),
+        (MetricsGeneration.VLLM_0_9_2, 18),
+        (MetricsGeneration.SGLANG_0_5_20, 17),
+    ],
+)
+def test_a_batch_reads_each_histogram_once_and_asks_for_no_quantile(
+    profile: MetricsGeneration, count: int
+) -> None:
+    # The quantiles are computed from the bucket rates (gather.signals), not asked of
+    # Prometheus: one histogram_quantile per quantile cost 4 more of the batch's slowest
+    # operands. kube-state-metrics adds pod ages and GPU-seconds.
+    scope = QueryScope.for_selector(Selector(()))
+    for ksm, queries in ((False, count), (True, count + 2)):
+        batch = build_queries(profile, scope, 300, kube_state_metrics=ksm)
+        assert len(batch) == queries, (profile, ksm)
+        assert not [key for key, query in batch.items() if "histogram_quantile" in query.promql]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(300, "300s"), (90.0, "90s"), (1.5, "1500ms")])

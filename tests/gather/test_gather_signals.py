@@ -54,6 +54,18 @@ def per_pod(**values: float) -> list[Series]:
     return [Series({**GROUP, "pod": pod}, value) for pod, value in values.items()]
 
 
+def buckets(*rates: tuple[str, float]) -> list[Series]:
+    """A ``sum by (..., le)`` result: ``(le, rate)`` per bucket."""
+    return [Series({**GROUP, "le": le}, rate) for le, rate in rates]
+
+
+TTFT = buckets(("0.1", 0.4), ("0.5", 1.6), ("1.0", 2.0), ("+Inf", 2.0))
+"""p50 0.3 in (0.1, 0.5], p95 0.875 and p99 0.975 in (0.5, 1]."""
+ITL = buckets(("0.01", 0.0), ("0.05", 1.0), ("0.1", 2.0), ("+Inf", 2.0))
+"""p95 0.095 in (0.05, 0.1]."""
+NO_OBSERVATIONS = buckets(("0.1", 0.0), ("0.5", 0.0), ("+Inf", 0.0))
+
+
 def healthy() -> dict[QueryKey, list[Series]]:
     """One warm pod, 2 req/s, 80% token hits, 40% full hits."""
     return {
@@ -69,10 +81,8 @@ def healthy() -> dict[QueryKey, list[Series]]:
             Series({**GROUP, "le": le}, v)
             for le, v in (("20.0", 0.2), ("200.0", 0.8), ("2000.0", 1.8), ("+Inf", 2.0))
         ],
-        QueryKey.TTFT_P50: fleet(0.3),
-        QueryKey.TTFT_P95: fleet(0.9),
-        QueryKey.TTFT_P99: fleet(1.8),
-        QueryKey.ITL_P95: fleet(0.05),
+        QueryKey.TTFT_BUCKETS: TTFT,
+        QueryKey.ITL_BUCKETS: ITL,
         QueryKey.KV_USAGE: fleet(0.5),
         QueryKey.CONTEXT_TOKENS: fleet(2400),
         QueryKey.POD_SAMPLES: per_pod(a=21),
@@ -177,12 +187,14 @@ def test_absent_series_is_unknown_naming_the_series(key: QueryKey) -> None:
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_non_finite_values_are_unknown(value: float) -> None:
-    snapshot = compute(
-        healthy() | {QueryKey.TTFT_P99: fleet(value), QueryKey.KV_USAGE: fleet(value)}
-    )
+    ttft = buckets(("0.1", 0.4), ("0.5", value), ("1.0", 2.0), ("+Inf", 2.0))
+    snapshot = compute(healthy() | {QueryKey.TTFT_BUCKETS: ttft, QueryKey.KV_USAGE: fleet(value)})
     assert snapshot.kv_cache_usage_ratio.value is None
     assert f"returned {value}" in str(snapshot.kv_cache_usage_ratio.reason)
     assert snapshot.ttft_p99_seconds.value is None
+    assert snapshot.ttft_p99_seconds.reason == (
+        f"Prometheus returned {value} for vllm:time_to_first_token_seconds_bucket"
+    )
 
 
 def test_too_few_samples_makes_every_rate_unknown_but_keeps_gauges() -> None:
@@ -408,7 +420,7 @@ def test_unreadable_sample_count_is_not_reported_as_zero_samples() -> None:
 
 def test_nan_quantile_with_an_unknown_request_rate_is_not_called_no_traffic() -> None:
     snapshot = compute(
-        healthy() | {QueryKey.REQUESTS: fleet(math.nan), QueryKey.TTFT_P95: fleet(math.nan)}
+        healthy() | {QueryKey.REQUESTS: fleet(math.nan), QueryKey.TTFT_BUCKETS: NO_OBSERVATIONS}
     )
     reason = str(snapshot.ttft_p95_seconds.reason)
     assert "no traffic" not in reason
@@ -417,13 +429,75 @@ def test_nan_quantile_with_an_unknown_request_rate_is_not_called_no_traffic() ->
 
 
 def test_each_empty_ratio_names_the_request_rate_seen() -> None:
-    zero = compute(healthy() | {QueryKey.REQUESTS: fleet(0), QueryKey.TTFT_P95: fleet(math.nan)})
+    zero = compute(
+        healthy() | {QueryKey.REQUESTS: fleet(0), QueryKey.TTFT_BUCKETS: NO_OBSERVATIONS}
+    )
     assert zero.ttft_p95_seconds.reason == (
         "no traffic: no observations of vllm:time_to_first_token_seconds_bucket in the window"
     )
-    busy = compute(healthy() | {QueryKey.TTFT_P95: fleet(math.nan), QueryKey.LOOKED_UP: fleet(0)})
+    busy = compute(
+        healthy() | {QueryKey.TTFT_BUCKETS: NO_OBSERVATIONS, QueryKey.LOOKED_UP: fleet(0)}
+    )
     assert "although 2 requests/s finished" in str(busy.ttft_p95_seconds.reason)
     assert "although 2 requests/s finished" in str(busy.token_hit_rate_local.reason)
+
+
+def test_quantiles_are_computed_from_the_bucket_rates_and_qualified() -> None:
+    snapshot = compute(healthy())
+    p50, p95, p99 = snapshot.ttft_p50_seconds, snapshot.ttft_p95_seconds, snapshot.ttft_p99_seconds
+    itl = snapshot.itl_p95_seconds
+    assert [p50.value, p95.value, p99.value, itl.value] == pytest.approx([0.3, 0.875, 0.975, 0.095])
+    assert p50.bucket == (0.1, 0.5)  # five times its lower edge: wide, stated
+    assert (p95.bucket, p95.lower_bound) == (None, False)  # (0.5, 1]: exactly twice
+    assert itl.bucket is None
+
+
+def test_a_quantile_past_the_last_finite_bucket_is_that_bound_as_a_lower_bound() -> None:
+    slow = buckets(("100.0", 0.1), ("400.0", 0.3), ("+Inf", 3.0))
+    snapshot = compute(healthy() | {QueryKey.TTFT_BUCKETS: slow})
+    assert snapshot.ttft_p95_seconds == Measured.quantile(400.0, Unit.SECONDS, lower_bound=True)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "reason"),
+    [
+        (
+            [],
+            'vllm:time_to_first_token_seconds_bucket has no data for {model_name="m",'
+            'namespace="llm"} over the 300s window',
+        ),
+        (
+            buckets(("0.1", 1.0), ("0.5", 2.0)),
+            'vllm:time_to_first_token_seconds_bucket has no le="+Inf" bucket for '
+            '{model_name="m",namespace="llm"} over the 300s window: without the count of '
+            "every observation there is no quantile",
+        ),
+        (
+            buckets(("+Inf", 2.0)),
+            'vllm:time_to_first_token_seconds_bucket has only its le="+Inf" bucket for '
+            '{model_name="m",namespace="llm"}: no finite bound to place a quantile at',
+        ),
+    ],
+)
+def test_a_histogram_without_a_quantile_says_why(ttft: list[Series], reason: str) -> None:
+    snapshot = compute(healthy() | {QueryKey.TTFT_BUCKETS: ttft})
+    for quantile in (snapshot.ttft_p50_seconds, snapshot.ttft_p95_seconds):
+        assert (quantile.value, quantile.reason) == (None, reason)
+    assert snapshot.itl_p95_seconds.value == pytest.approx(0.095)  # its own histogram
+
+
+def test_a_bound_written_two_ways_is_one_bucket() -> None:
+    # Two pods' client versions render le=1 as "1" and "1.0"; sum by (le) keeps both
+    # series and histogram_quantile adds them: rank 1.9 lies in (0.5, 1], not past it.
+    ttft = buckets(("0.5", 1.0), ("1", 1.0), ("1.0", 1.0), ("+Inf", 2.0))
+    snapshot = compute(healthy() | {QueryKey.TTFT_BUCKETS: ttft})
+    assert snapshot.ttft_p95_seconds.value == pytest.approx(0.95)
+    assert not snapshot.ttft_p95_seconds.lower_bound
+
+
+def test_a_bucket_bound_that_is_no_number_is_skipped() -> None:
+    snapshot = compute(healthy() | {QueryKey.TTFT_BUCKETS: [*TTFT, *buckets(("fast", 9.0))]})
+    assert snapshot.ttft_p95_seconds.value == pytest.approx(0.875)
 
 
 def cache_config_series(pod: str, **labels: str) -> Series:

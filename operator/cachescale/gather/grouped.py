@@ -1,6 +1,6 @@
 """Grouped gathering: one request for every policy that can share it.
 
-Why: ``gather_signals`` sends one detection query and a batch of about 21 queries (one
+Why: ``gather_signals`` sends one detection query and a batch of about 20 queries (one
 request, ``promql.combine``) per policy per evaluation, so Prometheus load grows with the
 number of policies. Policies that read the same Prometheus over the same window differ in
 label values (and sometimes in the labels they select on); ``QueryScope.shared`` reads

@@ -1,8 +1,8 @@
 """PromQL for every engine signal, per engine profile, built from a policy's selector.
 
 Why a module of its own: the query text is where correctness lives (metric names by
-version, ``rate`` over counters so resets are handled, quantiles from the scraped bucket
-bounds) and where injection could happen (a policy's label values are user input). So the
+version, ``rate`` over counters so resets are handled, histograms read per scraped bucket
+bound) and where injection could happen (a policy's label values are user input). So the
 text is built here, and only here, from validated label names and escaped values; nothing
 else in the operator splices strings into PromQL.
 
@@ -250,10 +250,6 @@ class QueryKey(StrEnum):
     PREFILL_COMPUTED = "prefill_computed"
     COMPUTED_COUNT = "computed_count"
     COMPUTED_BUCKETS = "computed_buckets"
-    TTFT_P50 = "ttft_p50"
-    TTFT_P95 = "ttft_p95"
-    TTFT_P99 = "ttft_p99"
-    ITL_P95 = "itl_p95"
     TTFT_BUCKETS = "ttft_buckets"
     ITL_BUCKETS = "itl_buckets"
     KV_USAGE = "kv_usage"
@@ -355,15 +351,6 @@ _VLLM_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
 _SGLANG_COMPUTED = _Counter(_SGLANG_EFFECTIVE, 'mode="input"')
 
-TTFT_QUANTILES = {QueryKey.TTFT_P50: 0.5, QueryKey.TTFT_P95: 0.95, QueryKey.TTFT_P99: 0.99}
-QUANTILES = {**TTFT_QUANTILES, QueryKey.ITL_P95: 0.95}
-"""Every quantile query and its q."""
-QUANTILE_BUCKETS = {
-    **dict.fromkeys(TTFT_QUANTILES, QueryKey.TTFT_BUCKETS),
-    QueryKey.ITL_P95: QueryKey.ITL_BUCKETS,
-}
-"""Every quantile query and the query of the buckets it is computed from."""
-
 
 def duration(seconds: float) -> str:
     """Seconds as a PromQL duration (``300s``; ``1500ms`` when not whole seconds)."""
@@ -419,9 +406,6 @@ class _Builder:
             for gauge in in_system
         )
         return f"clamp_min({self.rate(finished)} + ({growth}) / {self._window_seconds:g}, 0)"
-
-    def quantile(self, q: float, histograms: Sequence[str]) -> str:
-        return f"histogram_quantile({q}, {self.buckets(histograms)})"
 
     def samples(self, metric: str) -> str:
         return f"max by ({self._by_pod}) (count_over_time({self.select(metric)}[{self._window}]))"
@@ -516,7 +500,6 @@ def _queries(
             f"{fam.finished.metric} + {fam.waiting} + {fam.running}",
         ),
         QueryKey.PREEMPTIONS: Query(b.rate(fam.preemptions), fam.preemptions.metric),
-        QueryKey.ITL_P95: Query(b.quantile(0.95, fam.itl), fam.itl[0] + "_bucket"),
         QueryKey.KV_USAGE: Query(b.gauge(fam.kv_usage, "avg"), fam.kv_usage),
         QueryKey.CONTEXT_TOKENS: Query(
             f"{b.rate(fam.prompt_tokens)} + {b.rate(fam.generation_tokens)}",
@@ -529,9 +512,8 @@ def _queries(
         QueryKey.POD_RUNNING: Query(b.gauge(fam.running, "sum", per_pod=True), fam.running),
         QueryKey.POD_KV_USAGE: Query(b.gauge(fam.kv_usage, "avg", per_pod=True), fam.kv_usage),
     }
-    for key, q in TTFT_QUANTILES.items():
-        queries[key] = Query(b.quantile(q, (fam.ttft,)), fam.ttft + "_bucket")
-    # The buckets themselves: where each quantile lies, and whether it is past the last.
+    # The latency buckets: the signals layer computes the quantiles from them, as
+    # histogram_quantile would (one operand per histogram instead of one per quantile).
     queries[QueryKey.TTFT_BUCKETS] = Query(b.buckets((fam.ttft,)), fam.ttft + "_bucket")
     queries[QueryKey.ITL_BUCKETS] = Query(b.buckets(fam.itl), fam.itl[0] + "_bucket")
     queries.update(_prefill_queries(profile, b))

@@ -6,6 +6,11 @@ reads any of them as 0 scales on fiction. Here every signal becomes a known numb
 unknown with the reason, by these rules:
 
 * an absent series, NaN or ±Inf → unknown, naming the series;
+* a latency quantile is computed here from its histogram's bucket rates, exactly as
+  Prometheus's ``histogram_quantile`` would (``cachescale.histogram``), and is unknown
+  where that would be NaN (no observations, no ``+Inf`` bucket or no other), with the
+  reason; it is marked a lower bound past the last finite bucket, and given its bucket
+  when that is wide;
 * fewer than ``min_samples`` samples per series in the window → rate-based signals unknown
   (gauges need one sample);
 * a ratio whose denominator did not increase → unknown, and the reason says whether that
@@ -22,8 +27,8 @@ it is tested without HTTP; ``gather_signals`` adds the round trips (detect the p
 then the batch, then the demand query if any), all within one deadline. A deadline that
 runs out anywhere fails the whole gathering (``DeadlineReached``, a ``PrometheusTimeout``),
 so every signal is unknown with the time spent, never partly read and partly guessed: a
-batch cut short could leave a quantile without the buckets that say whether it is only a
-lower bound, and an evaluation without data decides nothing (``decide`` freezes on it).
+batch cut short could leave a ratio's numerator without its denominator, and an evaluation
+without data decides nothing (``decide`` freezes on it).
 """
 
 from __future__ import annotations
@@ -38,8 +43,6 @@ from cachescale.api.spec import Engine
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.promql import (
     POD_LABEL,
-    QUANTILE_BUCKETS,
-    QUANTILES,
     VLLM_CACHE_CONFIG,
     Detection,
     Query,
@@ -50,6 +53,7 @@ from cachescale.gather.promql import (
     build_queries,
     duration,
 )
+from cachescale.histogram import BucketQuantile, NoQuantile, locate_quantile
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
     CacheConfig,
@@ -335,10 +339,10 @@ class _Computation:
             request_full_hit_share=gate(full_hit_share),
             full_hit_max_computed_tokens=full_hit_bound,
             prefill_tokens_per_request=gate(self._prefill_per_request(rps)),
-            ttft_p50_seconds=gate(self._quantile(QueryKey.TTFT_P50, rps)),
-            ttft_p95_seconds=gate(self._quantile(QueryKey.TTFT_P95, rps)),
-            ttft_p99_seconds=gate(self._quantile(QueryKey.TTFT_P99, rps)),
-            itl_p95_seconds=gate(self._quantile(QueryKey.ITL_P95, rps)),
+            ttft_p50_seconds=gate(self._quantile(0.5, QueryKey.TTFT_BUCKETS, rps)),
+            ttft_p95_seconds=gate(self._quantile(0.95, QueryKey.TTFT_BUCKETS, rps)),
+            ttft_p99_seconds=gate(self._quantile(0.99, QueryKey.TTFT_BUCKETS, rps)),
+            itl_p95_seconds=gate(self._quantile(0.95, QueryKey.ITL_BUCKETS, rps)),
             requests_per_second=gate(rps),
             arrivals_per_second=(
                 demand
@@ -460,8 +464,11 @@ class _Computation:
         return buckets if with_inf else {b: m for b, m in buckets.items() if b != math.inf}
 
     def _read_buckets(self, key: QueryKey) -> dict[float, Measured]:
-        """Every bound of ``key``'s buckets but NaN and -Inf, after checking they are one
-        group's (the label sets compared without ``le``, as ``_label_text`` shows them)."""
+        """Every bound of ``key``'s buckets but NaN, -Inf and an ``le`` that is no number
+        (``histogram_quantile`` skips it too), after checking they are one group's (the
+        label sets compared without ``le``, as ``_label_text`` shows them). A bound written
+        two ways (``1`` and ``1.0``, by two client versions) is one bucket: its rates are
+        added, as ``histogram_quantile`` merges equal bounds."""
         series = self._results.get(key, ())
         groups = [{k: v for k, v in s.labels.items() if k != "le"} for s in series]
         if any(g != groups[0] for g in groups) and len(set(map(_label_text, groups))) > 1:
@@ -470,11 +477,12 @@ class _Computation:
                 self._reads(key),
                 [s.labels for s in series if s.labels.get("le") == "+Inf"],
             )
-        buckets = {}
+        buckets: dict[float, Measured] = {}
         for s in series:
-            bound = float(s.labels.get("le", "nan"))
+            bound = _bound(s.labels.get("le", ""))
             if math.isfinite(bound) or bound == math.inf:
-                buckets[bound] = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
+                rate = self._finite(key, s.value, Unit.REQUESTS_PER_SECOND)
+                buckets[bound] = _sum(buckets[bound], rate) if bound in buckets else rate
         return buckets
 
     def _prefill_per_request(self, rps: Measured) -> Measured:
@@ -494,38 +502,37 @@ class _Computation:
             computed, requests, Unit.TOKENS_PER_REQUEST, "no requests finished in the window"
         )
 
-    def _quantile(self, key: QueryKey, rps: Measured) -> Measured:
-        series = self._results.get(key, ())
-        if len(series) == 1 and math.isnan(series[0].value):
-            reason = self._no_traffic(rps, f"no observations of {self._reads(key)}") or (
-                f"{self._reads(key)} has no observations in the window although "
-                f"{rps.value:.3g} requests/s finished"
-            )
-            return _unknown(reason, Unit.SECONDS)
-        return self._qualify(key, self.fleet(key, Unit.SECONDS))
+    def _quantile(self, q: float, key: QueryKey, rps: Measured) -> Measured:
+        """The ``q``-quantile of ``key``'s buckets, as ``histogram_quantile(q, <key>)``
+        would give it, qualified by the bucket it lies in; the reason when there is none."""
+        buckets = self._buckets(key, with_inf=True)
+        if not buckets:
+            return _unknown(self._absent(key), Unit.SECONDS)
+        rates = _known_rates(buckets)
+        if isinstance(rates, Measured):
+            return rates
+        located = locate_quantile(q, rates.items())
+        if isinstance(located, NoQuantile):
+            return _unknown(self._no_quantile(key, located, rps), Unit.SECONDS)
+        return _qualified(located)
 
-    def _qualify(self, key: QueryKey, quantile: Measured) -> Measured:
-        """The quantile as far as its buckets allow: a lower bound when it is past the last
-        finite bucket (``histogram_quantile`` then returns that bucket's bound), or the
-        value with its bucket when that bucket is wider than twice its lower bound."""
-        if quantile.value is None:
-            return quantile
-        rates = {
-            bound: rate.value
-            for bound, rate in self._buckets(QUANTILE_BUCKETS[key], with_inf=True).items()
-            if rate.value is not None
-        }
-        finite = sorted(bound for bound in rates if bound != math.inf)
-        if not finite or math.inf not in rates:
-            return quantile  # buckets unreadable: the value as Prometheus gave it
-        if rates[finite[-1]] < QUANTILES[key] * rates[math.inf]:
-            return Measured.quantile(finite[-1], Unit.SECONDS, lower_bound=True)
-        value = quantile.value
-        upper = min((bound for bound in finite if bound >= value), default=None)
-        lower = max((bound for bound in finite if bound < value), default=0.0)
-        if upper is not None and upper > 2 * lower:
-            return Measured.quantile(value, Unit.SECONDS, bucket=(lower, upper))
-        return quantile
+    def _no_quantile(self, key: QueryKey, why: NoQuantile, rps: Measured) -> str:
+        """Why ``key``'s buckets give no quantile (``histogram_quantile`` answers NaN)."""
+        reads, selector = self._reads(key), self._request.selector
+        if why is NoQuantile.NO_INF_BUCKET:
+            return (
+                f'{reads} has no le="+Inf" bucket for {selector} over the {self._window} '
+                "window: without the count of every observation there is no quantile"
+            )
+        if why is NoQuantile.NO_FINITE_BUCKET:
+            return (
+                f'{reads} has only its le="+Inf" bucket for {selector}: no finite bound '
+                "to place a quantile at"
+            )
+        return self._no_traffic(rps, f"no observations of {reads}") or (
+            f"{reads} has no observations in the window although {rps.value:.3g} "
+            "requests/s finished"
+        )
 
     def _gpu_seconds_per_1k(self, rps: Measured) -> Measured:
         unit = Unit.GPU_SECONDS_PER_1K_REQUESTS
@@ -654,6 +661,43 @@ class _Computation:
                 return _unknown(f"pod {pod.pod}: {measured.reason}", Unit.REQUESTS)
             values.append(measured.value)
         return Measured.known(sum(values) / len(values), Unit.REQUESTS)
+
+
+def _bound(le: str) -> float:
+    """A bucket's ``le`` label as a number; NaN when it is none."""
+    try:
+        return float(le)
+    except ValueError:
+        return math.nan
+
+
+def _sum(first: Measured, second: Measured) -> Measured:
+    """Two rates added; the first unknown one if either is."""
+    if first.value is None or second.value is None:
+        return first if first.value is None else second
+    return Measured.known(first.value + second.value, first.unit)
+
+
+def _known_rates(buckets: Mapping[float, Measured]) -> dict[float, float] | Measured:
+    """Bound → rate of every bucket, or the first unknown rate (a quantile needs all)."""
+    rates: dict[float, float] = {}
+    for bound, rate in buckets.items():
+        if rate.value is None:
+            return _unknown(str(rate.reason), Unit.SECONDS)
+        rates[bound] = rate.value
+    return rates
+
+
+def _qualified(located: BucketQuantile) -> Measured:
+    """The quantile as far as its bucket allows: a lower bound when its rank is past the
+    last finite bucket (the value is then that bucket's bound), the value with its bucket
+    when that bucket is wider than twice its lower edge, else the value."""
+    if located.upper == math.inf:
+        return Measured.quantile(located.value, Unit.SECONDS, lower_bound=True)
+    if located.upper > 2 * located.lower:
+        bucket = (located.lower, located.upper)
+        return Measured.quantile(located.value, Unit.SECONDS, bucket=bucket)
+    return Measured.known(located.value, Unit.SECONDS)
 
 
 def _engine_cache_config(labels: Mapping[str, str]) -> EngineCacheConfig:
