@@ -7,6 +7,8 @@ the last sample. Rates are linear, so the expected signals are exact.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tests.gather.gather_tsdb import Series, sample_times
@@ -143,6 +145,7 @@ def dataset() -> Series:
     saturated = {**llm, "model_name": "saturated", "pod": "sat-a"}
     vllm_pod(s, saturated, FULL, gauges=(32, 0, 1.0), aborted=0.5, queue_growth=0.1)
     grouping_scenarios(s)
+    quantile_scenarios(s)
     return s
 
 
@@ -173,3 +176,69 @@ def grouping_scenarios(s: Series) -> None:
         labels = {"namespace": "sp.alt", "model_name": model, "deployment": f"d{number}"}
         vllm_pod(s, {**labels, "pod": f"alt-{number}-a"}, FULL, aborted=3, gauges=(6, 6, 0.6))
     vllm_pod(s, {"namespace": "solo", "model_name": "only", "pod": "solo-a"}, FULL)
+
+
+QUANTILE_NAMESPACE = "quantiles"
+
+
+@dataclass(frozen=True)
+class QuantileShape:
+    """One deployment's latency histograms (TTFT and ITL alike), for comparing the
+    operator's quantiles with Prometheus's ``histogram_quantile``."""
+
+    pods: tuple[Mapping[str, float], ...]
+    """Per pod: ``le`` → observations per second (cumulative, as exported)."""
+    reset_le: str | None = None
+    """A bucket whose counter alone restarts from 0 mid-window (a restart caught half-way
+    by a scrape): ``rate`` loses one interval of it, and the bucket rates stop being
+    monotonic."""
+
+
+QUANTILE_SHAPES = {
+    "first": QuantileShape(({"0.1": 2.0, "0.5": 2.0, "1.0": 2.0, "+Inf": 2.0},)),
+    "past": QuantileShape(({"0.1": 0.0, "0.5": 0.0, "1.0": 0.0, "+Inf": 2.0},)),
+    "empty": QuantileShape(({"0.1": 0.0, "0.5": 0.0, "+Inf": 0.0},)),
+    # Rates in powers of two stay in exact ratios: p50's rank is le=0.5's count exactly.
+    "boundary": QuantileShape(({"0.1": 1.0, "0.5": 2.0, "1.0": 4.0, "+Inf": 4.0},)),
+    "single": QuantileShape(({"0.5": 1.5, "+Inf": 2.0},)),
+    "spread": QuantileShape(
+        (
+            {
+                "0.005": 0.01,
+                "0.02": 0.3,
+                "0.08": 0.9,
+                "0.32": 1.5,
+                "1.28": 1.9,
+                "5.12": 1.97,
+                "+Inf": 2.0,
+            },
+        )
+    ),
+    "reset": QuantileShape(({"0.1": 1.6, "0.5": 1.6, "1.0": 2.0, "+Inf": 2.0},), "0.5"),
+    "inconsistent": QuantileShape(({"0.1": 1.0, "0.5": 0.8, "1.0": 2.0, "+Inf": 2.0},)),
+    "spellings": QuantileShape(  # two pods' clients render le=1 differently
+        ({"0.5": 1.0, "1": 2.0, "+Inf": 2.0}, {"0.5": 0.5, "1.0": 1.5, "+Inf": 2.0})
+    ),
+    "no-inf": QuantileShape(({"0.1": 1.0, "0.5": 2.0},)),
+    "only-inf": QuantileShape(({"+Inf": 2.0},)),
+}
+"""Bucket-rate shapes at the edges of ``histogram_quantile``, one deployment each."""
+
+
+def quantile_scenarios(s: Series) -> None:
+    """A vLLM (0.9.2-0.12) deployment per ``QUANTILE_SHAPES`` entry: enough series to be
+    detected and rated (2 req/s), and its TTFT and ITL buckets in that shape."""
+    for model, shape in QUANTILE_SHAPES.items():
+        for number, rates in enumerate(shape.pods):
+            labels = {
+                "namespace": QUANTILE_NAMESPACE,
+                "model_name": model,
+                "pod": f"{model}-{number}",
+            }
+            s.counter("vllm:prefix_cache_queries_total", labels, 1000, FULL)
+            s.counter("vllm:request_success_total", {**labels, "finished_reason": "stop"}, 2, FULL)
+            s.gauge("vllm:num_requests_running", labels, 1, FULL)
+            for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+                for le, rate in rates.items():
+                    reset_at = T - 150 if le == shape.reset_le else None
+                    s.counter(f"{name}_bucket", {**labels, "le": le}, rate, FULL, reset_at)
