@@ -35,7 +35,8 @@ and one more interval passed, from each component's own counters: Prometheus's
 ``prometheus_http_requests_total`` (by handler), kube-apiserver's
 ``apiserver_request_total`` (by verb, resource and subresource, minus the rate it showed
 before the operator started), the operator's ``/proc`` CPU time and peak RSS (VmHWM), and
-its ``/metrics`` (read every 15 s, as a Prometheus would) for the evaluations: each
+its ``/metrics`` (read every 15 s, as a Prometheus would; the longest gap between two
+reads is shown, since two evaluations between reads count as one) for the evaluations: each
 policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between its
 evaluations; lateness is a gap minus the interval, and a gap spanning more than 1.5
 intervals counts its extra intervals as missed (a policy with no evaluation in the window
@@ -409,39 +410,53 @@ def peak_rss_mib(pid: int) -> float:
     return math.nan
 
 
+WANTED = (
+    "cachescale_last_evaluation_timestamp_seconds",
+    "cachescale_evaluation_lateness_seconds",
+    "cachescale_evaluation_missed",
+    "cachescale_kube",
+    "cachescale_evaluation_errors_total",
+    "cachescale_decisions_total",
+)
+"""The series of the operator's /metrics the bench reads; the rest (a policy's signals,
+dozens of series each) is dropped before parsing, so a read keeps pace at 3,000 policies."""
+
+
 class Evaluations:
-    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times."""
+    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times.
+    Two evaluations of a policy between two reads count as one, so each read's start is
+    kept (``reads``) to show the longest gap between reads beside the counts."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.times: dict[str, list[float]] = collections.defaultdict(list)
         self.counters: dict[str, float] = {}
+        self.reads: list[float] = []
 
     def poll(self) -> None:
+        self.reads.append(time.time())
         with urllib.request.urlopen(self.url, timeout=60) as answer:
             text = answer.read().decode()
+        wanted = "\n".join(line for line in text.splitlines() if line.startswith(WANTED))
         counters: dict[str, float] = collections.defaultdict(float)
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(wanted + "\n"):
             for sample in family.samples:
                 if sample.name == "cachescale_last_evaluation_timestamp_seconds":
                     seen = self.times[sample.labels["policy"]]
                     if not seen or seen[-1] != sample.value:
                         seen.append(sample.value)
-                elif sample.name.startswith(
-                    (
-                        "cachescale_evaluation_lateness_seconds",
-                        "cachescale_evaluation_missed",
-                        "cachescale_kube",
-                        "cachescale_evaluation_errors_total",
-                        "cachescale_decisions_total",
-                    )
-                ) and not sample.name.endswith("_created"):
+                elif not sample.name.endswith("_created"):
                     key = sample.name + json.dumps(
                         {k: v for k, v in sample.labels.items() if k not in PER_POLICY},
                         sort_keys=True,
                     )
                     counters[key] += sample.value
         self.counters = dict(counters)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time between two reads that started in [start, end]."""
+        inside = [t for t in self.reads if start <= t <= end]
+        return max((b - a for a, b in itertools.pairwise(inside)), default=math.nan)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -737,6 +752,8 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
         "|---|---|",
         f"| evaluations (wanted {run.count:,}) | {counted / rounds:,.0f} |",
         f"| missed intervals (policy × interval, whole window) | {missed:,} |",
+        f"| longest gap between two reads of the operator's /metrics (s) | "
+        f"{run.evaluations.longest_gap(a.at, b.at):.1f} |",
         f"| lateness p95 / max (s), over {len(late):,} evaluations after a first | "
         + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
         f"| Prometheus API requests | {sum(prom.values()):,.0f} "
