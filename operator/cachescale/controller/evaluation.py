@@ -361,9 +361,9 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         step.now,
     )
     memory = _memory(policy, previous.memory, target)
-    failed_in_a_row = operator.read_failures.counted(policy.uid, signals)
-    if signals.failure is not None and read_retried(signals, failed_in_a_row, memory):
+    if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
+    if read_retried(signals, operator.read_failures.counted(policy.uid, signals), memory):
         return Outcome(Action.READ_RETRIED)
     snapshot = Snapshot(signals, target.state, _human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
@@ -397,8 +397,6 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
     if act_error:
         operator.metrics.failed(policy.namespace, policy.name, Problem.API_CONFLICT)
         _event(operator, policy, "Warning", Problem.API_CONFLICT, act_error, now)
-    if signals.failure is not None:
-        operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     return Outcome(decision.reason, decision, applied)
 
 
