@@ -110,6 +110,12 @@ def test_a_steady_state_evaluation_reads_nothing_and_sees_an_hpa_edit(
         assert set(refreshes) <= {"refresh"}, refreshes
         patched = steady.get("patch", 0) - settled.get("patch", 0)
         assert patched == len(refreshes), "nothing changed: nothing written but a refresh"
+        # The operator's health is one histogram, not one per policy, and no counter
+        # exports a `_created` twin (each doubled the lines of every /metrics scrape).
+        assert list(operator.samples("cachescale_evaluation_duration_seconds_count")) == [
+            frozenset()
+        ]
+        assert operator.samples("cachescale_decisions_created") == {}
 
         edited = cluster.kubectl(
             "patch",

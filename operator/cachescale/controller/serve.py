@@ -37,7 +37,7 @@ from contextlib import contextmanager
 import kopf
 from aiohttp import web
 from kubernetes.client import ApiClient
-from prometheus_client import start_http_server
+from prometheus_client import disable_created_metrics, start_http_server
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.label_selector import LabelSelector
@@ -84,6 +84,7 @@ def serve(args: argparse.Namespace) -> int:
             "no --allowed-prometheus-url: any policy author can make the operator connect "
             "to any address (docs/security.md)"
         )
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     metrics = OperatorMetrics()
     operator = Operator(
         KubeApi(api_client, on_request=metrics.kube_request),
