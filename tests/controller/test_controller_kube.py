@@ -1,5 +1,6 @@
-"""The API client when the API server gives no answer at all (down, restarting), and
-its connection pool.
+"""The API client when the API server gives no answer at all (down, restarting), its
+connection pool, and its watches: a refused one typed, an open one closed from another
+thread.
 
 e2e/test_faults.py kills the real API server mid-run; this is the same failure at unit
 scale: the request must end in a typed ``KubeError`` the evaluation reports
@@ -9,14 +10,18 @@ evaluation as a crash with a traceback.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import kmock
 import pytest
 from kubernetes import client
 
 from cachescale.controller import kube
-from cachescale.controller.kube import UNREACHABLE, KubeApi, KubeError, load_config
+from cachescale.controller.kube import UNREACHABLE, GoneError, KubeApi, KubeError, load_config
+from tests.controller.cluster import NAMESPACE, PODS, Clock, FakeCluster, pods
 from tests.gather.gather_fakes import closed_port_url
+from tests.polling import wait_for
 
 
 def test_no_answer_is_a_typed_error_after_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,3 +58,30 @@ def test_the_client_keeps_a_connection_per_sending_thread(tmp_path: Path) -> Non
     )
     pool = load_config(str(kubeconfig), connections=32).rest_client.pool_manager
     assert pool.connection_pool_kw["maxsize"] == 32
+
+
+def test_a_refused_watch_is_a_typed_error(cluster: FakeCluster) -> None:
+    """A watch answered 410 (its resourceVersion too old) is :class:`GoneError`: the
+    informer lists again (``controller/informer.py``)."""
+    cluster.react(cluster.emulator["watch", kmock.resource(PODS)][:1], 410)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    with pytest.raises(GoneError):
+        cluster.api.watch(path, [("resourceVersion", "1")], idle_timeout_s=5)
+
+
+def test_a_watch_closed_from_another_thread_ends(cluster: FakeCluster) -> None:
+    """An informer being stopped closes its watch while its thread waits for events."""
+    cluster.put(PODS, pods("vllm", 1, Clock().now)[0])
+    stream = cluster.api.watch(f"/api/v1/namespaces/{NAMESPACE}/pods", [], idle_timeout_s=30)
+    seen: list[str] = []
+
+    def follow() -> None:
+        seen.extend(event["type"] for event in stream)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    wait_for(lambda: True if seen else None, 5, "the pod's ADDED event")
+    stream.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert seen == ["ADDED"]

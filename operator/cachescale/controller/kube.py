@@ -9,21 +9,27 @@ changed it" from "the API server is struggling"; 429, 5xx and requests that got 
 at all (a restarting API server) are retried with backoff.
 Every call blocks: the evaluation loop runs them in worker threads. Each HTTP request
 sent (retries included) is reported to an optional ``on_request`` callback by its
-Kubernetes verb (get, list, patch, create): the operator counts them
+Kubernetes verb (get, list, patch, create, watch): the operator counts them
 (``cachescale_kube_requests_total``), which is how a steady state with no reads is seen.
 Reading a target needs only :class:`Reads`: the operator serves it from watch-fed indexes
-(``controller/indexes.py``), tools and tests from a :class:`KubeApi`.
+(``controller/indexes.py``), tools and tests from a :class:`KubeApi`. Those indexes are
+filled by informers (``controller/informer.py``) through :meth:`KubeApi.list_page` and
+:meth:`KubeApi.watch`, which streams a watch's events line by line as they arrive and is
+never retried here: an informer decides whether to watch again or list anew.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import yaml
 from kubernetes import client, config
+from urllib3 import BaseHTTPResponse
 from urllib3.exceptions import HTTPError as TransportError
 
 JsonPatch = Sequence[Mapping[str, Any]]
@@ -59,6 +65,11 @@ class ConflictError(KubeError):
     """409 (or 422 from a failed JSON-patch ``test``): the object changed underneath us."""
 
 
+class GoneError(KubeError):
+    """410: the resourceVersion (or a list's ``continue`` token) is older than the API
+    server keeps: list again."""
+
+
 def load_config(kubeconfig: str | None = None, connections: int | None = None) -> client.ApiClient:
     """An API client from ``kubeconfig`` when given, else in-cluster (a pod's
     ServiceAccount), else ``$KUBECONFIG`` or ``~/.kube/config``. ``connections``: the
@@ -79,6 +90,15 @@ def _client(connections: int | None) -> client.ApiClient:
     configuration = client.Configuration.get_default_copy()
     if connections is not None:
         configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
+
+
+def with_connections(api_client: client.ApiClient, connections: int) -> client.ApiClient:
+    """A client of the same cluster and credentials with a connection pool of its own, of
+    ``connections``: watches hold their connection for minutes, so they get their own pool
+    and never take one from the evaluation threads'."""
+    configuration = copy.deepcopy(api_client.configuration)
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 
@@ -135,6 +155,42 @@ class KubeApi:
         listed = self._call("GET", path, query=query, accept=METADATA_ONLY, verb="list")
         return [{"metadata": dict(item.get("metadata") or {})} for item in listed.get("items", [])]
 
+    def list_page(self, path: str, query: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """One page of the collection at ``path`` as the API server sends it: ``items``,
+        and ``metadata`` with the list's ``resourceVersion`` and the ``continue`` token of
+        the next page (``query``: ``limit``, ``continue``, ...)."""
+        return self._call("GET", path, query=list(query), verb="list")
+
+    def watch(
+        self, path: str, query: Sequence[tuple[str, str]], idle_timeout_s: float
+    ) -> WatchStream:
+        """Open a watch of the collection at ``path`` (``query``: ``resourceVersion``,
+        ``timeoutSeconds``, ...); a :class:`KubeError` if it is refused or not answered
+        (not retried). A stream that receives nothing for ``idle_timeout_s`` fails, so a
+        connection that died silently is not waited on for ever."""
+        if self._on_request is not None:
+            self._on_request("watch")
+        try:
+            response = self._open(
+                "GET",
+                path,
+                [*query, ("watch", "true")],
+                None,
+                "application/json",
+                "application/json",
+                (TIMEOUT_S, idle_timeout_s),
+            )
+        except client.ApiException as error:
+            status = int(error.status or UNREACHABLE)
+            raise _typed(status, str(error.body or error.reason or "")) from None
+        except (TransportError, OSError) as error:
+            raise KubeError(UNREACHABLE, _unanswered(error)) from None
+        if response.status >= 400:
+            response.read()
+            status = int(response.status)
+            raise _typed(status, _message(bytes(response.data or b""), status))
+        return WatchStream(response.response)
+
     def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> dict[str, Any]:
         """Apply a JSON patch (default) or a merge patch to the object at ``path``."""
         return self._call("PATCH", path, body=body, content_type=content_type, verb="patch")
@@ -175,6 +231,26 @@ class KubeApi:
         content_type: str,
         accept: str,
     ) -> tuple[int, bytes]:
+        try:
+            response = self._open(method, path, query, body, content_type, accept, TIMEOUT_S)
+        except client.ApiException as error:  # Retry-After responses, among others
+            return int(error.status or UNREACHABLE), str(error.body or error.reason or "").encode()
+        except (TransportError, OSError) as error:  # no answer: the server is down or gone
+            return UNREACHABLE, _unanswered(error).encode()
+        response.read()
+        return int(response.status), bytes(response.data or b"")
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: Any,
+        content_type: str,
+        accept: str,
+        timeout: float | tuple[float, float],
+    ) -> Any:
+        """The client's response, its body not read yet (``kubernetes.client.rest``)."""
         verb, url, headers, payload, _ = self._client.param_serialize(
             method=method,
             resource_path=path,
@@ -183,16 +259,44 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
+        return self._client.call_api(
+            verb, url, header_params=headers, body=payload, _request_timeout=timeout
+        )
+
+
+class WatchStream:
+    """An open watch: its events (``{"type", "object"}``), parsed one a line as the API
+    server sends them. Iterated in one thread; :meth:`close` may be called from any other,
+    and ends the iteration at once."""
+
+    def __init__(self, response: BaseHTTPResponse) -> None:
+        self._response = response
+        self._closed = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        finished = False
         try:
-            response = self._client.call_api(
-                verb, url, header_params=headers, body=payload, _request_timeout=TIMEOUT_S
-            )
-        except client.ApiException as error:  # Retry-After responses, among others
-            return int(error.status or UNREACHABLE), str(error.body or error.reason or "").encode()
-        except (TransportError, OSError) as error:  # no answer: the server is down or gone
-            return UNREACHABLE, f"no answer from the API server: {type(error).__name__}".encode()
-        response.read()  # type: ignore[no-untyped-call]
-        return int(response.status), bytes(response.data or b"")
+            for line in self._response:
+                if line.strip():
+                    yield dict(json.loads(line))
+            finished = True
+        except (TransportError, OSError) as error:
+            if not self._closed:
+                raise KubeError(UNREACHABLE, f"watch cut: {type(error).__name__}") from None
+        finally:
+            if self._closed or not finished:
+                self._response.close()  # a cut connection is not reused
+            self._response.release_conn()
+
+    def close(self) -> None:
+        """End the stream; a read blocked in another thread returns."""
+        self._closed = True
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # not open (any more)
+            self._response.shutdown()
+
+
+def _unanswered(error: Exception) -> str:
+    return f"no answer from the API server: {type(error).__name__}"
 
 
 def _typed(status: int, message: str) -> KubeError:
@@ -200,6 +304,8 @@ def _typed(status: int, message: str) -> KubeError:
         return NotFoundError(status, message)
     if status == 409 or (status == 422 and "test" in message.lower()):
         return ConflictError(status, message)
+    if status == 410:
+        return GoneError(status, message)
     return KubeError(status, message)
 
 
