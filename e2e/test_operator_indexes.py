@@ -1,10 +1,11 @@
 """Watches, not reads, on a real API server (``controller/indexes.py``).
 
-The operator runs as the chart's ServiceAccount (its RBAC must let kopf list and watch
-Deployments, HPAs and pods), scoped to one namespace, on a real Deployment with Ready
-pods and its HPA. The policy is in Advise mode and its Prometheus does not answer, so
-every evaluation reads the target, freezes and writes its status, whose
-``lastDecision.maxReplicas`` is the HPA's ``maxReplicas`` as the evaluation read it.
+The operator runs as the chart's ServiceAccount (its RBAC must let its informers list and
+watch Deployments, HPAs and pods: ``controller/informer.py``), scoped to one namespace,
+on a real Deployment with Ready pods and its HPA. The policy is in Advise mode and its
+Prometheus does not answer, so every evaluation reads the target, freezes and writes its
+status, whose ``lastDecision.maxReplicas`` is the HPA's ``maxReplicas`` as the evaluation
+read it.
 Asserted: once two evaluations are done, ``cachescale_kube_requests_total`` for get and
 list does not move over the following ones, nor is the status written but by the
 periodic refresh (whose first slot after a write falls anywhere in its period, so
@@ -176,7 +177,8 @@ def test_indexed_reads_equal_the_api_servers(cluster: Cluster, namespace: str) -
 
 
 def indexes_of(api: KubeApi, namespace: str) -> ix.Indexes:
-    """The indexes as kopf fills them from the API server's lists of ``namespace``."""
+    """The indexes as the informers fill them from the API server's lists of
+    ``namespace``."""
 
     def build(path: str, entries: Callable[[dict[str, Any]], dict[Any, Any]]) -> Any:
         built: dict[Any, list[dict[str, Any]]] = {}
@@ -186,7 +188,7 @@ def indexes_of(api: KubeApi, namespace: str) -> ix.Indexes:
         return built
 
     return ix.Indexes(
-        deployments=build("/apis/apps/v1/namespaces/{}/deployments", ix.deployments),
-        hpas=build("/apis/autoscaling/v2/namespaces/{}/horizontalpodautoscalers", ix.hpas),
+        deployments=build("/apis/apps/v1/namespaces/{}/deployments", ix.deployment_entries),
+        hpas=build("/apis/autoscaling/v2/namespaces/{}/horizontalpodautoscalers", ix.hpa_entries),
         pods=build("/api/v1/namespaces/{}/pods", ix.pod_entries),
     )

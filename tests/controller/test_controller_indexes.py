@@ -1,8 +1,10 @@
 """The watch-fed indexes (``controller/indexes.py``): what each projection keeps, label
 selectors matched in memory as the API server matches them, and reads served from the
 indexes equal to the same reads sent to the API server (kmock), for every field
-``read_target`` and a whole evaluation use, with no read sent. Secrets are kept for
-``SECRET_TTL_S``, and every request ``KubeApi`` sends is counted by verb.
+``read_target`` and a whole evaluation use, with no read sent; a kind with no index (not
+listed yet) read from the API server. Secrets are kept for ``SECRET_TTL_S``, and every
+request ``KubeApi`` sends is counted by verb. The informers that fill the indexes:
+tests/controller/test_controller_informer.py.
 
 kmock ignores ``labelSelector`` (it lists every pod of the namespace), so selector
 matching is checked here against the API server's rules written out, and on a real API
@@ -11,14 +13,11 @@ server in e2e/test_operator_indexes.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
-import kopf
 import pytest
 
 from cachescale.api.label_selector import LabelSelector
@@ -45,7 +44,6 @@ from tests.controller.cluster import (
 )
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.test_controller_keda import SCALED_OBJECTS, keda_hpa, scaled_object
-from tests.controller.test_shard import parse_run
 from tests.gather.gather_fakes import FakePrometheus
 
 HPA_TARGET = TargetSpec(deployment_name="vllm", hpa_name="vllm")
@@ -55,7 +53,7 @@ KEDA_TARGET = TargetSpec(deployment_name="vllm", scaled_object_name="vllm")
 def build(
     cluster: FakeCluster, plural_path: str, entries: Callable[[dict[str, Any]], dict[Any, Any]]
 ) -> dict[Any, list[dict[str, Any]]]:
-    """An index as kopf would fill it from a list of ``plural_path``."""
+    """An index as an informer fills it from a list of ``plural_path``."""
     index: dict[Any, list[dict[str, Any]]] = {}
     for body in cluster.api.items(plural_path):
         for key, value in entries(body).items():
@@ -66,24 +64,16 @@ def build(
 def indexes_of(cluster: FakeCluster, keda: bool = False) -> ix.Indexes:
     """The four indexes of what the cluster holds now (a watch caught up)."""
     namespaced = f"namespaces/{NAMESPACE}"
-
-    def one(projection: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-        return lambda body: {ix._key(body): projection(body)}
-
     return ix.Indexes(
         deployments=build(
-            cluster, f"/apis/apps/v1/{namespaced}/deployments", one(ix.deployment_projection)
+            cluster, f"/apis/apps/v1/{namespaced}/deployments", ix.deployment_entries
         ),
         hpas=build(
-            cluster,
-            f"/apis/autoscaling/v2/{namespaced}/horizontalpodautoscalers",
-            one(ix.hpa_projection),
+            cluster, f"/apis/autoscaling/v2/{namespaced}/horizontalpodautoscalers", ix.hpa_entries
         ),
         pods=build(cluster, f"/api/v1/{namespaced}/pods", ix.pod_entries),
         scaled_objects=build(
-            cluster,
-            f"/apis/keda.sh/v1alpha1/{namespaced}/scaledobjects",
-            one(ix.scaled_object_projection),
+            cluster, f"/apis/keda.sh/v1alpha1/{namespaced}/scaledobjects", ix.scaled_object_entries
         )
         if keda
         else None,
@@ -194,32 +184,36 @@ def test_a_pod_is_indexed_under_its_namespace_and_each_label_once() -> None:
     }
 
 
-def test_the_kopf_handlers_return_the_projections() -> None:
-    body = kopf.Body(hpa("vllm"))
-    assert ix.hpas(body=body) == {(NAMESPACE, "vllm"): ix.hpa_projection(hpa("vllm"))}
-    assert ix.deployments(body=kopf.Body(deployment("vllm"))) == {
+def test_each_kind_is_kept_as_its_projection_under_its_key() -> None:
+    assert ix.hpa_entries(hpa("vllm")) == {(NAMESPACE, "vllm"): ix.hpa_projection(hpa("vllm"))}
+    assert ix.deployment_entries(deployment("vllm")) == {
         (NAMESPACE, "vllm"): ix.deployment_projection(deployment("vllm"))
     }
-    (pod,) = pods("vllm", 1, Clock().now)
-    assert ix.pods(body=kopf.Body(pod)) == ix.pod_entries(pod)
-    assert ix.scaled_objects(body=kopf.Body(scaled_object())) == {
+    assert ix.scaled_object_entries(scaled_object()) == {
         (NAMESPACE, "vllm"): ix.scaled_object_projection(scaled_object())
     }
 
 
-def test_startup_binds_the_live_indexes_into_the_operator(cluster: FakeCluster) -> None:
-    operator = Operator(cluster.api)
-    live: dict[Any, list[dict[str, Any]]] = {}
-    kwargs = {ix.DEPLOYMENTS: live, ix.HPAS: {}, ix.PODS: {}}
-    memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator))
-    asyncio.run(ix.bind(memo=memo, **kwargs))
-    assert isinstance(operator.reads, ix.IndexedReads)
-    cluster.put(DEPLOYMENTS, deployment("vllm"))
-    live[NAMESPACE, "vllm"] = [{"spec": {"replicas": 9}}]  # kopf fills it after startup
+@dataclass(frozen=True)
+class Unlisted:
+    """Indexes of which none is listed yet (``indexes.TargetIndexes``)."""
+
+    deployments: ix.Index | None = None
+    hpas: ix.Index | None = None
+    pods: ix.Index | None = None
+    scaled_objects: ix.Index | None = None
+
+
+def test_a_kind_with_no_index_is_read_from_the_api_server(cluster: FakeCluster) -> None:
+    """An index not listed yet is not an empty one: an empty pod index would say the
+    Deployment has no pods."""
+    put_stack(cluster)
+    cluster.put(HPAS, hpa("vllm"))
+    direct = both_ways(cluster, HPA_TARGET)[0]
     before = reads_sent(cluster)
-    path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/vllm"
-    assert operator.reads.get(path) == {"spec": {"replicas": 9}}
-    assert reads_sent(cluster) == before
+    facade = ix.IndexedReads(cluster.api, Unlisted())
+    assert comparable(read_target(facade, NAMESPACE, HPA_TARGET, Clock().now)) == direct
+    assert reads_sent(cluster) == before + 3  # the HPA, the Deployment, its pods
 
 
 # --- selectors ----------------------------------------------------------------------------
@@ -471,13 +465,15 @@ def test_every_request_is_counted_by_verb(cluster: FakeCluster) -> None:
     api.patch(path, {"metadata": {"labels": {"a": "b"}}}, "application/merge-patch+json")
     with pytest.raises(NotFoundError):
         api.get(path + "-gone")
+    collection = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+    listed = api.list_page(collection, [("limit", "500")])
+    assert [d["metadata"]["name"] for d in listed["items"]] == ["vllm"]
+    watch = api.watch(collection, [("resourceVersion", "1")], idle_timeout_s=5)
+    assert next(iter(watch))["object"]["metadata"]["name"] == "vllm"  # kmock replays it
+    watch.close()
 
     def count(verb: str) -> float | None:
         return metrics.registry.get_sample_value("cachescale_kube_requests_total", {"verb": verb})
 
-    assert (count("get"), count("list"), count("patch"), count("create")) == (3, 1, 1, 0)
-
-
-def test_scaled_objects_are_indexed_only_with_the_keda_flag() -> None:
-    assert parse_run("--keda").keda is True
-    assert parse_run().keda is False
+    counted = (count("get"), count("list"), count("patch"), count("create"), count("watch"))
+    assert counted == (3, 2, 1, 0, 1)

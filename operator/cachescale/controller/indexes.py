@@ -1,16 +1,18 @@
-"""Watch-fed indexes of the targets' Deployments, HPAs, pods and ScaledObjects.
+"""In-memory indexes of the targets' Deployments, HPAs, pods and ScaledObjects, and the
+reads served from them.
 
 Each evaluation reads its target (``workload.read_target``): the HPA (or the KEDA
 ScaledObject and the HPA KEDA generated), the Deployment, and the pods its selector picks.
 Asked of the API server, that is three or four requests per policy per interval: a read
-storm at thousands of policies. Instead kopf lists and watches these kinds (it relists on
-its own when a watch expires, and starts no daemon before every index is filled) and calls
-the index handlers below on every change; :class:`IndexedReads` serves ``read_target``'s
-paths from what they stored, so a steady-state evaluation sends no read at all. What it
-does not cover goes to the API server: any other path, a selector with ``>``/``<``, and an
-object its index does not hold (a target that is missing, one created a moment before its
-watch event, or a kind kopf does not watch, such as KEDA's CRD installed after a
-``--no-scanning`` start): a missing target costs one read per evaluation, as before.
+storm at thousands of policies. Instead the operator's informers (``controller/
+informer.py``) list and watch these kinds and keep each object's entries below (its
+projection under its key) in a store; :class:`IndexedReads` serves ``read_target``'s paths
+from those stores, so a steady-state evaluation sends no read at all. What they do not
+cover goes to the API server: any other path, a selector with ``>``/``<``, a kind whose
+store is not listed yet (``--keda`` while KEDA's CRD is not installed, or a list that
+failed, RBAC for one), and an object a store does not hold (a target that is missing, or
+one created a moment before its watch event): a missing target costs one read per
+evaluation, as before.
 
 Only a projection of each object is kept, the fields ``read_target`` and
 ``keda.read_scaled_object`` use, in the object's own shape (memory at 10,000 Deployments
@@ -26,9 +28,10 @@ Secrets are not watched: the operator may only ``get`` the Secrets named in
 that time. Only a Secret that carries the opt-in label (``docs/security.md``) is kept; one
 that does not, or a failed read, is not: the next evaluation asks again.
 
-kopf changes the indexes in its event loop while evaluations read them in worker threads:
-a read takes ``list()`` of one store, which CPython does without releasing the GIL, and
-returns copies, so an evaluation never sees a store change under it nor changes one.
+The informers change the stores in their threads while evaluations read them in theirs:
+a store takes its lock for every change and every read, and a read returns a tuple of its
+own of projections that are replaced, never changed, so an evaluation never sees a store
+change under it; :class:`IndexedReads` then returns copies, so no evaluation changes one.
 """
 
 from __future__ import annotations
@@ -38,9 +41,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from threading import Lock
-from typing import Any, Final
-
-import kopf
+from typing import Any, Final, Protocol
 
 from cachescale.api.label_selector import LabelSelector, Requirement
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
@@ -54,13 +55,11 @@ PodKey = tuple[str, str, str]
 """(namespace, label key, label value); (namespace, "", "") holds every pod of it."""
 Projection = dict[str, Any]
 Index = Mapping[Any, Collection[Projection]]
-"""What kopf hands a handler (``kopf.Index``: key → store of values), or a test's dict."""
+"""Key → the projections under it: an informer's store (``controller/informer.py``), or a
+test's dict."""
+Entries = dict[Any, Projection]
+"""One object's projection under each of its index keys."""
 
-DEPLOYMENTS: Final = "target_deployments"
-HPAS: Final = "target_hpas"
-PODS: Final = "target_pods"
-SCALED_OBJECTS: Final = "target_scaledobjects"
-"""The index ids: kopf passes each index to every handler as a keyword of that name."""
 SECRET_TTL_S: Final = 30.0
 """How long a Secret read for ``spec.metrics.auth`` is reused: a rotated token or a removed
 opt-in label is seen within it (plus one interval)."""
@@ -186,14 +185,15 @@ def pod_projection(body: Mapping[str, Any]) -> Projection:
     }
 
 
-def _key(body: Mapping[str, Any]) -> ObjectKey:
+def object_key(body: Mapping[str, Any]) -> ObjectKey:
+    """(namespace, name), interned."""
     meta = body.get("metadata") or {}
     return sys.intern(str(meta.get("namespace", ""))), sys.intern(str(meta.get("name", "")))
 
 
 def pod_entries(body: Mapping[str, Any]) -> dict[PodKey, Projection]:
     """One pod under its namespace and under each of its labels (one shared value)."""
-    namespace, _ = _key(body)
+    namespace, _ = object_key(body)
     projected = pod_projection(body)
     labels = projected["metadata"].get("labels") or {}
     return {
@@ -202,62 +202,55 @@ def pod_entries(body: Mapping[str, Any]) -> dict[PodKey, Projection]:
     }
 
 
-# -- the kopf index handlers ---------------------------------------------------------------
+# -- index entries: what a store keeps of one object ------------------------------------
 
 
-@kopf.index("apps", "v1", "deployments", id=DEPLOYMENTS)
-def deployments(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
-    """Every Deployment the operator may watch, projected."""
-    return {_key(body): deployment_projection(body)}
+def deployment_entries(body: Mapping[str, Any]) -> Entries:
+    """A Deployment, projected, under (namespace, name)."""
+    return {object_key(body): deployment_projection(body)}
 
 
-@kopf.index("autoscaling", "v2", "horizontalpodautoscalers", id=HPAS)
-def hpas(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
-    """Every HPA the operator may watch (KEDA's generated ones included), projected."""
-    return {_key(body): hpa_projection(body)}
+def hpa_entries(body: Mapping[str, Any]) -> Entries:
+    """An HPA (KEDA's generated ones included), projected, under (namespace, name)."""
+    return {object_key(body): hpa_projection(body)}
 
 
-@kopf.index("", "v1", "pods", id=PODS)
-def pods(body: kopf.Body, **_: Any) -> dict[PodKey, Projection]:
-    """Every pod the operator may watch, projected, by namespace and by label."""
-    return pod_entries(body)
-
-
-def scaled_objects(body: kopf.Body, **_: Any) -> dict[ObjectKey, Projection]:
-    """Every KEDA ScaledObject the operator may watch, projected."""
-    return {_key(body): scaled_object_projection(body)}
-
-
-def index_scaled_objects() -> None:
-    """Register the ScaledObject index (``cachescale run --keda``, the chart's
-    ``keda.enabled``, which also grants list and watch on them). Without it, or while
-    KEDA's CRD is not installed (kopf indexes only kinds the API server serves), a
-    ScaledObject target is read from the API server."""
-    kopf.index("keda.sh", "v1alpha1", "scaledobjects", id=SCALED_OBJECTS)(scaled_objects)
-
-
-@kopf.on.startup(id="bind_indexes")
-async def bind(memo: Any, **kwargs: Any) -> None:
-    """Hand the live indexes to the evaluations (``Operator.indexed_reads``); kopf passes
-    every index to every handler, startup ones included, by its id."""
-    operator = memo.runtime.operator
-    operator.indexed_reads = IndexedReads(
-        operator.api,
-        Indexes(
-            deployments=kwargs[DEPLOYMENTS],
-            hpas=kwargs[HPAS],
-            pods=kwargs[PODS],
-            scaled_objects=kwargs.get(SCALED_OBJECTS),
-        ),
-    )
+def scaled_object_entries(body: Mapping[str, Any]) -> Entries:
+    """A KEDA ScaledObject, projected, under (namespace, name)."""
+    return {object_key(body): scaled_object_projection(body)}
 
 
 # -- reads served from them ----------------------------------------------------------------
 
 
+class TargetIndexes(Protocol):
+    """Where :class:`IndexedReads` finds each kind: its index, or None while there is none
+    (not indexed, or not listed yet), and that kind is read from the API server."""
+
+    @property
+    def deployments(self) -> Index | None:
+        """Deployments by (namespace, name)."""
+        ...
+
+    @property
+    def hpas(self) -> Index | None:
+        """HPAs by (namespace, name)."""
+        ...
+
+    @property
+    def pods(self) -> Index | None:
+        """Pods by (namespace, "", "") and by (namespace, label key, label value)."""
+        ...
+
+    @property
+    def scaled_objects(self) -> Index | None:
+        """KEDA ScaledObjects by (namespace, name)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Indexes:
-    """The live indexes (``scaled_objects`` None: not indexed, read from the API)."""
+    """Fixed indexes (a test's, or a tool's): ``scaled_objects`` None, read from the API."""
 
     deployments: Index
     hpas: Index
@@ -278,7 +271,7 @@ class IndexedReads:
     while from memory, anything else from the API server."""
 
     def __init__(
-        self, api: KubeApi, indexes: Indexes, clock: Callable[[], float] = time.monotonic
+        self, api: KubeApi, indexes: TargetIndexes, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._api = api
         self._indexes = indexes
@@ -287,8 +280,8 @@ class IndexedReads:
         self._lock = Lock()
 
     def get(self, path: str) -> dict[str, Any]:
-        """The object at ``path``: from its index, else (not indexed, or not there) from
-        the API server, whose 404 is then authoritative."""
+        """The object at ``path``: from its index, else (not indexed or listed yet, or not
+        there) from the API server, whose 404 is then authoritative."""
         parts = path.strip("/").split("/")
         if len(parts) == 7 and parts[0] == "apis" and parts[3] == "namespaces":
             field = _OBJECTS.get((parts[1], parts[2], parts[5]))
@@ -302,10 +295,11 @@ class IndexedReads:
 
     def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """The items at ``path``; pods matched in memory, sorted by name as the API
-        server lists them."""
+        server lists them (from the API server while pods are not indexed)."""
         parts = path.strip("/").split("/")
+        pods = self._indexes.pods
         if len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
-            found = select(self._indexes.pods, parts[3], label_selector)
+            found = select(pods, parts[3], label_selector) if pods is not None else None
             if found is not None:
                 return found
         return self._api.items(path, label_selector)

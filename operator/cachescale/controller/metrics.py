@@ -8,10 +8,11 @@ late they start and how many intervals were missed are one histogram or counter 
 (per policy they were most of the exposition: at 1,000 policies, rendering /metrics for
 each scrape took a fifth of the operator's CPU), and
 ``cachescale_kube_requests_total{verb}`` counts the Kubernetes API requests it sent (the
-``KubeApi``'s, by verb: get, list, patch, create; and the peering object's watch), so a
-steady state that reads nothing from the API server can be checked
-(``controller/indexes.py``). No ``_created`` series are exported (``cachescale run``
-turns them off): nothing reads them, and they doubled every counter's lines.
+``KubeApi``'s, by verb: get, list, patch, create, and the target informers' list and
+watch; and the peering object's watch), so a steady state that reads nothing from the API
+server can be checked (``controller/indexes.py``). No ``_created`` series are exported
+(``cachescale run`` turns them off): nothing reads them, and they doubled every counter's
+lines.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ ALERT_REASONS = (
 )
 LABELS = ("namespace", "policy")
 KUBE_VERBS = ("get", "list", "patch", "create", "watch")
-"""The verbs ``KubeApi`` sends, and the peering watch's (the label values of
-``cachescale_kube_requests_total``)."""
+"""The verbs ``KubeApi`` sends (the informers' list and watch among them), and the
+peering watch's (the label values of ``cachescale_kube_requests_total``)."""
 
 
 class OperatorMetrics:
@@ -120,8 +121,8 @@ class OperatorMetrics:
         )
         self._kube_requests = Counter(
             "cachescale_kube_requests",
-            "Kubernetes API requests the operator sent, by verb (retries included; kopf's "
-            "own lists and watches are not counted).",
+            "Kubernetes API requests the operator sent, by verb (retries included; its "
+            "informers' lists and watches too, kopf's own are not counted).",
             ("verb",),
             registry=self.registry,
         )

@@ -15,10 +15,11 @@ shard leaves its watch (the API server sends a deletion): it is unregistered the
 (``handlers.membership``), without a restore, and joins the shard it now matches.
 The claim rule (``controller/claims.py``) sees only the shard's own policies: policies
 naming one HPA must fall in one shard (always so when sharding by namespace).
-Targets are read from watch-fed indexes (``controller/indexes.py``), watched in the same
-namespaces as the policies; ScaledObjects only with ``--keda``. With ``--peering`` the
-operator picks its kopf identity and priority here, gives both to kopf, and follows the
-peering objects with them (``controller/peering.py``).
+Targets are read from watch-fed indexes (``controller/indexes.py``) that the operator's
+own informers fill (``controller/informer.py``, started by a kopf startup handler), in
+the same namespaces as the policies; ScaledObjects only with ``--keda``. With
+``--peering`` the operator picks its kopf identity and priority here, gives both to kopf,
+and follows the peering objects with them (``controller/peering.py``).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ log = logging.getLogger("cachescale.operator")
 
 def serve(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
-    from cachescale.controller import indexes  # registers the target indexes
     from cachescale.controller.handlers import kubeconfig_login  # registers the handlers
+    from cachescale.controller.informer import target_informers  # registers their start
 
     api_client = api_client_or_reason(args.kubeconfig, connections=WORKERS + PHASE_WORKERS)
     if isinstance(api_client, str):
@@ -70,9 +71,6 @@ def serve(args: argparse.Namespace) -> int:
         @kopf.on.login(id="kubeconfig")
         def _login(**_: object) -> kopf.ConnectionInfo:
             return kubeconfig_login(path)
-
-    if args.keda:
-        indexes.index_scaled_objects()
 
     kopf.configure(
         verbose=args.verbose,
@@ -99,9 +97,12 @@ def serve(args: argparse.Namespace) -> int:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     except OSError as error:  # the port is taken
         return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
+    informers = target_informers(
+        api_client, args.namespace, args.keda, on_request=metrics.kube_request
+    )
     quiet_redundant_wakeups()
     try:
-        asyncio.run(_main(args, runtime, api_client))
+        asyncio.run(_main(args, kopf.Memo(runtime=runtime, informers=informers), api_client))
     except _PortTakenError as error:
         return refused(str(error))
     return ExitCode.OK
@@ -111,7 +112,8 @@ class _PortTakenError(Exception):
     """The health port could not be bound (raised before kopf starts)."""
 
 
-async def _main(args: argparse.Namespace, runtime: Runtime, api_client: ApiClient) -> None:
+async def _main(args: argparse.Namespace, memo: kopf.Memo, api_client: ApiClient) -> None:
+    runtime: Runtime = memo.runtime
     try:
         health = await _serve_health(args.health_port, runtime) if args.health_port else None
     except OSError as error:
@@ -129,7 +131,7 @@ async def _main(args: argparse.Namespace, runtime: Runtime, api_client: ApiClien
                 identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
                 priority=priority,
                 settings=shard_settings(args.policy_selector),
-                memo=kopf.Memo(runtime=runtime),
+                memo=memo,
             )
     finally:
         if health is not None:

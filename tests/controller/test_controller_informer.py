@@ -1,0 +1,415 @@
+"""The informers (``controller/informer.py``): a store's changes and reads, an informer's
+list and watch against a scripted API (pages, events, 410 Gone as an answer and as an
+event, other failures, a list that fails and the fallback to the API server meanwhile),
+its thread stopped by closing its watch, and the kopf startup handler against kmock:
+every kind listed before it returns, reads served from the stores, a change followed.
+
+The same on a real API server, with the watch cut and expired: e2e/test_informer.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from cachescale.controller import indexes as ix
+from cachescale.controller import informer as inf
+from cachescale.controller.evaluation import Operator
+from cachescale.controller.kube import MERGE_PATCH, GoneError, KubeError, NotFoundError
+from tests.controller.cluster import (
+    DEPLOYMENTS,
+    HPAS,
+    NAMESPACE,
+    PODS,
+    Clock,
+    FakeCluster,
+    deployment,
+    hpa,
+    pods,
+)
+from tests.controller.test_shard import parse_run
+from tests.polling import wait_for
+
+Query = Sequence[tuple[str, str]]
+
+
+def pod(name: str, namespace: str = NAMESPACE, version: int = 1, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": str(version),
+            "labels": labels,
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def event(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": dict(body)}
+
+
+def bookmark(version: int) -> dict[str, Any]:
+    return event("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": str(version)}})
+
+
+def gone() -> dict[str, Any]:
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    return event("ERROR", status)
+
+
+class Stream:
+    """A scripted watch: its events, then the server ends it (or, ``held``, it waits
+    until closed, as an open watch with nothing to say)."""
+
+    def __init__(self, events: list[dict[str, Any]], held: bool = False) -> None:
+        self.events = events
+        self.held = held
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        yield from self.events
+        if self.held:
+            self.closed.wait(10)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class ScriptedApi:
+    """An API server of one collection: lists what ``objects`` holds now, page by page;
+    each watch plays the next of ``watches`` (a :class:`Stream`, or an error raised when
+    it is opened). Every request is kept in ``sent``."""
+
+    def __init__(self, objects: list[dict[str, Any]], version: int = 10) -> None:
+        self.objects = objects
+        self.version = version
+        self.watches: list[Stream | Exception] = []
+        self.list_errors: list[Exception] = []
+        self.sent: list[tuple[str, str, dict[str, str]]] = []
+
+    def list_page(self, path: str, query: Query) -> dict[str, Any]:
+        asked = dict(query)
+        self.sent.append(("list", path, asked))
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        start, limit = int(asked.get("continue", "0")), int(asked["limit"])
+        more = start + limit < len(self.objects)
+        meta = {
+            "resourceVersion": str(self.version),
+            "continue": str(start + limit) if more else "",
+        }
+        return {"metadata": meta, "items": self.objects[start : start + limit]}
+
+    def watch(self, path: str, query: Query, idle_timeout_s: float) -> Stream:
+        self.sent.append(("watch", path, dict(query)))
+        script = self.watches.pop(0) if self.watches else Stream([])
+        if isinstance(script, Exception):
+            raise script
+        return script
+
+    def verbs(self) -> list[str]:
+        return [verb for verb, _, _ in self.sent]
+
+
+def pod_informer(api: ScriptedApi, page: int = 500, scopes: Sequence[str] = (NAMESPACE,)) -> Any:
+    waits: list[int] = []
+    informer = inf.Informer(
+        api,
+        inf.PODS,
+        NAMESPACE,
+        inf.Store(scopes),
+        page=page,
+        backoff=lambda n: waits.append(n) or 0,
+    )
+    informer.waits = waits
+    return informer
+
+
+def names(store: Mapping[Any, Any], key: Any) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in store.get(key) or ())
+
+
+def contents(store: Mapping[Any, Any]) -> dict[Any, list[str]]:
+    return {key: names(store, key) for key in store}
+
+
+# --- the store ----------------------------------------------------------------------------
+
+
+def test_a_new_version_of_a_pod_drops_the_label_keys_it_lost() -> None:
+    store = inf.Store([NAMESPACE])
+    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm", canary="true")))
+    store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
+    assert contents(store) == {
+        (NAMESPACE, "", ""): ["a", "b"],
+        (NAMESPACE, "app", "vllm"): ["a", "b"],
+        (NAMESPACE, "canary", "true"): ["a"],
+    }
+    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="sglang")))
+    assert contents(store) == {
+        (NAMESPACE, "", ""): ["a", "b"],
+        (NAMESPACE, "app", "vllm"): ["b"],
+        (NAMESPACE, "app", "sglang"): ["a"],
+    }
+    assert (NAMESPACE, "canary", "true") not in store
+    store.remove((NAMESPACE, "b"))
+    store.remove((NAMESPACE, "b"))  # a second deletion changes nothing
+    assert contents(store) == {(NAMESPACE, "", ""): ["a"], (NAMESPACE, "app", "sglang"): ["a"]}
+    assert store.objects() == 1
+
+
+def test_a_read_is_not_changed_by_later_writes() -> None:
+    store = inf.Store([NAMESPACE])
+    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm")))
+    read = store[NAMESPACE, "app", "vllm"]
+    store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
+    store.remove((NAMESPACE, "a"))
+    assert [p["metadata"]["name"] for p in read] == ["a"]
+
+
+def test_a_relist_replaces_its_namespace_at_once_and_no_other() -> None:
+    store = inf.Store(["a", "b"])
+    store.put(("a", "old"), ix.pod_entries(pod("old", "a", app="x")))
+    store.put(("b", "kept"), ix.pod_entries(pod("kept", "b", app="x")))
+    assert not store.synced
+    store.replace("a", {("a", "new"): ix.pod_entries(pod("new", "a", app="y"))})
+    assert not store.synced  # b not listed yet
+    assert contents(store) == {
+        ("a", "", ""): ["new"],
+        ("a", "app", "y"): ["new"],
+        ("b", "", ""): ["kept"],
+        ("b", "app", "x"): ["kept"],
+    }
+    store.replace("b", {})
+    assert store.synced
+    assert contents(store) == {("a", "", ""): ["new"], ("a", "app", "y"): ["new"]}
+
+
+def test_a_cluster_wide_relist_replaces_everything() -> None:
+    store = inf.Store([None])
+    store.put(("a", "old"), ix.pod_entries(pod("old", "a")))
+    store.replace(None, {("b", "new"): ix.pod_entries(pod("new", "b"))})
+    assert contents(store) == {("b", "", ""): ["new"]}
+    assert store.synced
+
+
+# --- one informer against a scripted API ----------------------------------------------------
+
+
+def test_a_list_is_read_page_by_page_then_watched_from_its_version() -> None:
+    api = ScriptedApi([pod(f"p{i}", app="vllm") for i in range(5)], version=42)
+    informer = pod_informer(api, page=2)
+    informer.step()
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    assert api.sent == [
+        ("list", path, {"limit": "2"}),
+        ("list", path, {"limit": "2", "continue": "2"}),
+        ("list", path, {"limit": "2", "continue": "4"}),
+        (
+            "watch",
+            path,
+            {"resourceVersion": "42", "allowWatchBookmarks": "true", "timeoutSeconds": "300"},
+        ),
+    ]
+    assert names(informer.store, (NAMESPACE, "app", "vllm")) == [f"p{i}" for i in range(5)]
+    assert informer.store.synced
+    assert informer.tried.is_set()
+
+
+def test_watch_events_change_the_store_and_move_the_version() -> None:
+    api = ScriptedApi([pod("a", app="vllm"), pod("b", app="vllm")])
+    api.watches = [
+        Stream(
+            [
+                event("ADDED", pod("c", version=11, app="vllm")),
+                event("MODIFIED", pod("a", version=12, app="sglang")),
+                event("DELETED", pod("b", version=13, app="vllm")),
+                bookmark(20),
+            ]
+        )
+    ]
+    informer = pod_informer(api)
+    informer.step()
+    assert contents(informer.store) == {
+        (NAMESPACE, "", ""): ["a", "c"],
+        (NAMESPACE, "app", "vllm"): ["c"],
+        (NAMESPACE, "app", "sglang"): ["a"],
+    }
+    assert informer.version == "20"
+    informer.step()  # the server ended that watch: the next goes on from the bookmark
+    assert api.verbs() == ["list", "watch", "watch"]
+    assert api.sent[-1][2]["resourceVersion"] == "20"
+    assert informer.waits == []
+
+
+@pytest.mark.parametrize("how", ["event", "answer"])
+def test_410_gone_lists_again_and_replaces_the_store(how: str) -> None:
+    api = ScriptedApi([pod("a", app="vllm"), pod("b", app="vllm")])
+    api.watches = [Stream([event("ADDED", pod("c", version=11)), gone()])]
+    if how == "answer":
+        api.watches = [Stream([event("ADDED", pod("c", version=11))]), GoneError(410, "too old")]
+    informer = pod_informer(api)
+    informer.step()
+    if how == "answer":
+        informer.step()
+    assert informer.version is None
+    # Meanwhile a was deleted, b relabelled, d created, and c's events were missed.
+    api.objects = [pod("b", version=30, app="sglang"), pod("d", version=31, app="vllm")]
+    api.version = 31
+    informer.step()
+    assert contents(informer.store) == {
+        (NAMESPACE, "", ""): ["b", "d"],
+        (NAMESPACE, "app", "vllm"): ["d"],
+        (NAMESPACE, "app", "sglang"): ["b"],
+    }
+    assert api.verbs().count("list") == 2
+    assert api.sent[-1] == (
+        "watch",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {"resourceVersion": "31", "allowWatchBookmarks": "true", "timeoutSeconds": "300"},
+    )
+    assert informer.waits == []  # relisted at once
+
+
+def test_another_failure_waits_and_watches_again_from_the_last_version() -> None:
+    api = ScriptedApi([pod("a")])
+    api.watches = [
+        Stream([event("ADDED", pod("b", version=11))]),
+        KubeError(503, "unavailable"),
+        Stream([event("ERROR", {"kind": "Status", "code": 500, "message": "boom"})]),
+        Stream([event("ADDED", pod("c", version=12))]),
+    ]
+    informer = pod_informer(api)
+    for _ in range(4):
+        informer.step()
+    assert informer.waits == [1, 2]  # two failures in a row; the next watch resets it
+    assert api.verbs() == ["list", "watch", "watch", "watch", "watch"]
+    assert [sent[2]["resourceVersion"] for sent in api.sent[1:]] == ["10", "11", "11", "11"]
+    assert names(informer.store, (NAMESPACE, "", "")) == ["a", "b", "c"]
+
+
+def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = ScriptedApi([pod("vllm-0", app="vllm")])
+    api.list_errors = [KubeError(403, 'pods is forbidden: User "x" cannot list')]
+    informers = inf.TargetInformers(api, [NAMESPACE], keda=False)
+    informer = next(i for i in informers.informers if i.kind == inf.PODS)
+    informer._backoff = lambda n: 0.0
+    informer.step()
+    assert informer.tried.is_set()
+    assert informers.pods is None
+    assert "pods in llm: list failed (HTTP 403" in caplog.text
+    assert "until it lists, pods are read from the API server" in caplog.text
+
+    reads = ix.IndexedReads(cluster.api, informers)
+    cluster.put(PODS, pod("vllm-9", app="vllm"))
+    before = len(cluster.requests("get"))
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    assert [p["metadata"]["name"] for p in reads.items(path, "app=vllm")] == ["vllm-9"]
+    assert len(cluster.requests("get")) == before + 1
+
+    informer.step()  # listed now: served from the store, with no read
+    assert informers.pods is not None
+    assert [p["metadata"]["name"] for p in reads.items(path, "app=vllm")] == ["vllm-0"]
+    assert len(cluster.requests("get")) == before + 1
+
+
+def test_a_kind_not_served_is_said_so() -> None:
+    api = ScriptedApi([])
+    api.list_errors = [NotFoundError(404, "the server could not find the requested resource")]
+    informers = inf.TargetInformers(api, [], keda=True)
+    keda = next(i for i in informers.informers if i.kind == inf.SCALED_OBJECTS)
+    assert keda.name == "scaledobjects cluster-wide"
+    keda._backoff = lambda n: 0.0
+    keda.step()
+    assert informers.scaled_objects is None
+    assert api.sent[0][1] == "/apis/keda.sh/v1alpha1/scaledobjects"
+
+
+def test_scaled_objects_are_watched_only_with_the_keda_flag() -> None:
+    assert parse_run("--keda").keda is True
+    assert parse_run().keda is False
+    plurals = [k.plural for k in inf.target_kinds(keda=False)]
+    assert plurals == ["deployments", "horizontalpodautoscalers", "pods"]
+    assert [k.plural for k in inf.target_kinds(keda=True)] == [*plurals, "scaledobjects"]
+    informers = inf.TargetInformers(ScriptedApi([]), ["a", "b"], keda=False)
+    assert sorted(i.name for i in informers.informers) == sorted(
+        f"{plural} in {ns}" for plural in plurals for ns in ("a", "b")
+    )
+    assert informers.scaled_objects is None
+
+
+def test_the_backoff_doubles_to_its_bound_drawn_in_its_upper_half() -> None:
+    assert inf.backoff_s(1, lambda: 0.0) == inf.FIRST_BACKOFF_S / 2
+    assert inf.backoff_s(1, lambda: 1.0) == inf.FIRST_BACKOFF_S
+    assert inf.backoff_s(3, lambda: 1.0) == 4 * inf.FIRST_BACKOFF_S
+    assert inf.backoff_s(50, lambda: 1.0) == inf.MAX_BACKOFF_S
+    assert inf.backoff_s(50, lambda: 0.0) == inf.MAX_BACKOFF_S / 2
+
+
+def test_stop_closes_the_open_watch_and_ends_the_thread() -> None:
+    api = ScriptedApi([pod("a")])
+    held = Stream([], held=True)
+    api.watches = [held]
+    informer = pod_informer(api)
+    informer.start()
+    assert informer.tried.wait(5)
+    wait_for(lambda: held if informer._stream is held else None, 5, "the watch open")
+    informer.stop(timeout_s=5)
+    assert held.closed.is_set()
+    assert informer._thread is not None
+    assert not informer._thread.is_alive()
+
+
+# --- the kopf startup handler, against kmock --------------------------------------------------
+
+
+def test_startup_lists_every_kind_then_serves_and_follows_them(cluster: FakeCluster) -> None:
+    cluster.put(DEPLOYMENTS, deployment("vllm", replicas=2))
+    cluster.put(HPAS, hpa("vllm"))
+    for each in pods("vllm", 2, Clock().now):
+        cluster.put(PODS, each)
+    informers = inf.TargetInformers(cluster.api, [NAMESPACE], keda=False)
+    operator = Operator(cluster.api)
+    memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator), informers=informers)
+    asyncio.run(inf.start_informers(memo=memo))
+    try:
+        assert isinstance(operator.reads, ix.IndexedReads)
+        assert None not in (informers.deployments, informers.hpas, informers.pods)
+        listed = [r for r in cluster.requests("get") if r.params.get("watch") != "true"]
+        kinds = inf.target_kinds(keda=False)
+        paths = [f"{kind.prefix}/namespaces/{NAMESPACE}/{kind.plural}" for kind in kinds]
+        assert sorted(str(r.url.path) for r in listed) == sorted(paths)  # each listed once
+        before = len(cluster.requests("get"))
+        hpa_path = f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers/vllm"
+        assert operator.reads.get(hpa_path)["spec"]["maxReplicas"] == 40
+        pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        assert len(operator.reads.items(pod_path, "app=vllm")) == 2
+
+        patch = {"spec": {"maxReplicas": 12}}
+        cluster.api.patch(hpa_path, patch, MERGE_PATCH)  # kmock tells the watch: MODIFIED
+        wait_for(
+            lambda: True if operator.reads.get(hpa_path)["spec"]["maxReplicas"] == 12 else None,
+            5,
+            "the edit followed",
+        )
+        later = cluster.requests("get")[before:]
+        assert [r for r in later if r.params.get("watch") != "true"] == []  # all from stores
+    finally:
+        asyncio.run(inf.stop_informers(memo=memo))
+    assert all(not i._thread.is_alive() for i in informers.informers if i._thread)
+
+
+def test_startup_without_informers_leaves_the_reads_direct(cluster: FakeCluster) -> None:
+    operator = Operator(cluster.api)
+    memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator))
+    asyncio.run(inf.start_informers(memo=memo))
+    asyncio.run(inf.stop_informers(memo=memo))
+    assert operator.reads is cluster.api
