@@ -288,6 +288,8 @@ class Informer:
             self.version = None
             if listing:  # a list's continue token expired: not at once again
                 self._failed(error, listing)
+            else:
+                log.info("%s: watch expired (%s); listing again", self.name, error)
         except (KubeError, ValueError) as error:
             self._failed(error, listing)
         except Exception as error:  # a bug must not end the thread: stores would go stale
