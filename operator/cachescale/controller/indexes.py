@@ -4,15 +4,15 @@ reads served from them.
 Each evaluation reads its target (``workload.read_target``): the HPA (or the KEDA
 ScaledObject and the HPA KEDA generated), the Deployment, and the pods its selector picks.
 Asked of the API server, that is three or four requests per policy per interval: a read
-storm at thousands of policies. Instead the operator's informers (``controller/
-informer.py``) list and watch these kinds and keep each object's entries below (its
-projection under its key) in a store; :class:`IndexedReads` serves ``read_target``'s paths
-from those stores, so a steady-state evaluation sends no read at all. What they do not
-cover goes to the API server: any other path, a selector with ``>``/``<``, a kind whose
-store is not listed yet (``--keda`` while KEDA's CRD is not installed, or a list that
-failed, RBAC for one), and an object a store does not hold (a target that is missing, or
-one created a moment before its watch event): a missing target costs one read per
-evaluation, as before.
+storm at thousands of policies. Instead the operator's informers
+(``controller/informer.py``) list and watch these kinds and keep each object's entries
+below (its projection under its key) in a store; :class:`IndexedReads` serves
+``read_target``'s paths from those stores, so a steady-state evaluation sends no read.
+What they do not cover goes to the API server: any other path, a selector with
+``>``/``<``, a kind whose store is not listed yet (``--keda`` while KEDA's CRD is not
+installed, or a list that failed, RBAC for one), and an object a store does not hold (a
+target that is missing, or one created a moment before its watch event): a missing
+target costs one read per evaluation, as before.
 
 Only a projection of each object is kept, the fields ``read_target`` and
 ``keda.read_scaled_object`` use, in the object's own shape (memory at 10,000 Deployments
