@@ -367,6 +367,11 @@ class Faults:
                 found.append(event)
         return found
 
+    def first_policy_list(self, after: float) -> float | None:
+        """When the operator first listed policies after ``after`` (server time), if it has."""
+        lists = [_when(e) for e in self.policy_reads(after) if e["verb"] == "list"]
+        return min(lists) if lists else None
+
     def next_status_write(self, after: float, timeout_s: float) -> float:
         """When the operator next wrote the policy's status (server time) after ``after``."""
 
@@ -555,6 +560,11 @@ def test_a_healthy_policy_settles(faults: Faults) -> None:
 
 BURST_WINDOW_S = INTERVAL_S
 """How long after a recovery the operator's writes are counted (a burst shows there)."""
+RELIST_TIMEOUT_S = 60.0
+"""How long the policies' relist may take after the API server serves again. kopf retries
+the 403 (authorizer not synced) and 429 (storage initializing) that a restarting API server
+answers for a while with waits of 1, 1, 2, 3, 5, 8, 13 and 21 s before it reaches the 410,
+so the relist can come well after the burst window."""
 
 
 @pytest.mark.parametrize(
@@ -593,12 +603,15 @@ def test_control_plane_component_killed_and_restarted(faults: Faults, fault: str
         f"a write burst after {fault}: {len(burst)} writes in {BURST_WINDOW_S:g} s against "
         f"{len(quiet)} before: {[_what(e) for e in burst]}"
     )
+    if fault == "watch-expired":
+        relisted_at = wait(
+            lambda: faults.first_policy_list(killed_at), RELIST_TIMEOUT_S, "a relist of policies"
+        )
+        print(f"\nrelisted {relisted_at - serving:.1f} s after the API server served again")
     reads = faults.policy_reads(killed_at)
     relisted = any(e["verb"] == "list" for e in reads)
     if component == "kube-apiserver":  # its connections died with it: a new watch or list
         assert reads, f"the operator never listed or watched policies again\n{faults.story()}"
-    if fault == "watch-expired":
-        assert relisted, f"no relist after the watch expired: {[_what(e) for e in reads]}"
     # etcd alone: the API server may keep the operator's watch open across it.
     how_back = "relisted" if relisted else "resumed its watch" if reads else "kept its watch"
     how = f"SIGKILL, down {DOWN_S:g} s, restarted"
