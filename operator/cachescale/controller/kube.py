@@ -180,11 +180,8 @@ class KubeApi:
                 "application/json",
                 (TIMEOUT_S, idle_timeout_s),
             )
-        except client.ApiException as error:
-            status = int(error.status or UNREACHABLE)
-            raise _typed(status, str(error.body or error.reason or "")) from None
-        except (TransportError, OSError) as error:
-            raise KubeError(UNREACHABLE, _unanswered(error)) from None
+        except (client.ApiException, TransportError, OSError) as error:
+            raise _typed(*_unsent(error)) from None
         if response.status >= 400:
             response.read()
             status = int(response.status)
@@ -233,10 +230,9 @@ class KubeApi:
     ) -> tuple[int, bytes]:
         try:
             response = self._open(method, path, query, body, content_type, accept, TIMEOUT_S)
-        except client.ApiException as error:  # Retry-After responses, among others
-            return int(error.status or UNREACHABLE), str(error.body or error.reason or "").encode()
-        except (TransportError, OSError) as error:  # no answer: the server is down or gone
-            return UNREACHABLE, _unanswered(error).encode()
+        except (client.ApiException, TransportError, OSError) as error:
+            status, message = _unsent(error)
+            return status, message.encode()
         response.read()
         return int(response.status), bytes(response.data or b"")
 
@@ -295,8 +291,13 @@ class WatchStream:
             self._response.shutdown()
 
 
-def _unanswered(error: Exception) -> str:
-    return f"no answer from the API server: {type(error).__name__}"
+def _unsent(error: Exception) -> tuple[int, str]:
+    """The status and message of a request the client raised on instead of returning: an
+    ``ApiException`` (Retry-After responses, among others) carries the API server's; no
+    answer at all (the server is down or gone) is :data:`UNREACHABLE`."""
+    if isinstance(error, client.ApiException):
+        return int(error.status or UNREACHABLE), str(error.body or error.reason or "")
+    return UNREACHABLE, f"no answer from the API server: {type(error).__name__}"
 
 
 def _typed(status: int, message: str) -> KubeError:
