@@ -63,6 +63,7 @@ from cachescale.controller.kube import (
     KubeApi,
     KubeError,
     NotFoundError,
+    status_error,
     with_connections,
 )
 
@@ -369,7 +370,7 @@ def _status_error(status: Mapping[str, Any]) -> KubeError:
     """The error an ERROR event carries (a ``Status``): 410 is :class:`GoneError`."""
     code = int(status.get("code") or 500)
     message = str(status.get("message") or status.get("reason") or f"HTTP {code}")
-    return GoneError(code, message) if code == 410 else KubeError(code, message)
+    return status_error(code, message)
 
 
 # -- every target kind ------------------------------------------------------------------------

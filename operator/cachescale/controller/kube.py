@@ -181,11 +181,11 @@ class KubeApi:
                 (TIMEOUT_S, idle_timeout_s),
             )
         except (client.ApiException, TransportError, OSError) as error:
-            raise _typed(*_unsent(error)) from None
+            raise status_error(*_unsent(error)) from None
         if response.status >= 400:
             response.read()
             status = int(response.status)
-            raise _typed(status, _message(bytes(response.data or b""), status))
+            raise status_error(status, _message(bytes(response.data or b""), status))
         return WatchStream(response.response)
 
     def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> dict[str, Any]:
@@ -216,7 +216,7 @@ class KubeApi:
             if status in RETRIED and attempt < RETRIES:
                 time.sleep(BACKOFF_S * 2**attempt)
                 continue
-            raise _typed(status, _message(data, status))
+            raise status_error(status, _message(data, status))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(
@@ -300,7 +300,8 @@ def _unsent(error: Exception) -> tuple[int, str]:
     return UNREACHABLE, f"no answer from the API server: {type(error).__name__}"
 
 
-def _typed(status: int, message: str) -> KubeError:
+def status_error(status: int, message: str) -> KubeError:
+    """The typed error for an HTTP status (a response's, or a watch's ERROR event's)."""
     if status == 404:
         return NotFoundError(status, message)
     if status == 409 or (status == 422 and "test" in message.lower()):
