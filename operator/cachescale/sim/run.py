@@ -5,13 +5,16 @@ order; before each one, every autoscaler sync period that has elapsed is process
 advanced to that instant, the fleet reconciled, the HPA fed the per-pod
 ``vllm:num_requests_waiting`` of ready pods, its recommendation applied). The autoscaler
 sits behind a small protocol so the policy engine can be plugged in beside the HPA and both
-runs can share one seed — same requests, same arrivals, different decisions.
+runs can share one seed — same requests, same arrivals, different decisions. Runs that
+share a workload are made together (``run_together``): each request is generated once
+(its prompt assembled and hashed) and every run gets its own copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import tee
 from typing import Protocol
 
 from cachescale.sim.fleet import Fleet, Pod
@@ -19,7 +22,7 @@ from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import FLEET_EVENTS, HPAMetric, RollingRestart, Scenario
-from cachescale.sim.workload import Workload
+from cachescale.sim.workload import Perturbation, Workload
 
 HPA_SYNC_PERIOD_S = 15.0
 """Default when the scenario has no autoscaler (the timeline is still sampled)."""
@@ -187,7 +190,14 @@ class Simulation:
     requests, ticks and decisions happen in the same order.
     """
 
-    def __init__(self, scenario: Scenario, autoscaler: Autoscaler | None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        autoscaler: Autoscaler | None,
+        requests: Iterator[SimRequest] | None = None,
+    ) -> None:
+        """``requests`` replaces the scenario's own workload: ``run_together`` passes each
+        run a copy of one shared stream (which must be this scenario's workload)."""
         self.scenario = scenario
         self.autoscaler = autoscaler
         self.fleet = Fleet(
@@ -198,13 +208,7 @@ class Simulation:
             scenario.fleet.replicas,
             client_timeout_s=scenario.workload.client_timeout_s,
         )
-        workload = Workload(
-            scenario.workload,
-            seed=scenario.seed,
-            perturbations=[p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)],
-            until_s=scenario.duration_s,
-        )
-        self._requests = iter(workload)
+        self._requests = requests if requests is not None else iter(_workload(scenario))
         self._pending = next(self._requests, None)
         self._rollouts = sorted(
             p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart)
@@ -280,6 +284,78 @@ def run(
         if progress is not None:
             progress(simulation.now_s / scenario.duration_s)
     return simulation.result()
+
+
+def run_together(
+    runs: Sequence[tuple[Scenario, Autoscaler | None]],
+    progress: Callable[[float], None] | None = None,
+) -> list[RunResult]:
+    """``run`` for each (scenario, autoscaler) pair, drawing the shared requests once.
+
+    The scenarios must share a workload (``workload_key``): they may differ in their fleet,
+    autoscaler, policy and fleet events. Each run gets its own copy of every request (the
+    engine writes outcomes into it); the runs advance in step, so only a minute of requests
+    is ever held for the slowest of them. Every result equals what ``run`` gives alone.
+    """
+    if not runs:
+        return []
+    first = runs[0][0]
+    for scenario, _ in runs[1:]:
+        if workload_key(scenario) != workload_key(first):
+            raise ValueError(
+                f"{scenario.name} does not share {first.name}'s workload: run them apart"
+            )
+    streams = tee(_workload(first), len(runs))
+    simulations = [
+        Simulation(scenario, autoscaler, map(_own_copy, stream))
+        for (scenario, autoscaler), stream in zip(runs, streams, strict=True)
+    ]
+    now_s = 0.0
+    while now_s < first.duration_s:
+        now_s += PROGRESS_STEP_S
+        for simulation in simulations:
+            simulation.advance_to(now_s)
+        if progress is not None:
+            progress(min(1.0, now_s / first.duration_s))
+    return [simulation.result() for simulation in simulations]
+
+
+def workload_key(scenario: Scenario) -> Hashable:
+    """Everything the request stream depends on: scenarios with equal keys draw the same
+    requests at the same instants, whatever their fleets and autoscalers do."""
+    return (
+        scenario.workload.model_dump_json(),
+        scenario.seed,
+        scenario.duration_s,
+        tuple(p.model_dump_json() for p in _workload_perturbations(scenario)),
+    )
+
+
+def _workload_perturbations(scenario: Scenario) -> list[Perturbation]:
+    return [p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)]
+
+
+def _workload(scenario: Scenario) -> Workload:
+    return Workload(
+        scenario.workload,
+        seed=scenario.seed,
+        perturbations=_workload_perturbations(scenario),
+        until_s=scenario.duration_s,
+    )
+
+
+def _own_copy(request: SimRequest) -> SimRequest:
+    """A request as the workload made it, before any engine wrote an outcome into it (the
+    block hashes are shared: engines only read them)."""
+    return SimRequest(
+        request_id=request.request_id,
+        arrival_s=request.arrival_s,
+        tenant=request.tenant,
+        prefix_group=request.prefix_group,
+        prompt_tokens=request.prompt_tokens,
+        output_tokens=request.output_tokens,
+        block_hashes=request.block_hashes,
+    )
 
 
 def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> TimelineSample:

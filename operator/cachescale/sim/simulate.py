@@ -36,7 +36,7 @@ from cachescale.sim.present import (
     sweep_table,
     verdict,
 )
-from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run
+from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run_together
 from cachescale.sim.scenario import (
     DEFAULT_SCENARIO,
     MAX_DURATION_S,
@@ -254,6 +254,7 @@ def simulate(
     if scenario.sweep is not None:
         outcome.sweep = run_sweep(scenario)
         return outcome
-    for name in request.autoscalers:
-        outcome.runs[name] = run(scenario, build_autoscaler(name, scenario), progress)
+    names = request.autoscalers
+    runs = [(scenario, build_autoscaler(name, scenario)) for name in names]
+    outcome.runs = dict(zip(names, run_together(runs, progress), strict=True))
     return outcome
