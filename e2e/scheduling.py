@@ -1,12 +1,12 @@
 """How `make unit` shares the pytest suite between pytest-xdist workers.
 
 `make unit` runs ``pytest -n 2 --dist loadfile``: every test module is one unit of work, so
-its module- and session-scoped fixtures (the closed-loop runs of
-``tests/sim/test_closed_loop.py``, the incident of ``tests/sim/test_scenarios.py``) are built
-once, on one worker. The e2e suite is the exception to "one module, one unit": all of it
-shares the session's cluster (``e2e/conftest.py``), and one envtest control plane per worker
-would cost both cores, so the whole of ``e2e/`` is a single unit: one worker runs it while
-the other takes ``tests/``.
+its module-scoped fixtures are built once, on one worker (the simulator's long closed-loop
+runs, which several modules read, start at collection and are made once for both workers:
+``tests/sim/conftest.py``). The e2e suite is the exception to "one module, one unit": all
+of it shares the session's cluster (``e2e/conftest.py``), and one envtest control plane per
+worker would cost both cores, so the whole of ``e2e/`` is a single unit: one worker runs it
+while the other takes ``tests/``.
 
 The grouping is by node id here rather than by xdist's ``xdist_group`` mark, because
 ``--dist loadgroup`` carries the mark to the scheduler by rewriting node ids, which

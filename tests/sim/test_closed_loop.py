@@ -15,85 +15,9 @@ from typing import Any
 import pytest
 
 from cachescale.decide.diagnosis import collapse_thresholds
-from cachescale.sim.hpa import HPASpec
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.run import PolicyRecord
-from cachescale.sim.scenario import load_builtin
-from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
-
-COLD_DILUTION_POINTS = [
-    (r, router) for r in (1, 2, 4, 8) for router in ("round_robin", "prefix_aware")
-]
-
-
-def cold_dilution(replicas: int, router: str) -> LoopRun:
-    """A cold-dilution sweep point as a closed loop: the HPA pinned at the point's
-    replica count, the run stretched past one policy window (the point itself is 150 s)."""
-    base = load_builtin("cold-dilution")
-    fleet = base.fleet.model_copy(update={"replicas": replicas, "router": router})
-    scenario = base.model_copy(
-        update={
-            "fleet": fleet,
-            "sweep": None,
-            "duration_s": 900.0,
-            "policy_start_s": 0.0,
-            "autoscaler": HPASpec(min_replicas=replicas, max_replicas=replicas),
-            "policy": {"budget": {"gpuSecondsPer1kRequests": 100_000}},
-        }
-    )
-    return LoopRun(scenario, "cachescale")
-
-
-KEDA_SAME_RULE_BUDGET = 712
-"""``rag-rechunk-keda`` with the HPA case's budget rule, 15% over the healthy fleet's own
-cost: the scenario's 780 is 15% over the HPA twin's healthy 680 (11 replicas on the
-running-batch HPA) but 26% over the KEDA fleet's 619 (10 replicas: an empty queue asks for
-minReplicaCount), so it allows 12 replicas, +20% on KEDA's 10. The same rule on the KEDA
-fleet, 712, allows 11: +10%. What that costs and why the default ``Hold`` does not do it
-(the SLO comes first): docs/decisions.md, section 7.1."""
-
-
-def keda_capped_at_the_same_rule() -> LoopRun:
-    """``rag-rechunk-keda`` under ``onCollapse: CapAtBudget`` at ``KEDA_SAME_RULE_BUDGET``."""
-    scenario = load_builtin("rag-rechunk-keda")
-    assert scenario.policy == {
-        "budget": {"gpuSecondsPer1kRequests": 780},
-        "cache": {"onCollapse": "Hold"},
-    }
-    policy = {
-        "budget": {"gpuSecondsPer1kRequests": KEDA_SAME_RULE_BUDGET},
-        "cache": {"onCollapse": "CapAtBudget"},
-    }
-    return LoopRun(scenario.model_copy(update={"policy": policy}), "cachescale")
-
-
-@pytest.fixture(scope="session")
-def loops() -> dict[str, LoopSummary]:
-    jobs = {
-        "rag-rechunk/hpa": LoopRun.builtin("rag-rechunk", "hpa"),
-        "rag-rechunk/cachescale": LoopRun.builtin("rag-rechunk", "cachescale"),
-        "traffic-doubling/hpa": LoopRun.builtin("traffic-doubling", "hpa"),
-        "traffic-doubling/cachescale": LoopRun.builtin("traffic-doubling", "cachescale"),
-        "rolling-deploy/cachescale": LoopRun.builtin("rolling-deploy", "cachescale"),
-        "rechunk-heals/cachescale": LoopRun.builtin("rechunk-heals", "cachescale"),
-        "batch-pressure-loop/hpa": LoopRun.builtin("batch-pressure-loop", "hpa"),
-        "batch-pressure-loop/cachescale": LoopRun.builtin("batch-pressure-loop", "cachescale"),
-        "unique-prefixes/cachescale": LoopRun.builtin("unique-prefixes", "cachescale"),
-        "metrics-outage/cachescale": LoopRun.builtin("metrics-outage", "cachescale"),
-        "collapse-with-growth/cachescale": LoopRun.builtin("collapse-with-growth", "cachescale"),
-        "scaleout-round-robin/hpa": LoopRun.builtin("scaleout-round-robin", "hpa"),
-        "scaleout-round-robin/cachescale": LoopRun.builtin("scaleout-round-robin", "cachescale"),
-        "outage-rising-demand/cachescale": LoopRun.builtin("outage-rising-demand", "cachescale"),
-        "sliding-window/cachescale": LoopRun.builtin("sliding-window", "cachescale"),
-        "sliding-window/hpa": LoopRun.builtin("sliding-window", "hpa"),
-        "outage-rising-demand/hpa": LoopRun.builtin("outage-rising-demand", "hpa"),
-        "rag-rechunk-keda/keda": LoopRun.builtin("rag-rechunk-keda", "hpa"),
-        "rag-rechunk-keda/cachescale": LoopRun.builtin("rag-rechunk-keda", "cachescale"),
-        "rag-rechunk-keda/capped": keda_capped_at_the_same_rule(),
-    }
-    for replicas, router in COLD_DILUTION_POINTS:
-        jobs[f"cold-dilution-{replicas}-{router}"] = cold_dilution(replicas, router)
-    return run_all(jobs)
+from tests.sim.closed_loop import COLD_DILUTION_POINTS, KEDA_SAME_RULE_BUDGET, LoopSummary
 
 
 def raised(summary: LoopSummary, reason: str) -> list[PolicyRecord]:

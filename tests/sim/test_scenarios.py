@@ -1,8 +1,10 @@
 """The built-in scenarios reproduce the brief's mechanics (acceptance of the simulator).
 
 Each test runs a real scenario through the real engine, workload, fleet and HPA with the
-scenario's fixed seed and checks the emergent numbers; nothing here is scripted. The
-two-hour incident runs once per session (about a minute) and several tests read it.
+scenario's fixed seed and checks the emergent numbers; nothing here is scripted. The long
+runs under the HPA alone (the two-hour incident among them) are the session's shared
+closed-loop runs (``tests/sim/closed_loop.py``), read here as ``cachescale simulate
+--json`` reports them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from cachescale.sim.scenario import builtin_names, load_builtin, load_file
 from cachescale.sim.simulate import SimulationRequest, simulate
+from tests.sim.closed_loop import LoopSummary
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = {
@@ -36,16 +39,16 @@ EXPECTED = {
 }
 
 
-def outcome_json(name: str, **overrides: Any) -> dict[str, Any]:
-    scenario = load_builtin(name).model_copy(update=overrides)
-    result: dict[str, Any] = simulate(SimulationRequest(scenario, ("hpa",))).to_json_object()
-    return result
+def hpa_report(loops: dict[str, LoopSummary], name: str) -> dict[str, Any]:
+    """The HPA-alone run of a built-in scenario, as ``simulate --json`` reports it."""
+    report = loops[f"{name}/hpa"].report
+    assert report is not None, f"{name}/hpa is run without its report (closed_loop.py)"
+    return report
 
 
 @pytest.fixture(scope="session")
-def incident() -> dict[str, Any]:
-    run: dict[str, Any] = outcome_json("rag-rechunk")["runs"]["hpa"]
-    return run
+def incident(loops: dict[str, LoopSummary]) -> dict[str, Any]:
+    return hpa_report(loops, "rag-rechunk")
 
 
 def test_every_builtin_ships_as_an_example_file() -> None:
@@ -88,8 +91,8 @@ def test_incident_request_share_hides_behind_token_rate(incident: dict[str, Any]
 
 
 @pytest.mark.slow
-def test_rechunk_alone_heals_within_ten_minutes() -> None:
-    run = outcome_json("rechunk-heals")["runs"]["hpa"]
+def test_rechunk_alone_heals_within_ten_minutes(loops: dict[str, LoopSummary]) -> None:
+    run = hpa_report(loops, "rechunk-heals")
     change = run["change_at_s"]
     before = run["before"]["token_hit_rate"]
     after_change = [row for row in run["timeline"] if row["t_s"] >= change]
@@ -101,7 +104,8 @@ def test_rechunk_alone_heals_within_ten_minutes() -> None:
 
 
 def sweep_rows(name: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = outcome_json(name)["sweep"]
+    outcome = simulate(SimulationRequest(load_builtin(name), ("hpa",))).to_json_object()
+    rows: list[dict[str, Any]] = outcome["sweep"]
     return rows
 
 
@@ -137,8 +141,8 @@ def test_same_seed_gives_identical_json() -> None:
 
 
 @pytest.mark.slow
-def test_traffic_doubling_scales_with_flat_cost() -> None:
-    run = outcome_json("traffic-doubling")["runs"]["hpa"]
+def test_traffic_doubling_scales_with_flat_cost(loops: dict[str, LoopSummary]) -> None:
+    run = hpa_report(loops, "traffic-doubling")
     before, after = run["before"], run["after"]
     assert after["req_per_s"] >= 1.8 * before["req_per_s"]
     assert after["replicas"] >= 1.6 * before["replicas"]
@@ -147,8 +151,8 @@ def test_traffic_doubling_scales_with_flat_cost() -> None:
 
 
 @pytest.mark.slow
-def test_rolling_deploy_spikes_ttft_then_recovers() -> None:
-    run = outcome_json("rolling-deploy")["runs"]["hpa"]
+def test_rolling_deploy_spikes_ttft_then_recovers(loops: dict[str, LoopSummary]) -> None:
+    run = hpa_report(loops, "rolling-deploy")
     change = run["change_at_s"]
     during = [r["ttft_p95_s"] for r in run["timeline"] if change <= r["t_s"] < change + 300]
     assert max(during) > 2 * run["before"]["ttft_p95_s"]
