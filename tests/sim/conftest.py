@@ -5,6 +5,8 @@ read them (``pytest_collection_finish``), in the background: the pytest worker g
 other tests meanwhile, at a higher priority than the simulations (``NICENESS``), and a test
 that reads ``loops`` waits for them. Under pytest-xdist every worker starts them, and the
 file lock in ``shared_summaries`` lets one make them while the others wait to read them.
+Not done: a session stopped early (``-x``) still waits for the runs in flight before it
+exits (Ctrl-C stops them at once).
 """
 
 from __future__ import annotations
