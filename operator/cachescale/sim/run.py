@@ -13,7 +13,7 @@ share a workload are made together (``run_together``): each request is generated
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import tee
 from typing import Protocol
 
@@ -278,12 +278,7 @@ def run(
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
     """Simulate ``scenario`` for its duration under ``autoscaler`` (None: fixed fleet)."""
-    simulation = Simulation(scenario, autoscaler)
-    while not simulation.done:
-        simulation.advance_to(simulation.now_s + PROGRESS_STEP_S)
-        if progress is not None:
-            progress(simulation.now_s / scenario.duration_s)
-    return simulation.result()
+    return run_together([(scenario, autoscaler)], progress)[0]
 
 
 def run_together(
@@ -345,17 +340,10 @@ def _workload(scenario: Scenario) -> Workload:
 
 
 def _own_copy(request: SimRequest) -> SimRequest:
-    """A request as the workload made it, before any engine wrote an outcome into it (the
-    block hashes are shared: engines only read them)."""
-    return SimRequest(
-        request_id=request.request_id,
-        arrival_s=request.arrival_s,
-        tenant=request.tenant,
-        prefix_group=request.prefix_group,
-        prompt_tokens=request.prompt_tokens,
-        output_tokens=request.output_tokens,
-        block_hashes=request.block_hashes,
-    )
+    """A request as the workload made it: the stream's own object never reaches an engine,
+    so its outcome fields are still unset (the block hashes are shared: engines only read
+    them)."""
+    return replace(request)
 
 
 def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> TimelineSample:
