@@ -7,15 +7,19 @@ advanced to that instant, the fleet reconciled, the HPA fed the per-pod
 sits behind a small protocol so the policy engine can be plugged in beside the HPA and both
 runs can share one seed — same requests, same arrivals, different decisions. Runs that
 share a workload are made together (``run_together``): each request is generated once
-(its prompt assembled and hashed) and every run gets its own copy.
+(its prompt assembled and hashed), and runs whose fleets start alike are served by one
+simulated fleet until their autoscalers decide differently, when the simulation splits
+into exact copies (``Simulation``). The engines are most of a run's cost, and an HPA and
+cachescale usually agree until the incident a scenario is about.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import tee
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from cachescale.sim.fleet import Fleet, Pod
 from cachescale.sim.hpa import HPAModel, HPASpec
@@ -182,24 +186,44 @@ class RunResult:
     """Requests whose clients gave up waiting (``workload.client_timeout_s``)."""
 
 
+@dataclass(eq=False)
+class _Run:
+    """One run riding a simulation's fleet: its own scenario, autoscaler and timeline."""
+
+    index: int
+    """Its place in ``run_together``'s arguments (0 for a simulation made alone)."""
+    scenario: Scenario
+    autoscaler: Autoscaler | None
+    samples: list[TimelineSample] = field(default_factory=list)
+
+
 class Simulation:
     """A scenario in progress, advanced in simulated time by whoever drives it.
 
     ``run`` drives it to the end as fast as possible; the emulator drives it in step with
     the wall clock and serves the pods' metrics while it goes. Either way the same
     requests, ticks and decisions happen in the same order.
+
+    Runs whose fleets are bound to stay the same may ride one simulation
+    (``run_together``): its fleet serves the shared request stream once, each autoscaler
+    reads it and decides on every tick, and when their decisions would change the fleet
+    differently the simulation splits, the runs that decided otherwise going on with an
+    exact copy of it. Until then the fleet is the one each of them would have alone.
     """
 
     def __init__(
         self,
         scenario: Scenario,
         autoscaler: Autoscaler | None,
-        requests: Iterator[SimRequest] | None = None,
+        shared_requests: Iterator[SimRequest] | None = None,
+        *,
+        index: int = 0,
     ) -> None:
-        """``requests`` replaces the scenario's own workload: ``run_together`` passes each
-        run a copy of one shared stream (which must be this scenario's workload)."""
+        """``shared_requests`` replaces the scenario's own workload with a branch of a
+        stream other simulations draw from too (an ``itertools.tee`` branch of this
+        scenario's workload): every request is copied before an engine writes into it.
+        ``index`` is the run's place among ``run_together``'s."""
         self.scenario = scenario
-        self.autoscaler = autoscaler
         self.fleet = Fleet(
             get_profile(scenario.fleet.profile),
             scenario.fleet.max_num_seqs,
@@ -208,27 +232,45 @@ class Simulation:
             scenario.fleet.replicas,
             client_timeout_s=scenario.workload.client_timeout_s,
         )
-        self._requests = requests if requests is not None else iter(_workload(scenario))
-        self._pending = next(self._requests, None)
-        self._rollouts = sorted(
-            p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart)
+        self._runs = [_Run(index, scenario, autoscaler)]
+        self._shared = shared_requests
+        self._requests: Iterator[SimRequest] = (
+            iter(_workload(scenario))
+            if shared_requests is None
+            else map(_own_copy, shared_requests)
         )
+        self._pending = next(self._requests, None)
+        self._rollouts = _rollouts(scenario)
         self._sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
         self._next_tick = self._sync_s
         self.now_s = 0.0
-        self.samples: list[TimelineSample] = []
         self.dropped = 0
         self.arrivals_s: list[float] = []
 
-    def advance_to(self, until_s: float) -> None:
-        """Route every request arriving before ``until_s`` and run every tick up to it."""
+    def ride(self, index: int, scenario: Scenario, autoscaler: Autoscaler | None) -> None:
+        """Take another run on this fleet from the start (its fleet must start alike)."""
+        first = self._runs[0]
+        if self._shared is None or self.now_s > 0.0:
+            raise ValueError("a run rides a simulation on a shared stream, from the start")
+        if _fleet_key(scenario, autoscaler) != _fleet_key(first.scenario, first.autoscaler):
+            raise ValueError(f"{scenario.name}'s fleet does not start as {first.scenario.name}'s")
+        self._runs.append(_Run(index, scenario, autoscaler))
+
+    def advance_to(self, until_s: float) -> list[Simulation]:
+        """Route every request arriving before ``until_s`` and run every tick up to it.
+
+        Returns the simulations split off on the way (runs whose autoscalers decided
+        otherwise), each at the tick it split at: advance them as well.
+        """
         until_s = min(until_s, self.scenario.duration_s)
+        split: list[Simulation] = []
         while True:
             request = self._pending
             arrival = request.arrival_s if request is not None else float("inf")
             if self._next_tick <= min(arrival, until_s):
-                self._tick(self._next_tick)
+                tick = self._next_tick
                 self._next_tick += self._sync_s
+                split.extend(self._tick(tick))
             elif request is not None and arrival < until_s:
                 self.arrivals_s.append(arrival)
                 if not self.fleet.route(request):
@@ -238,15 +280,68 @@ class Simulation:
                 break
         self.fleet.advance_to(until_s)
         self.now_s = until_s
+        return split
 
-    def _tick(self, now_s: float) -> None:
+    def _tick(self, now_s: float) -> list[Simulation]:
         fleet = self.fleet
         fleet.advance_to(now_s)
         while self._rollouts and self._rollouts[0] <= now_s:
             self._rollouts.pop(0)
             fleet.start_rolling_restart(now_s)
         fleet.reconcile(now_s)
-        self.samples.append(_sample(fleet, now_s, self.autoscaler))
+        found = _sample(fleet, now_s)  # the tick's sample, as found before any decision
+        if self._runs[0].autoscaler is None:  # a fixed fleet: every run here has none
+            for run in self._runs:
+                run.samples.append(found)
+            return []
+        observation = _observe(fleet, now_s)
+        decisions: dict[Hashable, list[tuple[_Run, ScaleDecision]]] = {}
+        for run in self._runs:
+            decision = cast("Autoscaler", run.autoscaler).step(observation)
+            decisions.setdefault(_effect(decision, fleet), []).append((run, decision))
+        alike = list(decisions.values())
+        # Split before carrying anything out: a twin copies the fleet as the tick found it.
+        split = [self._split([run for run, _ in group]) for group in alike[1:]]
+        for simulation, group in zip([self, *split], alike, strict=True):
+            simulation._apply([decision for _, decision in group], found)
+        return split
+
+    def _apply(self, decisions: list[ScaleDecision], found: TimelineSample) -> None:
+        """Carry out the decisions of this simulation's runs (one each, in order), which
+        change the fleet alike; record each run's sample of the tick."""
+        fleet = self.fleet
+        decision = decisions[0]
+        if decision.max_num_seqs is not None and decision.max_num_seqs != fleet.max_num_seqs:
+            fleet.change_max_num_seqs(decision.max_num_seqs, found.t_s)
+        fleet.scale_to(decision.desired_replicas, found.t_s)
+        for run, own in zip(self._runs, decisions, strict=True):
+            run.samples.append(
+                replace(found, desired_replicas=fleet.desired_replicas, reason=own.reason)
+            )
+
+    def _split(self, leaving: list[_Run]) -> Simulation:
+        """A copy of this simulation carrying ``leaving`` away: the fleet (every engine,
+        cache and queued request), the autoscalers of ``leaving`` with the pods they
+        refer to, and a branch of the request stream at the same point. Finished and
+        aborted requests are shared (nothing writes them again)."""
+        assert self._shared is not None, "only a simulation on a shared stream carries runs"
+        branch = copy.copy(self._shared)  # a tee branch: the same stream from here
+        memo: dict[int, Any] = {
+            id(self._shared): branch,
+            id(self._requests): map(_own_copy, branch),
+            id(self.scenario): self.scenario,
+        }
+        for done in (self.fleet.finished, self.fleet.aborted):
+            memo.update((id(request), request) for request in done)
+        for run in leaving:
+            memo[id(run.scenario)] = run.scenario
+        staying = [run for run in self._runs if run not in leaving]
+        self._runs = leaving
+        try:
+            twin: Simulation = copy.deepcopy(self, memo)
+        finally:
+            self._runs = staying
+        return twin
 
     @property
     def done(self) -> bool:
@@ -254,18 +349,28 @@ class Simulation:
         return self.now_s >= self.scenario.duration_s
 
     def result(self) -> RunResult:
-        """What the reports need (meaningful once ``done``, usable at any time)."""
-        return RunResult(
-            scenario=self.scenario,
-            autoscaler=self.autoscaler.name if self.autoscaler else "none",
-            finished=self.fleet.finished,
-            pods=self.fleet.pods,
-            samples=self.samples,
-            dropped=self.dropped,
-            policy=self.autoscaler.records if self.autoscaler else [],
-            arrivals_s=self.arrivals_s,
-            aborted=self.fleet.aborted,
-        )
+        """What the reports need of the (first) run (meaningful once ``done``)."""
+        return self.results()[0][1]
+
+    def results(self) -> list[tuple[int, RunResult]]:
+        """Each run's index and result (meaningful once ``done``, usable at any time)."""
+        return [
+            (
+                run.index,
+                RunResult(
+                    scenario=run.scenario,
+                    autoscaler=run.autoscaler.name if run.autoscaler else "none",
+                    finished=list(self.fleet.finished),
+                    pods=list(self.fleet.pods),
+                    samples=run.samples,
+                    dropped=self.dropped,
+                    policy=run.autoscaler.records if run.autoscaler else [],
+                    arrivals_s=list(self.arrivals_s),
+                    aborted=list(self.fleet.aborted),
+                ),
+            )
+            for run in self._runs
+        ]
 
 
 PROGRESS_STEP_S = 60.0
@@ -288,9 +393,12 @@ def run_together(
     """``run`` for each (scenario, autoscaler) pair, drawing the shared requests once.
 
     The scenarios must share a workload (``workload_key``): they may differ in their fleet,
-    autoscaler, policy and fleet events. Each run gets its own copy of every request (the
-    engine writes outcomes into it); the runs advance in step, so only a minute of requests
-    is ever held for the slowest of them. Every result equals what ``run`` gives alone.
+    autoscaler, policy and fleet events. Runs whose fleets start alike ride one simulated
+    fleet until their autoscalers decide differently (``Simulation``); each run gets its
+    own copy of every request an engine of its own serves. The simulations advance in
+    step, so only a minute of requests is ever held for the slowest of them. Every result
+    equals what ``run`` gives alone. An autoscaler whose run leaves a shared fleet goes on
+    as a copy (with the copied pods it reads): read what it did from the results.
     """
     if not runs:
         return []
@@ -300,19 +408,31 @@ def run_together(
             raise ValueError(
                 f"{scenario.name} does not share {first.name}'s workload: run them apart"
             )
-    streams = tee(_workload(first), len(runs))
-    simulations = [
-        Simulation(scenario, autoscaler, map(_own_copy, stream))
-        for (scenario, autoscaler), stream in zip(runs, streams, strict=True)
-    ]
+    cohorts: dict[Hashable, list[int]] = {}
+    for index, (scenario, autoscaler) in enumerate(runs):
+        cohorts.setdefault(_fleet_key(scenario, autoscaler), []).append(index)
+    simulations: list[Simulation] = []
+    for (head, *riders), branch in zip(
+        cohorts.values(), tee(_workload(first), len(cohorts)), strict=True
+    ):
+        simulation = Simulation(*runs[head], branch, index=head)
+        for index in riders:
+            simulation.ride(index, *runs[index])
+        simulations.append(simulation)
     now_s = 0.0
     while now_s < first.duration_s:
         now_s += PROGRESS_STEP_S
-        for simulation in simulations:
-            simulation.advance_to(now_s)
+        behind = list(simulations)
+        while behind:
+            split = behind.pop().advance_to(now_s)
+            simulations.extend(split)
+            behind.extend(split)
         if progress is not None:
             progress(min(1.0, now_s / first.duration_s))
-    return [simulation.result() for simulation in simulations]
+    results = {
+        index: result for simulation in simulations for index, result in simulation.results()
+    }
+    return [results[index] for index in range(len(runs))]
 
 
 def workload_key(scenario: Scenario) -> Hashable:
@@ -346,27 +466,46 @@ def _own_copy(request: SimRequest) -> SimRequest:
     return replace(request)
 
 
-def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> TimelineSample:
+def _fleet_key(scenario: Scenario, autoscaler: Autoscaler | None) -> Hashable:
+    """Everything a fleet's course depends on besides the requests and the decisions:
+    runs with equal keys start with the same fleet, ticked at the same instants."""
+    return (
+        scenario.fleet.model_dump_json(),
+        tuple(_rollouts(scenario)),
+        autoscaler.sync_period_s if autoscaler else None,
+    )
+
+
+def _rollouts(scenario: Scenario) -> list[float]:
+    return sorted(p.at_s for p in scenario.perturbations if isinstance(p, RollingRestart))
+
+
+def _effect(decision: ScaleDecision, fleet: Fleet) -> Hashable:
+    """What carrying out ``decision`` does to ``fleet``: equal effects, equal fleets."""
+    rolls = decision.max_num_seqs is not None and decision.max_num_seqs != fleet.max_num_seqs
+    return (decision.desired_replicas, decision.max_num_seqs if rolls else None)
+
+
+def _observe(fleet: Fleet, now_s: float) -> FleetObservation:
+    ready = fleet.ready_pods(now_s)
+    return FleetObservation(
+        now_s=now_s,
+        replicas=fleet.desired_replicas,
+        ready_replicas=len(ready),
+        starting_replicas=sum(1 for pod in fleet.live_pods if pod.ready_s > now_s),
+        waiting_per_ready_pod=tuple(float(pod.engine.num_waiting) for pod in ready),
+        running_per_ready_pod=tuple(float(pod.engine.num_running) for pod in ready),
+        pods=tuple(pod for pod in fleet.pods if pod.gone_s is None),
+        max_num_seqs=fleet.max_num_seqs,
+        rollout_in_progress=fleet.rollout_in_progress,
+    )
+
+
+def _sample(fleet: Fleet, now_s: float) -> TimelineSample:
+    """The fleet as a tick finds it (an autoscaler's run overwrites the desired replicas,
+    after its decision, and the reason)."""
     ready = fleet.ready_pods(now_s)
     live = fleet.live_pods
-    reason = "FixedFleet"
-    if autoscaler is not None:
-        observation = FleetObservation(
-            now_s=now_s,
-            replicas=fleet.desired_replicas,
-            ready_replicas=len(ready),
-            starting_replicas=sum(1 for pod in live if pod.ready_s > now_s),
-            waiting_per_ready_pod=tuple(float(pod.engine.num_waiting) for pod in ready),
-            running_per_ready_pod=tuple(float(pod.engine.num_running) for pod in ready),
-            pods=tuple(pod for pod in fleet.pods if pod.gone_s is None),
-            max_num_seqs=fleet.max_num_seqs,
-            rollout_in_progress=fleet.rollout_in_progress,
-        )
-        decision = autoscaler.step(observation)
-        if decision.max_num_seqs is not None and decision.max_num_seqs != fleet.max_num_seqs:
-            fleet.change_max_num_seqs(decision.max_num_seqs, now_s)
-        fleet.scale_to(decision.desired_replicas, now_s)
-        reason = decision.reason
     return TimelineSample(
         t_s=now_s,
         replicas=len(live),
@@ -376,5 +515,5 @@ def _sample(fleet: Fleet, now_s: float, autoscaler: Autoscaler | None) -> Timeli
         running=sum(pod.engine.num_running for pod in live),
         kv_usage=sum(pod.engine.kv_usage for pod in ready) / len(ready) if ready else None,
         preemptions_total=sum(pod.engine.num_preemptions_total for pod in fleet.pods),
-        reason=reason,
+        reason="FixedFleet",
     )
