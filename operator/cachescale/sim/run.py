@@ -348,10 +348,6 @@ class Simulation:
         """Whether the scenario's duration has been simulated."""
         return self.now_s >= self.scenario.duration_s
 
-    def result(self) -> RunResult:
-        """What the reports need of the (first) run (meaningful once ``done``)."""
-        return self.results()[0][1]
-
     def results(self) -> list[tuple[int, RunResult]]:
         """Each run's index and result (meaningful once ``done``, usable at any time)."""
         return [
