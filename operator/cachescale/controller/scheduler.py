@@ -24,6 +24,14 @@ restart's dead time is mostly before it); catching up every group at once made t
 first round of 3,000 policies one burst that Prometheus answered past the deadline for
 1,950 of them (bench/RESULTS.md).
 
+A starting group's catch-ups go as one job: kopf registers the listed policies one after
+another, each with its own ``now``, so their catch-up times differ; submitted as they
+came due, a group of 250 went out as jobs of 1, 27, 136 and 86 policies, each waiting
+for the one before (a job is one Prometheus request), and 86 policies missed an interval
+(bench/RESULTS.md, 2026-12-03). So a group that had a policy join in the start-up within
+the last ``SETTLE_S`` is not submitted yet, and once one of its members is due, the job
+takes every member still waiting for its first start-up evaluation.
+
 At each wake the due policies are collected per group and each group is submitted as one
 job to the worker pool. A group whose previous job is still running is not submitted
 again: its due policies wait for that job to end and start late, and every whole interval
@@ -38,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
 import time
@@ -51,6 +60,11 @@ K = TypeVar("K", bound=Hashable)
 PHASE_RANGE_MS = 1 << 32
 """Group offsets are spread over this many milliseconds (about 50 days): modulo any
 interval, the offsets of distinct groups are spread evenly."""
+
+SETTLE_S = 1.0
+"""A starting group is held until no policy of it has joined for this long, or a
+thirtieth of its interval if that is shorter: kopf's listing registers hundreds of
+policies a second, so a pause this long means the list is through."""
 
 log = logging.getLogger("cachescale.operator")
 
@@ -82,6 +96,9 @@ class _Entry:
     interval: Callable[[], float]
     group: Callable[[], Hashable]
     due: float
+    catching_up: bool = False
+    """Joined in the start-up and not evaluated yet: it rides along with its group's
+    first job, whatever its own catch-up time."""
 
 
 @dataclass
@@ -115,6 +132,8 @@ class Schedule(Generic[K]):
     def __init__(self) -> None:
         self._entries: dict[K, _Entry] = {}
         self._busy: set[Hashable] = set()
+        self._settling: dict[Hashable, float] = {}
+        """Per starting group: until when it is held (``SETTLE_S`` after its latest join)."""
 
     def add(
         self,
@@ -132,7 +151,8 @@ class Schedule(Generic[K]):
         due = next_slot(phase_of(group()), every, now, inclusive=True)
         if catching_up:
             due = catch_up(due if due <= now else due - every, due, now)
-        self._entries[key] = _Entry(interval, group, due)
+            self._settling[group()] = now + min(SETTLE_S, every / 30)
+        self._entries[key] = _Entry(interval, group, due, catching_up)
 
     def remove(self, key: K) -> None:
         """Never submit ``key`` again (a job already submitted is not recalled)."""
@@ -143,12 +163,17 @@ class Schedule(Generic[K]):
         return self._entries[key].due
 
     def take(self, now: float) -> Round[K]:
-        """Every due policy of a group with no job running, one job per group; the
-        groups submitted are busy until ``done``. Due policies of a busy group wait, and
-        each slot that passes meanwhile is a missed interval."""
+        """Every due policy of a group with no job running, one job per group, with the
+        group's members still waiting for their start-up catch-up; the groups submitted
+        are busy until ``done``. Due policies of a busy group wait, and each slot that
+        passes meanwhile is a missed interval; a settling group waits (module doc)."""
+        self._settling = {g: until for g, until in self._settling.items() if until > now}
         found: Round[K] = Round()
+        riders: list[tuple[K, _Entry, Hashable]] = []
         for key, entry in self._entries.items():
             if entry.due > now:
+                if entry.catching_up:
+                    riders.append((key, entry, entry.group()))
                 continue
             group, interval = entry.group(), entry.interval()
             if group in self._busy:
@@ -156,10 +181,23 @@ class Schedule(Generic[K]):
                 found.missed += passed
                 entry.due += passed * interval
                 continue
-            found.jobs.setdefault(group, []).append(Due(key, entry.due, interval))
-            entry.due = _following(phase_of(group), interval, entry.due, now)
+            if group in self._settling:
+                continue
+            self._submit(found, key, entry, group, now)
+        for key, entry, group in riders:
+            if group in found.jobs:
+                self._submit(found, key, entry, group, now)
         self._busy.update(found.jobs)
         return found
+
+    @staticmethod
+    def _submit(found: Round[K], key: K, entry: _Entry, group: Hashable, now: float) -> None:
+        """Put ``key`` in its group's job (a rider is due now) and move it to the slot
+        after."""
+        interval, at = entry.interval(), min(entry.due, now)
+        found.jobs.setdefault(group, []).append(Due(key, at, interval))
+        entry.due = _following(phase_of(group), interval, at, now)
+        entry.catching_up = False
 
     def done(self, group: Hashable) -> None:
         """The group's job ended: its due policies may be submitted again."""
@@ -171,7 +209,7 @@ class Schedule(Generic[K]):
         end of the interval it is waiting in (or its group's job ending, which wakes the
         scheduler anyway)."""
         wakes = (e.due if e.due > now else e.due + e.interval() for e in self._entries.values())
-        return min(wakes, default=None)
+        return min(itertools.chain(wakes, self._settling.values()), default=None)
 
 
 Job = Callable[[], None]
