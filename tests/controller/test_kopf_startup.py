@@ -1,14 +1,22 @@
 """kopf's ``ToggleSet.make_toggle`` and ``drop_toggle`` with the redundant wake-ups
 removed (``controller/kopf_startup.py``): the same behaviour, without waking every waiter
-each time an object's toggle is added or dropped while the set's state stays the same."""
+each time an object's toggle is added or dropped while the set's state stays the same.
+And kopf's session with bounded connections: a burst of requests shares them, with the
+credentials kopf would send."""
 
 from __future__ import annotations
 
 import asyncio
 
+import kopf
+from aiohttp import web
 from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
 
-from cachescale.controller.kopf_startup import quiet_redundant_wakeups
+from cachescale.controller.kopf_startup import (
+    KOPF_REQUESTS,
+    bounded_session,
+    quiet_redundant_wakeups,
+)
 
 WAITERS = 200
 
@@ -73,3 +81,55 @@ def test_the_set_still_releases_waiters_and_honours_a_remaining_toggle() -> None
     held, released = asyncio.run(scenario())
     assert held, "released while a toggle of the set was still off"
     assert released
+
+
+async def burst_through_bounded_session(requests: int, watches: int) -> tuple[int, int, set[str]]:
+    """``requests`` PATCHes at once through ``bounded_session`` to a server that holds each
+    for 50 ms: the connections opened, the most requests in flight at once, and the
+    Authorization headers the server saw."""
+    peers: set[object] = set()
+    in_flight = most_in_flight = 0
+    authorizations: set[str] = set()
+
+    async def held(request: web.Request) -> web.Response:
+        nonlocal in_flight, most_in_flight
+        assert request.transport is not None
+        peers.add(request.transport.get_extra_info("peername"))
+        authorizations.add(request.headers.get("Authorization", ""))
+        in_flight += 1
+        most_in_flight = max(most_in_flight, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return web.Response(text="{}")
+
+    app = web.Application()
+    app.router.add_patch("/policy/{n}", held)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    server = "http://{}:{}".format(*runner.addresses[0])
+    info = kopf.ConnectionInfo(server=server, scheme="Bearer", token="t0k")
+    session = bounded_session(info, watches).aiohttp_session
+
+    async def patch(n: int) -> None:
+        async with session.patch(f"{server}/policy/{n}") as response:
+            response.raise_for_status()
+
+    try:
+        await asyncio.gather(*(patch(n) for n in range(requests)))
+    finally:
+        await session.close()
+        await runner.cleanup()
+    return len(peers), most_in_flight, authorizations
+
+
+def test_kopfs_first_pass_shares_a_bounded_set_of_connections() -> None:
+    """kopf's own session would open one connection per policy in its first pass (1,024
+    at 1,000 policies on the fleet bench); this one at most the watches and
+    ``KOPF_REQUESTS``, all of them used, and every request carries kopf's credentials."""
+    opened, most_in_flight, authorizations = asyncio.run(
+        burst_through_bounded_session(300, watches=2)
+    )
+    assert opened <= 2 + KOPF_REQUESTS
+    assert most_in_flight == 2 + KOPF_REQUESTS
+    assert authorizations == {"Bearer t0k"}

@@ -47,7 +47,7 @@ from cachescale.controller.claims import OperatorIdentity
 from cachescale.controller.command import PRIORITIES, refused
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.handlers import PHASE_WORKERS, WORKERS, Runtime
-from cachescale.controller.kopf_startup import quiet_redundant_wakeups
+from cachescale.controller.kopf_startup import bounded_session, quiet_redundant_wakeups
 from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.peering import PeeringFollower, peering_objects, watch_peering
@@ -65,12 +65,20 @@ def serve(args: argparse.Namespace) -> int:
     if isinstance(api_client, str):
         return refused(api_client)
 
-    if args.kubeconfig:
-        path = args.kubeconfig
+    path, watches = args.kubeconfig, kopf_watches(args)
 
-        @kopf.on.login(id="kubeconfig")
-        def _login(**_: object) -> kopf.ConnectionInfo:
-            return kubeconfig_login(path)
+    @kopf.on.login(id="bounded-session")
+    async def _login(
+        logger: kopf.Logger, settings: kopf.OperatorSettings, **_: object
+    ) -> kopf.AiohttpSession | None:
+        """``--kubeconfig``, or what kopf's own login finds (in-cluster, $KUBECONFIG), in
+        a session with bounded connections (``controller/kopf_startup.py``)."""
+        info = (
+            await asyncio.to_thread(kubeconfig_login, path)
+            if path
+            else await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
+        )
+        return None if info is None else bounded_session(info, watches)
 
     kopf.configure(
         verbose=args.verbose,
@@ -136,6 +144,14 @@ async def _main(args: argparse.Namespace, memo: kopf.Memo, api_client: ApiClient
     finally:
         if health is not None:
             await health.cleanup()
+
+
+def kopf_watches(args: argparse.Namespace) -> int:
+    """The watch streams kopf keeps open, each on a connection of its own: the policies
+    and, with ``--peering``, the peering object, per served namespace (or cluster-wide);
+    namespaces and CRDs unless ``--no-scanning``."""
+    scopes = len(args.namespace or ()) or 1
+    return scopes * (2 if args.peering else 1) + (0 if args.no_scanning else 2)
 
 
 def own_identity() -> str:
