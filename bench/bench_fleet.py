@@ -821,12 +821,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="after the steady window, a fault and --rounds more intervals measured",
     )
     parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR (new or empty) and keep it: the operators' logs are "
+        "DIR/operator/operator.log and, after --then restart, DIR/restarted/operator.log",
+    )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+    with contextlib.ExitStack() as scope:
+        if args.keep is None:
+            workdir = Path(scope.enter_context(tempfile.TemporaryDirectory(prefix="bench-fleet-")))
+        else:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            if any(args.keep.iterdir()):
+                parser.error(f"--keep {args.keep}: not empty")
+            workdir = args.keep
         try:
-            block = render(args, measure(args, Path(tmp)))
+            block = render(args, measure(args, workdir))
         except Exception:
-            for log in sorted(Path(tmp).rglob("*.log")):
+            for log in sorted(workdir.rglob("*.log")):
                 print(f"--- {log}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
             raise
     print(block)
