@@ -51,6 +51,7 @@ from tests.decide.decide_builders import condition, learned, spec, workload
 from tests.polling import wait_for
 from tests.prometheus_fixture import (
     EmulatorProcess,
+    PrometheusServer,
     fixed_fleet_scenario,
     prometheus_binary,
     run_emulator,
@@ -65,6 +66,14 @@ PODS = 2
 GPUS_PER_POD = 1
 INGEST_LAG_S = 2.0
 """Evaluate this long in the past, so Prometheus holds the window's last scrape."""
+SAMPLED_SHARE = 0.75
+"""Of the window's scrapes (one a second), how many each pod must have had sampled for
+the comparison to stand: with fewer, Prometheus missed the pod (a starved machine) and
+there is little left to compare."""
+OBSERVATIONS = 2
+"""Attempts at a sampled window before the test fails with what Prometheus recorded."""
+LOG_TAIL = 2000
+"""Characters of Prometheus's log a failure quotes."""
 TRUTH_WINDOW = "40s"
 """How much the ground truth keeps of requests and scrapes: more than the whole run."""
 ALIGNMENT_S = 0.01
@@ -209,29 +218,80 @@ def truth_after(emulator: EmulatorProcess, wall_s: float) -> dict[str, Any]:
     return wait_for(fresh, 10.0, "a fresh ground-truth snapshot")
 
 
+@dataclass(frozen=True)
+class Observation:
+    """One run under Prometheus: the signals read at ``at``, the ground truth after it,
+    each pod's TTFT count samples in the window, and what Prometheus recorded of its
+    scrapes (``up`` and durations), for a failure message."""
+
+    signals: EngineSignals
+    truth: dict[str, Any]
+    samples: dict[str, list[tuple[float, float]]]
+    at: float
+    scrapes: str
+
+    def sampled(self) -> bool:
+        """Whether Prometheus sampled every pod through the window."""
+        return min(map(len, self.samples.values())) >= SAMPLED_SHARE * WINDOW_S
+
+    def windows(self) -> dict[str, PodWindow]:
+        return {
+            pod: pod_window(self.truth["pods"][pod], self.samples[pod], self.at)
+            for pod in sorted(self.samples)
+        }
+
+
 def observe(tmp_path: Path, engine: str) -> tuple[EngineSignals, dict[str, PodWindow]]:
-    """Run the emulator under Prometheus; return the signals and the window's truth."""
+    """Run the emulator under Prometheus; return the signals and the window's truth.
+
+    A window Prometheus did not sample (fewer than :data:`SAMPLED_SHARE` of its scrapes on
+    some pod) proves nothing about the signals: it is observed again, up to
+    :data:`OBSERVATIONS` times, and the test fails with each attempt's scrape record."""
+    missed: list[str] = []
+    for attempt in range(OBSERVATIONS):
+        workdir = tmp_path / f"attempt-{attempt}"
+        workdir.mkdir()
+        observation = observe_once(workdir, engine)
+        assert set(observation.samples) == {f"{engine}-engine-{i}" for i in range(PODS)}
+        if observation.sampled():
+            return observation.signals, observation.windows()
+        missed.append(observation.scrapes)
+    pytest.fail("Prometheus missed the pods' scrapes in every attempt:\n" + "\n".join(missed))
+
+
+def observe_once(workdir: Path, engine: str) -> Observation:
+    """One run of the emulator under Prometheus, read at the end of the window."""
     prometheus_binary()
     sim_s = (WARMUP_S + WINDOW_S + INGEST_LAG_S + 4) * SPEED
     scenario = fixed_fleet_scenario(replicas=PODS, duration_s=sim_s)
     flags = ("--engine", engine, "--linger", "30", "--ground-truth-window", TRUTH_WINDOW)
     with (
         run_emulator(
-            tmp_path, scenario, *flags, "--ground-truth-interval", "1", speed=SPEED
+            workdir, scenario, *flags, "--ground-truth-interval", "1", speed=SPEED
         ) as emulator,
-        run_prometheus(tmp_path, emulator.file_sd) as prometheus,
+        run_prometheus(workdir, emulator.file_sd) as prometheus,
     ):
         emulator.wait_for_targets()
         prometheus.wait_for_targets_up({f"{engine}-engine-{i}" for i in range(PODS)})
         at = round(time.time() + WARMUP_S + WINDOW_S, 3)  # what the queries send (ms)
         time.sleep(max(0.0, at + INGEST_LAG_S - time.time()))
         truth = truth_after(emulator, at)
-        snapshot = read_signals(prometheus.url, engine, at)
+        signals = read_signals(prometheus.url, engine, at)
         selector = f'{TTFT_COUNT[engine]}{{namespace="llm"}}[{WINDOW_S:g}s]'
         samples = prometheus.raw_samples(selector, at)
-    assert set(samples) == {f"{engine}-engine-{i}" for i in range(PODS)}
-    windows = {pod: pod_window(truth["pods"][pod], samples[pod], at) for pod in sorted(samples)}
-    return snapshot, windows
+        return Observation(signals, truth, samples, at, scrape_record(prometheus, at))
+
+
+def scrape_record(prometheus: PrometheusServer, at: float) -> str:
+    """Each pod's ``up`` and scrape durations over the window, as Prometheus kept them, and
+    the end of its log."""
+    lines = [f"window ending {at:.3f}:"]
+    for series in ("up", "scrape_duration_seconds"):
+        for pod, values in sorted(prometheus.raw_samples(f"{series}[{WINDOW_S:g}s]", at).items()):
+            lines.append(f"  {series} {pod}: {[(round(t - at, 2), v) for t, v in values]}")
+    log = prometheus.log.read_text(encoding="utf-8", errors="replace")
+    lines.append(f"  Prometheus's log (warnings and worse): {log[-LOG_TAIL:] or 'empty'}")
+    return "\n".join(lines)
 
 
 def check_hit_rates(snapshot: EngineSignals, windows: Windows, engine: str) -> None:
