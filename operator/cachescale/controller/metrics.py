@@ -13,15 +13,23 @@ watch; and the peering object's watch), so a steady state that reads nothing fro
 server can be checked (``controller/indexes.py``). No ``_created`` series are exported
 (``cachescale run`` turns them off): nothing reads them, and they doubled every counter's
 lines.
+
+The per-policy series are not ``prometheus_client`` children: :class:`PolicySeries` keeps
+one compact record per policy and renders the families at each scrape. A child per
+series (its lock, value and label dict) cost 16.7 KiB per policy, about twenty series
+each; a record costs 1 KiB, and the exposition is the same.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
@@ -42,83 +50,131 @@ KUBE_VERBS = ("get", "list", "patch", "create", "watch")
 peering watch's (the label values of ``cachescale_kube_requests_total``)."""
 
 
+POLICY_GAUGES = (
+    ("token_hit_rate", "Token-weighted prefix-cache hit rate on warm pods."),
+    ("request_hit_share", "Share of requests that skipped almost all prefill."),
+    ("prefill_tokens_per_request", "Prompt tokens computed per request."),
+    ("ttft_p95_seconds", "Time to first token, 95th percentile, seconds."),
+    ("gpu_seconds_per_1k_requests", "GPU-seconds per 1,000 successful requests."),
+    ("requests_per_second", "Successful requests per second (served)."),
+    (
+        "arrivals_per_second",
+        "Requests arriving per second (offered): every finish reason plus queue growth.",
+    ),
+    ("preemptions_per_second", "Engine preemptions per second."),
+    ("slo_ttft_p95_seconds", "The policy's TTFT p95 objective, seconds."),
+    ("budget_gpu_seconds_per_1k_requests", "The policy's GPU-s per 1k requests budget."),
+    ("replicas", "Current replicas of the Deployment."),
+    ("replicas_desired_max", "The maxReplicas cachescale decided."),
+    ("hpa_wanted_replicas", "Replicas the HPA's own metric asks for (estimate)."),
+    ("max_num_seqs", "The engine's batch ceiling (--max-num-seqs)."),
+)
+"""Each per-policy gauge (``cachescale_<name>``) and its help, in exposition order."""
+GAUGE_INDEX = {name: index for index, (name, _) in enumerate(POLICY_GAUGES)}
+SIGNAL_GAUGES = {
+    "token_hit_rate": "token_hit_rate",
+    "request_full_hit_share": "request_hit_share",
+    "prefill_tokens_per_request": "prefill_tokens_per_request",
+    "ttft_p95_seconds": "ttft_p95_seconds",
+    "gpu_seconds_per_1k_requests": "gpu_seconds_per_1k_requests",
+    "requests_per_second": "requests_per_second",
+    "arrivals_per_second": "arrivals_per_second",
+    "preemptions_per_second": "preemptions_per_second",
+}
+"""The gauge each exported signal (a field of ``EngineSignals``) is shown as."""
+
+
+@dataclass(slots=True)
+class _PolicySeries:
+    """One policy's exported numbers: a value per gauge (None: absent), the alerts active
+    at its last decision (None before its first: no alert series), its last evaluation's
+    time and its decisions and failures counted by reason and kind."""
+
+    gauges: list[float | None] = field(default_factory=lambda: [None] * len(POLICY_GAUGES))
+    active_alerts: frozenset[str] | None = None
+    last_evaluation: float | None = None
+    decisions: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, float] = field(default_factory=dict)
+
+
+class PolicySeries(Collector):
+    """Every per-policy series, rendered at each scrape from one record per policy.
+
+    One lock guards the records: evaluations update them, the exposition thread reads
+    them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._policies: dict[tuple[str, str], _PolicySeries] = {}
+
+    def update(self, key: tuple[str, str], change: Callable[[_PolicySeries], None]) -> None:
+        """Apply ``change`` to the policy's record (made on first use), under the lock."""
+        with self._lock:
+            record = self._policies.get(key)
+            if record is None:
+                record = self._policies[key] = _PolicySeries()
+            change(record)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop the policy's record: none of its series is exported any more."""
+        with self._lock:
+            self._policies.pop(key, None)
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per per-policy metric, built from the records under the lock."""
+        with self._lock:
+            records = list(self._policies.items())
+            families = self._families(records)
+        yield from families
+
+    @staticmethod
+    def _families(records: list[tuple[tuple[str, str], _PolicySeries]]) -> list[Metric]:
+        gauges = [
+            GaugeMetricFamily(f"cachescale_{name}", doc, labels=LABELS)
+            for name, doc in POLICY_GAUGES
+        ]
+        alert = GaugeMetricFamily(
+            "cachescale_alert_active",
+            "1 while an alert of this reason is active.",
+            labels=(*LABELS, "reason"),
+        )
+        last = GaugeMetricFamily(
+            "cachescale_last_evaluation_timestamp_seconds",
+            "Unix time of the last evaluation.",
+            labels=LABELS,
+        )
+        decisions = CounterMetricFamily(
+            "cachescale_decisions", "Decisions by reason.", labels=(*LABELS, "reason")
+        )
+        errors = CounterMetricFamily(
+            "cachescale_evaluation_errors",
+            "Evaluations that failed, by kind.",
+            labels=(*LABELS, "kind"),
+        )
+        for key, record in records:
+            for family, value in zip(gauges, record.gauges, strict=True):
+                if value is not None:
+                    family.add_metric(key, value)
+            if record.active_alerts is not None:
+                for reason in ALERT_REASONS:
+                    active = 1.0 if reason.value in record.active_alerts else 0.0
+                    alert.add_metric((*key, reason.value), active)
+            if record.last_evaluation is not None:
+                last.add_metric(key, record.last_evaluation)
+            for decided, count in record.decisions.items():
+                decisions.add_metric((*key, decided), count)
+            for kind, count in record.errors.items():
+                errors.add_metric((*key, kind), count)
+        return [*gauges, alert, last, decisions, errors]
+
+
 class OperatorMetrics:
     """Every series the operator exports, in its own registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self._series: dict[
-            tuple[str, str], dict[tuple[MetricWrapperBase, tuple[str, ...]], Any]
-        ] = {}
-        """Per policy, each series it has and its child (``collector.labels``, whose lookup
-        validates the labels under a lock: some twenty per evaluation otherwise)."""
-
-        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(name, doc, (*LABELS, *extra), registry=self.registry)
-
-        self._signals = {
-            "token_hit_rate": gauge(
-                "cachescale_token_hit_rate", "Token-weighted prefix-cache hit rate on warm pods."
-            ),
-            "request_full_hit_share": gauge(
-                "cachescale_request_hit_share", "Share of requests that skipped almost all prefill."
-            ),
-            "prefill_tokens_per_request": gauge(
-                "cachescale_prefill_tokens_per_request", "Prompt tokens computed per request."
-            ),
-            "ttft_p95_seconds": gauge(
-                "cachescale_ttft_p95_seconds", "Time to first token, 95th percentile, seconds."
-            ),
-            "gpu_seconds_per_1k_requests": gauge(
-                "cachescale_gpu_seconds_per_1k_requests",
-                "GPU-seconds per 1,000 successful requests.",
-            ),
-            "requests_per_second": gauge(
-                "cachescale_requests_per_second", "Successful requests per second (served)."
-            ),
-            "arrivals_per_second": gauge(
-                "cachescale_arrivals_per_second",
-                "Requests arriving per second (offered): every finish reason plus queue growth.",
-            ),
-            "preemptions_per_second": gauge(
-                "cachescale_preemptions_per_second", "Engine preemptions per second."
-            ),
-        }
-        self._slo = gauge(
-            "cachescale_slo_ttft_p95_seconds", "The policy's TTFT p95 objective, seconds."
-        )
-        self._budget = gauge(
-            "cachescale_budget_gpu_seconds_per_1k_requests",
-            "The policy's GPU-s per 1k requests budget.",
-        )
-        self._replicas = gauge("cachescale_replicas", "Current replicas of the Deployment.")
-        self._desired_max = gauge(
-            "cachescale_replicas_desired_max", "The maxReplicas cachescale decided."
-        )
-        self._hpa_wanted = gauge(
-            "cachescale_hpa_wanted_replicas", "Replicas the HPA's own metric asks for (estimate)."
-        )
-        self._max_num_seqs = gauge(
-            "cachescale_max_num_seqs", "The engine's batch ceiling (--max-num-seqs)."
-        )
-        self._alert = gauge(
-            "cachescale_alert_active", "1 while an alert of this reason is active.", ("reason",)
-        )
-        self._last = gauge(
-            "cachescale_last_evaluation_timestamp_seconds", "Unix time of the last evaluation."
-        )
-        self._decisions = Counter(
-            "cachescale_decisions",
-            "Decisions by reason.",
-            (*LABELS, "reason"),
-            registry=self.registry,
-        )
-        self._errors = Counter(
-            "cachescale_evaluation_errors",
-            "Evaluations that failed, by kind.",
-            (*LABELS, "kind"),
-            registry=self.registry,
-        )
+        self._policies = PolicySeries()
+        self.registry.register(self._policies)
         self._kube_requests = Counter(
             "cachescale_kube_requests",
             "Kubernetes API requests the operator sent, by verb (retries included; its "
@@ -166,28 +222,42 @@ class OperatorMetrics:
         decision: Decision,
     ) -> None:
         """Export one decision's numbers."""
-        key = (namespace, name)
         signals = snapshot.signals
-        warm = signals.warm_token_hit_rate(float(spec.cache.pod_warmup_seconds))
-        values = {name_: m.value for name_, m in signals.signals().items()}
-        values["token_hit_rate"] = warm.value
-        for signal, metric in self._signals.items():
-            self._set_or_remove(metric, key, values.get(signal))
-        self._labels(self._slo, *key).set(spec.slo.ttft_p95_seconds)
-        self._labels(self._budget, *key).set(spec.budget.gpu_seconds_per_1k_requests)
-        self._labels(self._replicas, *key).set(snapshot.workload.replicas)
-        self._labels(self._desired_max, *key).set(decision.envelope.max_replicas)
-        self._set_or_remove(self._hpa_wanted, key, decision.hpa_wanted_replicas)
-        self._set_or_remove(self._max_num_seqs, key, decision.max_num_seqs)
-        active = {a.reason for a in decision.alerts}
-        for reason in ALERT_REASONS:
-            self._labels(self._alert, *key, reason.value).set(1 if reason.value in active else 0)
-        self._labels(self._decisions, *key, decision.reason).inc()
+        values = {
+            SIGNAL_GAUGES[n]: m.value for n, m in signals.signals().items() if n in SIGNAL_GAUGES
+        }
+        values["token_hit_rate"] = signals.warm_token_hit_rate(
+            float(spec.cache.pod_warmup_seconds)
+        ).value
+        values |= {
+            "slo_ttft_p95_seconds": spec.slo.ttft_p95_seconds,
+            "budget_gpu_seconds_per_1k_requests": spec.budget.gpu_seconds_per_1k_requests,
+            "replicas": snapshot.workload.replicas,
+            "replicas_desired_max": decision.envelope.max_replicas,
+            "hpa_wanted_replicas": decision.hpa_wanted_replicas,
+            "max_num_seqs": decision.max_num_seqs,
+        }
+        gauges = [
+            None if (value := values.get(gauge)) is None else float(value)
+            for gauge, _ in POLICY_GAUGES
+        ]
+        active = frozenset(alert.reason for alert in decision.alerts)
+
+        def record(series: _PolicySeries) -> None:
+            series.gauges = gauges
+            series.active_alerts = active
+            series.decisions[decision.reason] = series.decisions.get(decision.reason, 0.0) + 1
+
+        self._policies.update((namespace, name), record)
 
     def evaluated(self, namespace: str, name: str, seconds: float, at: float) -> None:
         """Record one evaluation's duration (in the operator-wide histogram) and time."""
         self._duration.observe(seconds)
-        self._labels(self._last, namespace, name).set(at)
+
+        def record(series: _PolicySeries) -> None:
+            series.last_evaluation = float(at)
+
+        self._policies.update((namespace, name), record)
 
     def kube_request(self, verb: str) -> None:
         """Count one request sent to the API server (``KubeApi``'s ``on_request``)."""
@@ -195,28 +265,12 @@ class OperatorMetrics:
 
     def failed(self, namespace: str, name: str, kind: str) -> None:
         """Count a failed evaluation."""
-        self._labels(self._errors, namespace, name, kind).inc()
+
+        def record(series: _PolicySeries) -> None:
+            series.errors[kind] = series.errors.get(kind, 0.0) + 1
+
+        self._policies.update((namespace, name), record)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted policy."""
-        for collector, labels in self._series.pop((namespace, name), {}):
-            with contextlib.suppress(KeyError):
-                collector.remove(*labels)
-
-    def _labels(self, collector: MetricWrapperBase, *labels: str) -> Any:
-        """``collector.labels(...)``, remembered so ``forget`` can remove it."""
-        children = self._series.setdefault((labels[0], labels[1]), {})
-        child = children.get((collector, labels))
-        if child is None:
-            child = children[collector, labels] = collector.labels(*labels)
-        return child
-
-    def _set_or_remove(self, gauge: Gauge, key: tuple[str, str], value: float | None) -> None:
-        """Set the gauge, or remove its series when the value is unknown (never 0; a
-        removed child is no longer exported, so it is forgotten too)."""
-        if value is None:
-            self._series.get(key, {}).pop((gauge, key), None)
-            with contextlib.suppress(KeyError):
-                gauge.remove(*key)
-        else:
-            self._labels(gauge, *key).set(value)
+        self._policies.forget((namespace, name))
