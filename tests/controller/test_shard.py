@@ -90,6 +90,27 @@ def event_of(event_type: str | None, raw: dict[str, Any]) -> kopf.RawEvent:
     return cast(kopf.RawEvent, {"type": event_type, "object": raw})
 
 
+def test_a_member_keeps_its_body_but_the_api_servers_field_ownership(cluster: FakeCluster) -> None:
+    """``managedFields`` was half of every policy the operator held; nothing reads it."""
+    runtime = Runtime(Operator(cluster.api))
+    raw = policy(prometheus_url="http://127.0.0.1:1")
+    raw["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    raw["status"] = {"memory": {"healthyHitRate": 0.8}}
+    asyncio.run(
+        on_event(
+            event=event_of(None, raw),
+            body=body_of(raw),
+            memo=kopf.Memo(runtime=runtime),
+            claims={},
+        )
+    )
+    kept = runtime.members[raw["metadata"]["uid"]].body
+    assert "managedFields" not in kept["metadata"]
+    assert "managedFields" in raw["metadata"], "kopf's object is left as it is"
+    trimmed = {key: value for key, value in raw["metadata"].items() if key != "managedFields"}
+    assert kept == {**raw, "metadata": trimmed}
+
+
 def test_a_policy_that_leaves_the_watch_is_no_longer_evaluated(
     cluster: FakeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:

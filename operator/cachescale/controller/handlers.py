@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -85,8 +85,9 @@ class Guard:
 class Member:
     """A policy registered with the scheduler, as its last watch event left it."""
 
-    body: kopf.Body
-    """The object as last seen: each evaluation reads it as it is then."""
+    body: Mapping[str, Any]
+    """The object as last seen, less its ``managedFields`` (:func:`retained`): each
+    evaluation reads it as it is then."""
     claims: kopf.Index[ClaimKey, Claimant]
     guard: Guard
     registered: bool = True
@@ -134,9 +135,9 @@ class Runtime:
         uid = PolicyObject.of(body).uid
         member = self.members.get(uid)
         if member is not None:
-            member.body, member.claims = body, claims
+            member.body, member.claims = retained(body), claims
             return
-        member = self.members[uid] = Member(body, claims, self.guard(uid))
+        member = self.members[uid] = Member(retained(body), claims, self.guard(uid))
         default_url = self.operator.default_prometheus_url
         self.scheduler.register(
             uid,
@@ -234,7 +235,17 @@ def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
     )
 
 
-def gather_group(body: kopf.Body, default_url: str | None) -> Hashable:
+def retained(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a member keeps of its policy's body: all of it but ``metadata.managedFields``.
+
+    The API server's record of which client wrote which field is about half of a parsed
+    policy (9.8 of 17 KiB before its first status write, and it grows with each writer),
+    and nothing here reads it. The rest is shared with kopf's object, not copied."""
+    metadata = body.get("metadata", {})
+    return {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+
+
+def gather_group(body: Mapping[str, Any], default_url: str | None) -> Hashable:
     """Which policies are due together: those reading one Prometheus (URL and
     credentials, ``gather/grouping.Source``) over one window. It only times the
     evaluations; the read itself groups by resolved client and selector
