@@ -8,6 +8,7 @@ a refused write is retried on the next one. Events and ``lastDecision`` are what
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -277,6 +278,28 @@ def test_a_write_says_why_it_is_due() -> None:
     )
     assert writes.due("uid", written, {}, soon) == "stored status changed"
     assert writes.due("uid", written, written, late) == "refresh"
+
+
+def test_the_watchs_copy_of_a_written_status_replaces_the_operators() -> None:
+    """Once the watch delivers the status back, one copy is kept per policy, not two: the
+    stored one, which then reads as unchanged by identity (skipped writes included)."""
+    writes = StatusWrites()
+    at = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    written: dict[str, Any] = {
+        "signals": {"tokenHitRate": 0.85, "observedAt": at.isoformat()},
+        "memory": {"streaks": {"sloBreach": 0}, "targetFactor": 1.0},
+    }
+    writes.wrote("uid", written, at)
+    stored = copy.deepcopy(written)
+    assert writes.latest("uid", stored) is stored
+    soon = at + timedelta(seconds=30)
+    assert writes.due("uid", copy.deepcopy(written), stored, soon) is None
+    later = {**written, "signals": {"tokenHitRate": 0.851, "observedAt": soon.isoformat()}}
+    writes.skipped("uid", later)
+    assert writes.latest("uid", stored) is later, "a skipped write is still continued from"
+    assert writes.due("uid", written, {**stored, "state": "edited"}, soon) == (
+        "stored status changed"
+    )
 
 
 def test_statuses_written_together_are_refreshed_spread_over_the_period() -> None:

@@ -117,6 +117,9 @@ class PolicyObject:
     spec: Mapping[str, Any]
     annotations: Mapping[str, str]
     status: Mapping[str, Any] | None
+    """The body's own status object, not a copy: ``status_writes`` keeps it as the last
+    written status once it is equal to that (one copy per policy, not two), and knows it
+    unchanged by identity."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PolicyObject:
@@ -129,7 +132,7 @@ class PolicyObject:
             generation=int(meta.get("generation", 0) or 0),
             spec=dict(body.get("spec", {})),
             annotations=dict(meta.get("annotations", {}) or {}),
-            status=dict(body["status"]) if body.get("status") else None,
+            status=body["status"] if body.get("status") else None,
         )
 
     @property
