@@ -9,14 +9,20 @@ is applied for real, with a minimal stand-in CRD for the Prometheus Operator's P
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from cachescale.api.status import CacheScalingPolicyStatus
 from cachescale.api.validation import validate_yaml
+from cachescale.controller.status import render
+from cachescale.decide import decide
 from e2e.harness.cluster import REPO, Cluster
 from e2e.harness.release import Release
+from e2e.kube_helpers import apply, get
+from tests.decide.decide_builders import learned, signals, snapshot, spec
 
 INVALID = REPO / "examples" / "invalid"
 RULES = {
@@ -117,3 +123,37 @@ def test_a_policy_without_a_selector_is_accepted_as_its_namespace(
     assert validate_yaml(text) == []
     server = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=text)
     assert server.returncode == 0, server.stderr
+
+
+def test_a_rendered_status_is_stored_as_it_was_written(
+    cluster: Cluster, release: Release, namespace: str
+) -> None:
+    """The status schema keeps every field the operator writes as written (no pruning, no
+    defaulting): ``status_writes`` knows a status unchanged, and keeps one copy of it, by
+    the watch delivering back a status equal to the one written."""
+    policy = yaml.safe_load((REPO / "examples" / "policy-vllm.yaml").read_text(encoding="utf-8"))
+    policy["metadata"]["namespace"] = namespace
+    apply(cluster, namespace, policy)
+    name = policy["metadata"]["name"]
+    previous, memory = CacheScalingPolicyStatus(), learned()
+    for changed in ({}, {"hit": 0.04}, {"hit": 0.04}, {"ttft_p95_seconds": None}, {}):
+        state = snapshot(signals(**changed))
+        decision = decide(spec(), state, memory, state.signals.observed_at)
+        status = render(
+            previous,
+            decision,
+            state,
+            generation=1,
+            now=state.signals.observed_at,
+            applied=True,
+            warmup_seconds=300.0,
+        )
+        patch = json.dumps([{"op": "add", "path": "/status", "value": status}])
+        written = cluster.kubectl(
+            "patch", "-n", namespace, "cachescalingpolicy", name, "--subresource=status",
+            "--type=json", "-p", patch,
+        )  # fmt: skip
+        assert written.returncode == 0, written.stderr
+        stored = get(cluster, "cachescalingpolicy", "-n", namespace, name)["status"]
+        assert stored == status, decision.reason
+        previous, memory = CacheScalingPolicyStatus.model_validate(status), decision.memory

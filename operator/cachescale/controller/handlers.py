@@ -238,9 +238,10 @@ def kubeconfig_login(path: str) -> kopf.ConnectionInfo:
 def retained(body: Mapping[str, Any]) -> dict[str, Any]:
     """What a member keeps of its policy's body: all of it but ``metadata.managedFields``.
 
-    The API server's record of which client wrote which field is about half of a parsed
-    policy (9.8 of 17 KiB before its first status write, and it grows with each writer),
-    and nothing here reads it. The rest is shared with kopf's object, not copied."""
+    The API server's record of which client wrote which field is half of a parsed steady
+    policy (23.4 of 46.5 KiB: one entry per writer, the status writes' mirroring the
+    status), and nothing here reads it. The rest is shared with kopf's object, not
+    copied."""
     metadata = body.get("metadata", {})
     return {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
 
