@@ -70,9 +70,7 @@ POLICY_GAUGES = (
     ("max_num_seqs", "The engine's batch ceiling (--max-num-seqs)."),
 )
 """Each per-policy gauge (``cachescale_<name>``) and its help, in exposition order."""
-GAUGE_INDEX = {name: index for index, (name, _) in enumerate(POLICY_GAUGES)}
 SIGNAL_GAUGES = {
-    "token_hit_rate": "token_hit_rate",
     "request_full_hit_share": "request_hit_share",
     "prefill_tokens_per_request": "prefill_tokens_per_request",
     "ttft_p95_seconds": "ttft_p95_seconds",
@@ -81,7 +79,8 @@ SIGNAL_GAUGES = {
     "arrivals_per_second": "arrivals_per_second",
     "preemptions_per_second": "preemptions_per_second",
 }
-"""The gauge each exported signal (a field of ``EngineSignals``) is shown as."""
+"""The gauge each exported signal (a field of ``EngineSignals``) is shown as; the hit
+rate's is the warm pods' (``EngineSignals.warm_token_hit_rate``)."""
 
 
 @dataclass(slots=True)
