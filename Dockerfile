@@ -29,9 +29,11 @@ RUN groupadd --system --gid 10001 cachescale \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin cachescale
 COPY --from=build /opt/cachescale /opt/cachescale
+# MALLOC_ARENA_MAX: two glibc malloc arenas, not eight per core (the chart sets it too).
 ENV PATH=/opt/cachescale/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    MALLOC_ARENA_MAX=2
 # Numeric user, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 WORKDIR /tmp

@@ -14,6 +14,7 @@ import yaml
 from packaging.version import Version
 
 from tests.chart.chart_helpers import CHART, REPO, render
+from tests.controller.process_fixture import IMAGE_ENV
 
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -100,6 +101,20 @@ def test_exposed_ports_are_the_chart_ports() -> None:
     assert sorted(int(p) for p in exposed.split()) == sorted(
         [operator["healthPort"], operator["metricsPort"]]
     )
+
+
+def test_the_chart_and_the_tests_run_the_operator_with_the_image_env() -> None:
+    """The chart repeats the image's environment (a user's own image may lack it), and the
+    tests' operator process has what changes how it runs, so the bench measures it."""
+    (assignments,) = [args for word, args in final_stage() if word == "ENV"]
+    image_env = dict(pair.split("=", 1) for pair in assignments.split())
+    del image_env["PATH"]
+    assert image_env["MALLOC_ARENA_MAX"] == "2"
+    (deployment,) = [m for m in render() if m["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    chart_env = {e["name"]: e.get("value") for e in container["env"]}
+    assert image_env.items() <= chart_env.items()
+    assert IMAGE_ENV.items() <= image_env.items()
 
 
 def test_dockerignore_keeps_the_context_to_what_the_build_copies() -> None:

@@ -42,6 +42,9 @@ STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 """Unset for the child: with them, both the operator and kopf would try in-cluster auth."""
+IMAGE_ENV = {"MALLOC_ARENA_MAX": "2"}
+"""What the image and the chart set that changes how the operator runs (its memory), so
+the tests and the fleet bench measure the operator as it ships."""
 
 
 # -- kmock, made kopf-compatible ----------------------------------------------------------
@@ -252,6 +255,7 @@ def start_operator(workdir: Path, kubeconfig: Path, *args: str) -> Iterator[Oper
     # No $KUBECONFIG and no in-cluster variables: only --kubeconfig can lead the operator
     # (and kopf's own login) to the fake API server.
     env = {k: v for k, v in os.environ.items() if k not in (*IN_CLUSTER_ENV, "KUBECONFIG")}
+    env |= IMAGE_ENV
     log = workdir / "operator.log"
     with log.open("wb") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env)
