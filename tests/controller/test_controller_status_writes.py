@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import tracemalloc
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -297,36 +296,10 @@ def test_the_watchs_copy_of_a_written_status_replaces_the_operators() -> None:
     assert writes.due("uid", copy.deepcopy(written), stored, soon) is None
     later = {**written, "signals": {"tokenHitRate": 0.851, "observedAt": soon.isoformat()}}
     writes.skipped("uid", later)
-    assert writes.latest("uid", stored) == later, "a skipped write is still continued from"
+    assert writes.latest("uid", stored) is later, "a skipped write is still continued from"
     assert writes.due("uid", written, {**stored, "state": "edited"}, soon) == (
         "stored status changed"
     )
-
-
-def test_a_skipped_status_is_kept_in_under_half_its_parsed_size(
-    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
-) -> None:
-    """A steady policy's writes are mostly skipped, so every policy of a fleet keeps the
-    last status it rendered: as text, not as the parsed status the evaluation made."""
-    settled(cluster, engines, prometheus, clock)
-    stored = cluster.get(POLICIES, "vllm")["status"]
-    writes = StatusWrites()
-    uids = [f"uid-{i}" for i in range(200)]
-    for uid in uids:
-        writes.wrote(uid, stored, clock())
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        rendered = [copy.deepcopy(stored) for _ in uids]
-        parsed = tracemalloc.get_traced_memory()[0] - base
-        for uid, status in zip(uids, rendered, strict=True):
-            writes.skipped(uid, status)
-        del rendered
-        kept = tracemalloc.get_traced_memory()[0] - base
-    finally:
-        tracemalloc.stop()
-    assert kept < parsed / 2, (kept // len(uids), parsed // len(uids))
-    assert writes.latest(uids[0], stored) == stored
 
 
 def test_statuses_written_together_are_refreshed_spread_over_the_period() -> None:

@@ -8,8 +8,7 @@ memory and per policy, what it last wrote (the watch's own copy of it once that 
 back: one status per policy, not two) and when, and skips the write when the new
 status equals it once both are *normalised*. The next evaluation then continues from the
 status it rendered, not the stored one, so what is skipped is not lost in this process
-(``latest``; kept as compact JSON, under half the memory of the parsed status, since a
-steady policy holds one). Normalised means:
+(``latest``). Normalised means:
 
 - the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
   ``lastDecision.time``, the baseline's ``updatedAt``;
@@ -39,7 +38,6 @@ steady progress.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -128,17 +126,11 @@ class _Written:
     """The last status written, normalised."""
     at: datetime
     """When it was written."""
+    latest: Mapping[str, Any]
+    """The last status rendered, written or not: the next evaluation's previous status."""
     written: Mapping[str, Any]
     """The last status written, as written: a stored status equal to it is known to be
     unchanged without normalising it (the watch delivers it back at every evaluation)."""
-    unwritten: str | None = None
-    """The last status rendered when its write was skipped, as compact JSON (4 KiB where
-    the parsed status takes 15), else None."""
-
-    @property
-    def latest(self) -> Mapping[str, Any]:
-        """The last status rendered, written or not: the next evaluation's previous status."""
-        return self.written if self.unwritten is None else json.loads(self.unwritten)
 
     def holds(self, stored: Mapping[str, Any] | None) -> bool:
         """Whether ``stored`` is still the status written, once both are normalised."""
@@ -191,7 +183,7 @@ class StatusWrites:
         observed = _observed_at(stored)
         if stored is None or observed is None:
             return None
-        adopted = self._last[uid] = _Written(normalised(stored), observed, stored)
+        adopted = self._last[uid] = _Written(normalised(stored), observed, stored, stored)
         return adopted
 
     def _share(self, uid: str, last: _Written, stored: Mapping[str, Any] | None) -> _Written:
@@ -201,24 +193,23 @@ class StatusWrites:
         a steady policy), and the next evaluations know it unchanged by identity."""
         if stored is None or stored is last.written or stored != last.written:
             return last
-        shared = _Written(normalised(stored), last.at, stored, last.unwritten)
-        self._last[uid] = shared
+        latest = stored if last.latest is last.written else last.latest
+        shared = self._last[uid] = _Written(normalised(stored), last.at, latest, stored)
         return shared
 
     def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
         """``status`` was written at ``now`` (call only after the API accepted it)."""
         with self._lock:
-            self._last[uid] = _Written(normalised(status), now, status)
+            self._last[uid] = _Written(normalised(status), now, status, status)
             self._unsure.discard(uid)
 
     def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
         """``status`` was not written (``due`` said so): it is still what the next
         evaluation continues from, its streaks and averages one evaluation further."""
-        unwritten = json.dumps(status, separators=(",", ":"))
         with self._lock:
             last = self._last.get(uid)
             if last is not None:
-                self._last[uid] = _Written(last.normalised, last.at, last.written, unwritten)
+                self._last[uid] = _Written(last.normalised, last.at, status, last.written)
 
     def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The last status rendered for the policy, when the stored one (``stored``) is
