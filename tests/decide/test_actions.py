@@ -12,7 +12,7 @@ from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
-from cachescale.snapshot import HumanRequests, Snapshot
+from cachescale.snapshot import EngineSignals, HumanRequests, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
     INTERVAL,
@@ -203,6 +203,63 @@ def test_a_draining_backlog_is_not_a_lack_of_replicas() -> None:
     assert last.slo_needed_replicas is None
     assert last.envelope.max_replicas < 17
     assert last.envelope.min_replicas == 4
+
+
+def breaching_without_a_queue(running_per_pod: float) -> EngineSignals:
+    """No collapse, a dearer cache (800 GPU-s/1k against the 780 budget): all 32 arriving
+    req/s served with no queue, while TTFT p95 breaches the 1 s SLO."""
+    return signals(
+        ttft_p95_seconds=2.5,
+        arrivals_per_second=32.0,
+        waiting_requests_per_pod=0.2,
+        running_requests_per_pod=running_per_pod,
+        gpu_seconds_per_1k_requests=800.0,
+    )
+
+
+def capped_at_budget(running_per_pod: float, on_collapse: str = "Hold") -> list[Decision]:
+    """``breaching_without_a_queue`` for two evaluations on 12 pods, capped at the
+    budget's 12 (780 × 32 / 2000)."""
+    engine = breaching_without_a_queue(running_per_pod)
+    policy = spec(cache={"onCollapse": on_collapse})
+    return run(policy, [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 2)
+
+
+def test_a_breach_the_budget_cap_stops_the_hpa_from_answering_gets_what_the_slo_needs() -> None:
+    # The HPA's own metric asks for ceil(12 × 30 / 24) = 15 and the cap holds it at 12;
+    # no queue, so nothing said "replicas are short" before (a degraded cache at a tight
+    # budget sat at the cap with TTFT breaching, "meeting the SLO needs a larger budget").
+    first, second = capped_at_budget(running_per_pod=30.0)
+    assert first.envelope.max_replicas == 12
+    assert first.slo_needed_replicas is None  # one breaching evaluation is not enough
+    # ceil(12 ready × max(32 / 32, 1) / 0.85) = 15, and the floor ceil(15 × 0.85) = 13.
+    assert second.slo_needed_replicas == 15
+    assert (second.envelope.min_replicas, second.envelope.max_replicas) == (13, 15)
+    assert second.reason == "ScaledForSLO"
+    # Under CapAtBudget the need is reported, not applied.
+    *_, capped = capped_at_budget(running_per_pod=30.0, on_collapse="CapAtBudget")
+    assert capped.slo_needed_replicas == 15
+    assert capped.envelope.max_replicas == 12
+
+
+def test_without_a_queue_a_capped_breach_does_not_raise_an_estimate_already_made() -> None:
+    # At the 15 the SLO needed, the HPA's metric still asks for more (ceil(15 × 30 / 24) =
+    # 19) and TTFT still breaches: what a window just after a backlog drained reads. The
+    # estimate is raised only on a growing queue.
+    engine = breaching_without_a_queue(running_per_pod=30.0)
+    capped = snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
+    raised_to_need = snapshot(engine, workload(replicas=15, hpa=(13, 15, 24.0)))
+    decisions = run(spec(), [capped, capped, raised_to_need, raised_to_need])
+    assert [d.slo_needed_replicas for d in decisions] == [None, 15, 15, 15]
+    assert decisions[-1].envelope.max_replicas == 15
+
+
+def test_a_breach_the_hpa_does_not_ask_replicas_for_is_not_answered_with_replicas() -> None:
+    # The same breach, but the HPA's metric asks for ceil(12 × 20 / 24) = 10: the cap is
+    # not what stops it, and there is no queue, so the breach is not a lack of replicas.
+    *_, last = capped_at_budget(running_per_pod=20.0)
+    assert last.slo_needed_replicas is None
+    assert (last.envelope.min_replicas, last.envelope.max_replicas) == (4, 12)
 
 
 def test_cap_at_budget_says_latency_is_sacrificed_and_how_much() -> None:

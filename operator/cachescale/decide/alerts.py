@@ -138,7 +138,8 @@ def alert_rules(
             wanted[Diagnosis.SLO_AT_RISK] = (
                 f"{slo.evidence} with replicas at {top}, what the SLO needed at the last "
                 f"estimate (the budget allows {plan.budget_max}); the estimate is raised "
-                "while requests keep arriving faster than they are served"
+                "while requests keep arriving faster than they are served, or the HPA "
+                "asks for more replicas than the envelope allows"
             )
         else:
             wanted[Diagnosis.SLO_AT_RISK] = (

@@ -244,10 +244,14 @@ def _slo_mark(
 ) -> ReplicaMark | None:
     """The replicas the SLO needs, remembered while the incident lasts.
 
-    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while requests
-    queue and arrive faster than they are served (a breach without a queue is the target
-    guard's, not a lack of replicas; a queue served faster than requests arrive is a
-    backlog draining):
+    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while replicas are
+    short: requests queue and arrive faster than they are served (a queue served faster
+    than requests arrive is a backlog draining), or, without a queue and before any
+    estimate, the fleet is at maxReplicas and the HPA's own metric asks for more
+    (``capped_below_hpa``: the envelope is what keeps the pods too busy; any other breach
+    without a queue is the target guard's). An estimate is raised only on a growing
+    queue: just after a backlog drains, the windowed TTFT and the HPA's windowed metric
+    still read it for up to a window:
     ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
     served what they did, scaled to what arrives, with headroom. The first estimate needs
     every pod ready; a later one replaces it only upward, and only on settled pods (the
@@ -266,16 +270,10 @@ def _slo_mark(
         mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
     )
     breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
-    behind = falling_behind(snapshot)
-    if (
-        breaching
-        and settled
-        and behind
-        and (waiting is None or waiting >= QUEUED_PER_POD)
-        and need is not None
-        and served is not None
-        and served > 0
-    ):
+    queued = waiting is None or waiting >= QUEUED_PER_POD
+    capped = mark is None and not queued and capped_below_hpa(snapshot)
+    short = (queued and falling_behind(snapshot)) or capped
+    if breaching and settled and short and need is not None and served is not None and served > 0:
         ratio = max(need / served, 1.0)
         estimate = workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION
         # Never above the hard cap (and finite however little was served).
@@ -287,6 +285,15 @@ def _slo_mark(
     covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
     incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
     return None if covered or not incident else mark
+
+
+def capped_below_hpa(snapshot: Snapshot) -> bool:
+    """The fleet is at maxReplicas and the HPA's own metric asks for more: the envelope,
+    not the HPA, is what stops it adding replicas."""
+    hpa = snapshot.workload.hpa
+    wanted = hpa_wanted_replicas(snapshot, hpa.target_average_value)
+    at_top = snapshot.workload.replicas >= hpa.max_replicas
+    return at_top and wanted is not None and wanted > hpa.max_replicas
 
 
 def falling_behind(snapshot: Snapshot) -> bool:
