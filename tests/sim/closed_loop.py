@@ -154,6 +154,8 @@ def suite_runs() -> dict[str, LoopRun]:
         ),
         "sliding-window/cachescale": LoopRun.builtin("sliding-window", "cachescale"),
         "sliding-window/hpa": LoopRun.builtin("sliding-window", "hpa"),
+        "shuffled-tools/cachescale": LoopRun.builtin("shuffled-tools", "cachescale"),
+        "shuffled-tools/hpa": LoopRun.builtin("shuffled-tools", "hpa"),
         "rag-rechunk-keda/keda": LoopRun.builtin("rag-rechunk-keda", "hpa"),
         "rag-rechunk-keda/cachescale": LoopRun.builtin("rag-rechunk-keda", "cachescale"),
         "rag-rechunk-keda/capped": keda_capped_at_the_same_rule(),

@@ -140,6 +140,23 @@ def test_truncation_costs_no_latency_against_the_hpa_alone(loops: dict[str, Any]
     assert loop.after.ttft_p95_s <= limit
 
 
+def test_a_dearer_cache_at_a_tight_budget_is_scaled_for_the_slo(loops: dict[str, Any]) -> None:
+    # Shuffled tools: a degraded cache (no collapse) pushes the cost just over the budget,
+    # which caps the fleet at 7 while the HPA's metric asks for 8-9 and TTFT breaches with
+    # no queue. Replicas are short, so the SLO comes first (docs/decisions.md,
+    # "Precedence"); before, the fleet sat at the cap: p95 0.66 s against 0.33 s alone.
+    alone, loop = loops["shuffled-tools/hpa"], loops["shuffled-tools/cachescale"]
+    limit = max(1.2 * alone.after.ttft_p95_s, alone.after.ttft_p95_s + 0.2)
+    assert loop.after.ttft_p95_s <= limit
+    assert loop.after.replicas <= alone.after.replicas
+    assert raised(loop, "CacheDegraded")
+    assert not raised(loop, "PrefixCollapse")
+    change = loop.scenario.change_at_s
+    scaled = [r for r in loop.policy if r.t_s > change and r.reason == "ScaledForSLO"]
+    # Above the 7 the budget allows at 20 req/s: floor(780 × 20 / (1000 × 2 GPUs)).
+    assert max((r.max_replicas for r in scaled), default=0) > 7
+
+
 @pytest.mark.parametrize(
     "name",
     ["traffic-doubling", "rolling-deploy", "rechunk-heals", "unique-prefixes"],
