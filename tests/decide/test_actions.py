@@ -121,10 +121,16 @@ def test_hold_lets_the_slo_guard_scale_inside_the_budget() -> None:
 
 
 def slo_first(
-    on_collapse: str, p95s: list[float], served: float = 28.0, applied: bool = False
+    on_collapse: str,
+    p95s: list[float],
+    served: float = 28.0,
+    applied: bool = False,
+    waiting: float = 3.0,
+    running: float = 40.0,
+    ready: int = 12,
 ) -> list[Decision]:
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
-    serve 28 of the 32 arriving req/s (3 waiting per pod), with TTFT p95 going through
+    serve 28 of the 32 arriving req/s (``waiting`` per pod), with TTFT p95 going through
     ``p95s``. ``applied``: each evaluation reads the HPA as the one before left it."""
 
     def at(p95: float) -> Snapshot:
@@ -133,12 +139,12 @@ def slo_first(
             ttft_p95_seconds=p95,
             requests_per_second=served,
             arrivals_per_second=32.0,
-            waiting_requests_per_pod=3.0,
+            waiting_requests_per_pod=waiting,
             gpu_seconds_per_1k_requests=1100.0,
             prefill_tokens_per_request=2000,
-            running_requests_per_pod=40,
+            running_requests_per_pod=running,
         )
-        return snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
+        return snapshot(engine, workload(replicas=12, ready=ready, hpa=(4, 12, 24.0)))
 
     policy = spec(cache={"onCollapse": on_collapse})
     if not applied:
@@ -170,6 +176,42 @@ def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
     message = decisions[4].alerts[0].message
     assert "replicas may grow to 17, what the SLO needs at the current cost" in message
     assert "above the budget's 12" in message
+
+
+def test_a_backlog_the_estimate_would_drain_slowly_lifts_the_top_to_drain_it() -> None:
+    # 150 waiting on each of 12 pods: 1,800 requests. The SLO estimate, 17, serves the 32
+    # arriving req/s with 15% headroom (4 req/s of surplus: 7.5 min for the backlog once
+    # there, while it is still short). Draining it within 10 min needs
+    # ceil(12 × (32 + 1,800 / 600) / 28 / 0.85) = 18, and the HPA's own metric asks for
+    # ceil(12 × 40 / 24) = 20.
+    *_, last = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0)
+    assert last.slo_needed_replicas == 17
+    assert last.drain_replicas == 18
+    assert last.envelope.max_replicas == 18
+    assert last.reason == "ScaledForSLO"
+    assert "the SLO needs 17; 18 to drain 1,800 waiting requests within 10 min" in last.message
+    assert "may grow to 18 to drain 1,800 waiting requests" in last.alerts[0].message
+
+
+def test_a_backlog_top_is_never_above_what_the_hpa_asks_for() -> None:
+    # Its metric asks for ceil(12 × 30 / 24) = 15, under the estimate's 17: the top is
+    # the estimate's, and no message speaks of a drain.
+    *_, last = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, running=30.0)
+    assert last.slo_needed_replicas == 17
+    assert last.drain_replicas is None
+    assert last.envelope.max_replicas == 17
+    assert "to drain" not in last.message
+
+
+def test_no_backlog_top_without_an_estimate_or_under_cap_at_budget() -> None:
+    # Pods still starting: no estimate yet (it needs every pod ready), so no drain top;
+    # the fleet returns to an estimate once the backlog is gone, never to the budget's.
+    *_, starting = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, ready=10)
+    assert starting.slo_needed_replicas is None
+    assert starting.drain_replicas is None
+    *_, capped = slo_first("CapAtBudget", [0.5] * 3 + [2.5] * 2, waiting=150.0)
+    assert capped.drain_replicas is None
+    assert capped.envelope.max_replicas == 12
 
 
 def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches() -> None:

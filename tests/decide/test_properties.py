@@ -143,10 +143,15 @@ def test_invariants_hold_on_any_sequence(
             assert envelope.min_replicas == current.min_replicas
             assert decision.max_num_seqs == seqs
         elif envelope.max_replicas > current.max_replicas:
-            # Above the budget's allowance only for what the SLO or the demand alone needs.
+            # Above the budget's allowance only for what the SLO, a backlog's drain or the
+            # demand alone needs.
             cap = decision.budget_max_replicas
             assert cap is not None
-            floors = (decision.slo_needed_replicas or 0, decision.demand_replicas or 0)
+            floors = (
+                decision.slo_needed_replicas or 0,
+                decision.drain_replicas or 0,
+                decision.demand_replicas or 0,
+            )
             assert envelope.max_replicas <= max(3, cap, *floors)
         if envelope.max_replicas != current.max_replicas:
             direction = 1 if envelope.max_replicas > current.max_replicas else -1
@@ -158,11 +163,12 @@ def test_invariants_hold_on_any_sequence(
                 last_t, last_direction, last_held = max_changes[-1]
                 if direction == -last_direction and t - last_t < STABILIZATION_SECONDS:
                     # Only a collapse hold (down) and its release (up), failing open on
-                    # missing data (up) or a raise to what the SLO needs may reverse
-                    # quickly.
+                    # missing data (up) or a raise to what the SLO or a backlog's drain
+                    # needs may reverse quickly.
                     opened = frozen(snapshot) and direction == 1
-                    for_slo = direction == 1 and envelope.max_replicas == min(
-                        30, decision.slo_needed_replicas or 0
+                    for_slo = direction == 1 and envelope.max_replicas in (
+                        min(30, decision.slo_needed_replicas or 0),
+                        decision.drain_replicas,
                     )
                     quick = opened or for_slo
                     assert (held and direction == -1) or (last_held and direction == 1) or quick, (
@@ -191,7 +197,8 @@ def test_invariants_hold_on_any_sequence(
 
 def assert_quotes_are_the_decision(decision: Decision, missing: bool) -> None:
     """Every number a message quotes is the number the decision used: the applied cap,
-    the budget's allowance, the demand, what the SLO needs and the cost over baseline
+    the budget's allowance, the demand, what the SLO and a backlog's drain need and the
+    cost over baseline
     (in the decision's message and the alerts it raised; a kept alert may still carry
     the words of the evaluation that last refreshed it)."""
     texts = [decision.message, *(change.message for change in decision.raised)]
@@ -208,6 +215,8 @@ def assert_quotes_are_the_decision(decision: Decision, missing: bool) -> None:
             assert int(quoted) == decision.budget_max_replicas, text
         for quoted in re.findall(r"the SLO needs (\d+)", text):
             assert int(quoted) == decision.slo_needed_replicas, text
+        for quoted in re.findall(r"; (\d+) to drain ", text):
+            assert int(quoted) == decision.drain_replicas, text
         for quoted in re.findall(r"minReplicas (\d+), ", text):
             assert int(quoted) == envelope.min_replicas, text
         for quoted in re.findall(r"req/s (?:moved|\d+(?:\.\d+)?) → (\S+)", text):

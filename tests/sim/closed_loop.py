@@ -156,6 +156,8 @@ def suite_runs() -> dict[str, LoopRun]:
         "sliding-window/hpa": LoopRun.builtin("sliding-window", "hpa"),
         "shuffled-tools/cachescale": LoopRun.builtin("shuffled-tools", "cachescale"),
         "shuffled-tools/hpa": LoopRun.builtin("shuffled-tools", "hpa"),
+        "shuffled-long-tools/cachescale": LoopRun.builtin("shuffled-long-tools", "cachescale"),
+        "shuffled-long-tools/hpa": LoopRun.builtin("shuffled-long-tools", "hpa"),
         "rag-rechunk-keda/keda": LoopRun.builtin("rag-rechunk-keda", "hpa"),
         "rag-rechunk-keda/cachescale": LoopRun.builtin("rag-rechunk-keda", "cachescale"),
         "rag-rechunk-keda/capped": keda_capped_at_the_same_rule(),

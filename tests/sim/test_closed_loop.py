@@ -157,6 +157,22 @@ def test_a_dearer_cache_at_a_tight_budget_is_scaled_for_the_slo(loops: dict[str,
     assert max((r.max_replicas for r in scaled), default=0) > 7
 
 
+def test_a_backlog_larger_than_the_headroom_drains_is_drained(loops: dict[str, Any]) -> None:
+    # Eight long tools shuffled: a collapse, and a backlog of ~3,000 requests built while
+    # the fleet grew. The SLO estimate's 15% headroom alone drained it in 17 minutes and
+    # the last third's p95 was 74 s against the HPA alone's 23 s; the drain top lets the
+    # HPA add what its own metric asks for up to what drains it within 10 minutes.
+    alone, loop = loops["shuffled-long-tools/hpa"], loops["shuffled-long-tools/cachescale"]
+    limit = max(1.2 * alone.after.ttft_p95_s, alone.after.ttft_p95_s + 0.2)
+    assert loop.after.ttft_p95_s <= limit
+    assert loop.after.replicas <= alone.after.replicas
+    assert loop.after.gpu_s_per_1k < alone.after.gpu_s_per_1k
+    assert raised(loop, "PrefixCollapse")
+    assert any("to drain" in r.message for r in loop.policy)
+    # Never above the HPA alone's own overshoot: the top follows the HPA's metric.
+    assert max(s.replicas for s in loop.samples) <= max(s.replicas for s in alone.samples)
+
+
 @pytest.mark.parametrize(
     "name",
     ["traffic-doubling", "rolling-deploy", "rechunk-heals", "unique-prefixes"],

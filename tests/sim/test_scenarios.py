@@ -32,6 +32,7 @@ EXPECTED = {
     "rechunk-heals",
     "rolling-deploy",
     "scaleout-round-robin",
+    "shuffled-long-tools",
     "shuffled-tools",
     "sliding-window",
     "steady",

@@ -51,6 +51,12 @@ def collapse_action(
     )
     if plan.held_by == Hold.COLLAPSE:
         return f"replicas held at {top}{wanted}"
+    if plan.drain is not None and plan.slo_guard and top >= plan.drain.replicas:
+        return (
+            f"TTFT breached the SLO, so replicas may grow to {top} {plan.drain.purpose()}, "
+            f"as the HPA's own metric asks (the SLO needs {plan.slo_needed} once they are "
+            "served)"
+        )
     if plan.slo_needed is not None and plan.slo_guard and top >= plan.slo_needed:
         over = (
             f", above the budget's {plan.budget_max}"
@@ -105,6 +111,8 @@ def action(
         parts.append(f"budget allows {plan.budget_max}")
     if plan.slo_needed is not None:
         parts.append(f"the SLO needs {plan.slo_needed}")
+    if plan.drain is not None:
+        parts.append(f"{plan.drain.replicas} {plan.drain.purpose()}")
     if plan.min_floor is not None:
         parts.append(
             f"minReplicas {plan.min_floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation "

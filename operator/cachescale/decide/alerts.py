@@ -134,6 +134,12 @@ def alert_rules(
                 f"{slo.evidence} with replicas at budget.maxReplicas {top}, the hard cap: "
                 "meeting the SLO needs a larger maxReplicas or cheaper requests"
             )
+        elif plan.drain is not None and top >= plan.drain.replicas:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at {top}, {plan.drain.purpose()} (the SLO "
+                f"needs {plan.slo_needed} once they are served; the budget allows "
+                f"{plan.budget_max})"
+            )
         elif plan.slo_needed is not None and top >= plan.slo_needed:
             wanted[Diagnosis.SLO_AT_RISK] = (
                 f"{slo.evidence} with replicas at {top}, what the SLO needed at the last "
@@ -155,6 +161,8 @@ def alert_rules(
 def _top_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
     """What the top of the envelope is, and why, for the OverBudget message."""
     top = plan.envelope.max_replicas
+    if plan.drain is not None and top >= plan.drain.replicas and plan.slo_guard:
+        return f"{top}, {plan.drain.purpose()} (SLO first)"
     if plan.slo_needed is not None and top >= plan.slo_needed and plan.slo_guard:
         return f"{top}, what the SLO needs at the current cost (SLO first)"
     if sacrificed(spec, plan):

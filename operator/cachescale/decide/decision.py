@@ -47,6 +47,9 @@ class Decision:
     """Replicas the SLO needs at the current cost, while an incident lasts."""
     demand_replicas: int | None = None
     """The demand-alone reference: replicas the demand needs at the baseline cost."""
+    drain_replicas: int | None = None
+    """The top that drains a backlog within ``DRAIN_SECONDS``, when the SLO estimate's
+    headroom would take longer."""
     extra_cost: ExtraCost | None = None
     """What requests cost over the baseline, as the OverBudget and PrefixCollapse
     messages quote it."""

@@ -362,6 +362,7 @@ def _evaluate(
         demand=demand(snapshot),
         slo_needed_replicas=plan.slo_needed,
         demand_replicas=plan.demand_replicas,
+        drain_replicas=plan.drain.replicas if plan.drain else None,
         extra_cost=rules.extra_cost,
         notes=notes + ((batch.blocked,) if batch.blocked else ()),
     )

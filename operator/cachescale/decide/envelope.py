@@ -42,6 +42,7 @@ from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
     BATCH_TARGET_SHARE,
+    DRAIN_SECONDS,
     MIN_RELEASE_STEP,
     QUEUED_PER_POD,
     SLO_BREACH_EVALUATIONS,
@@ -79,6 +80,9 @@ class EnvelopePlan:
     incident lasts; under ``CapAtBudget`` reported, not applied."""
     demand_replicas: int | None = None
     """The demand-alone reference: replicas the demand needs at the baseline cost."""
+    drain: Drain | None = None
+    """What draining a backlog within ``DRAIN_SECONDS`` needs, when the SLO estimate's
+    headroom would take longer (``drain_top``)."""
     min_floor: int | None = None
     """minReplicas raised above the user's own for the SLO (``_slo_floor``)."""
     min_floor_releasing: bool = False
@@ -148,6 +152,20 @@ def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) ->
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """A backlog too large for the SLO estimate's headroom, and the top that drains it."""
+
+    waiting: int
+    """Requests waiting across the ready pods."""
+    replicas: int
+    """The top that drains them within ``DRAIN_SECONDS`` (at most the HPA's own ask)."""
+
+    def purpose(self) -> str:
+        """``to drain 3,000 waiting requests within 10 min``."""
+        return f"to drain {self.waiting:,} waiting requests within {DRAIN_SECONDS / 60:.0f} min"
+
+
+@dataclass(frozen=True, slots=True)
 class EnvelopeFacts:
     """What the diagnosis found that the envelope depends on."""
 
@@ -207,6 +225,11 @@ def plan_envelope(
         slo_needed = min(high, slo_needed_replicas(slo_mark, demand(snapshot).per_second))
         if spec.cache.on_collapse is not CollapseAction.CAP_AT_BUDGET and slo_needed > recommended:
             recommended, held_by, slo_guard, slo_raise = slo_needed, None, True, True
+    drain = drain_top(spec, snapshot, memory, slo_needed)
+    if drain is not None and drain.replicas > recommended:
+        recommended, held_by, slo_guard, slo_raise = drain.replicas, None, True, True
+    else:
+        drain = None  # not what sets the top: the messages name what does
     immediate = held_by == Hold.COLLAPSE
     max_replicas, memory = _stabilized_max(
         recommended, current_max, memory, now, immediate, slo_raise
@@ -230,6 +253,7 @@ def plan_envelope(
         memory=memory,
         slo_needed=slo_needed,
         demand_replicas=reference,
+        drain=drain,
         min_floor=raised_min,
         min_floor_releasing=raised_min is not None and breach_floor is None,
     )
@@ -285,6 +309,46 @@ def _slo_mark(
     covered = facts.budget_max is not None and facts.budget_max >= slo_needed_replicas(mark, need)
     incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or facts.over_budget
     return None if covered or not incident else mark
+
+
+def drain_top(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, slo_needed: int | None
+) -> Drain | None:
+    """The top a backlog needs while TTFT breaches, after an SLO estimate (not under
+    ``CapAtBudget``): the pods that serve the arrivals and the waiting requests within
+    ``DRAIN_SECONDS``, with the estimate's headroom,
+    ``ceil(ready × (arrivals + waiting / DRAIN_SECONDS) / served / SLO_NEEDED_UTILISATION)``,
+    and at most what the HPA's own metric asks for: the top lets the HPA drain the backlog
+    as it would alone, a step per evaluation, and never adds a replica it does not ask for.
+    None when the fleet's surplus (served − arriving) drains the backlog within
+    ``DRAIN_SECONDS``, with no queue, or when it needs no more than the estimate.
+
+    The estimate sizes the fleet for the arrivals with 15% headroom; a backlog built
+    while it lagged drains at that headroom only. The top is transient, gone with the
+    backlog, and comes only above an estimate, which is what the fleet returns to: without
+    one, the top fell back to the budget's once the backlog drained and the queue came
+    back (``rag-rechunk`` seed 7, ``docs/decisions.md`` section 3)."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET or slo_needed is None:
+        return None
+    if memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
+        return None
+    need = demand(snapshot).per_second
+    served = snapshot.signals.requests_per_second.value
+    per_pod = snapshot.signals.waiting_requests_per_pod.value
+    ready = snapshot.workload.ready_replicas
+    if need is None or not served or per_pod is None or per_pod < QUEUED_PER_POD or ready <= 0:
+        return None
+    waiting = per_pod * ready
+    to_serve = need + waiting / DRAIN_SECONDS
+    if to_serve <= served:
+        return None
+    estimate = ready * to_serve / served / SLO_NEEDED_UTILISATION
+    top = math.ceil(min(estimate, spec.budget.max_replicas) - 1e-9)
+    hpa = snapshot.workload.hpa
+    wanted = hpa_wanted_replicas(snapshot, hpa.target_average_value)
+    if wanted is not None:
+        top = min(top, max(wanted, hpa.max_replicas))
+    return Drain(waiting=round(waiting), replicas=top) if top > slo_needed else None
 
 
 def capped_below_hpa(snapshot: Snapshot) -> bool:

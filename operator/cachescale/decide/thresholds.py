@@ -99,6 +99,11 @@ BATCH_TARGET_SHARE = 0.75
 SLO_NEEDED_UTILISATION = 0.85
 """The SLO-needed replicas serve the arrivals with the pods this busy at most (15%
 headroom): ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``."""
+DRAIN_SECONDS = 600.0
+"""While TTFT breaches, a backlog the fleet would take longer than this to drain at its
+current surplus (served − arriving) lets maxReplicas rise above the SLO estimate to what
+drains it in this time (``envelope.drain_top``). The estimate's 15% headroom alone drains
+3,000 queued requests at 3 req/s, in 17 minutes, every one of them over the SLO."""
 MIN_RELEASE_STEP = 0.1
 """After a breach, minReplicas raised for the SLO comes down by this share per evaluation
 (10 steps of 30 s take 20 replicas to 7): gentler than at once, which lets the HPA drop to
