@@ -128,6 +128,7 @@ def slo_first(
     waiting: float = 3.0,
     running: float = 40.0,
     ready: int = 12,
+    metric: str = "vllm:num_requests_running",
 ) -> list[Decision]:
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
     serve 28 of the 32 arriving req/s (``waiting`` per pod), with TTFT p95 going through
@@ -144,7 +145,9 @@ def slo_first(
             prefill_tokens_per_request=2000,
             running_requests_per_pod=running,
         )
-        return snapshot(engine, workload(replicas=12, ready=ready, hpa=(4, 12, 24.0)))
+        fleet = workload(replicas=12, ready=ready, hpa=(4, 12, 24.0))
+        fleet = replace(fleet, hpa=replace(fleet.hpa, metric_name=metric))
+        return snapshot(engine, fleet)
 
     policy = spec(cache={"onCollapse": on_collapse})
     if not applied:
@@ -203,7 +206,15 @@ def test_a_backlog_top_is_never_above_what_the_hpa_asks_for() -> None:
     assert "to drain" not in last.message
 
 
-def test_no_backlog_top_without_an_estimate_or_under_cap_at_budget() -> None:
+def test_no_backlog_top_on_a_queue_metric_without_an_estimate_or_under_cap_at_budget() -> None:
+    # An HPA on the queue (KEDA's trigger) asks for ceil(12 × 150 / 24) = 75: no bound,
+    # so no drain top; the estimate's 17 is the top.
+    *_, queue = slo_first(
+        "Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, metric="vllm:num_requests_waiting"
+    )
+    assert queue.slo_needed_replicas == 17
+    assert queue.drain_replicas is None
+    assert queue.envelope.max_replicas == 17
     # Pods still starting: no estimate yet (it needs every pod ready), so no drain top;
     # the fleet returns to an estimate once the backlog is gone, never to the budget's.
     *_, starting = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, ready=10)
