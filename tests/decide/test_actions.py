@@ -9,8 +9,10 @@ from datetime import timedelta
 import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
+from cachescale.api.spec import MAX_REPLICAS
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
+from cachescale.decide.envelope import hold_level, slo_needed_replicas
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
 from cachescale.snapshot import EngineSignals, HumanRequests, Snapshot
 from tests.decide.decide_builders import (
@@ -307,6 +309,20 @@ def test_without_a_queue_a_capped_breach_does_not_raise_an_estimate_already_made
     assert decisions[-1].envelope.max_replicas == 15
 
 
+def test_slo_at_risk_at_the_budget_cap_while_pods_start_does_not_ask_for_a_budget() -> None:
+    # 2 of the 12 pods still starting: no estimate yet (it needs every pod ready), so the
+    # alert says the need comes once they are, not that the budget must grow.
+    engine = breaching_without_a_queue(running_per_pod=30.0)
+    starting = snapshot(engine, workload(replicas=12, ready=10, hpa=(4, 12, 24.0)))
+    *_, last = run(spec(), [starting] * 3)
+    assert last.slo_needed_replicas is None
+    message = next(a.message for a in last.alerts if a.reason == "SLOAtRisk")
+    assert "with replicas at the 12 the budget of 780 GPU-s/1k allows while 2 of them start" in (
+        message
+    )
+    assert "larger budget" not in message
+
+
 def test_a_breach_the_hpa_does_not_ask_replicas_for_is_not_answered_with_replicas() -> None:
     # The same breach, but the HPA's metric asks for ceil(12 × 20 / 24) = 10: the cap is
     # not what stops it, and there is no queue, so the breach is not a lack of replicas.
@@ -339,6 +355,13 @@ def test_no_policy_caps_below_the_demand_alone() -> None:
         assert decision.budget_max_replicas == 8
         assert decision.demand_replicas == 11
         assert decision.envelope.max_replicas == 11
+
+
+def test_a_mark_taken_at_a_vanishing_rate_scales_to_a_finite_count() -> None:
+    # 5e-324 req/s then, 32 now: a growth of infinity, which ceil() cannot take.
+    vanishing = ReplicaMark(replicas=10, requests_per_second=5e-324, at=T0)
+    assert hold_level(vanishing, 32.0, 11) == MAX_REPLICAS
+    assert slo_needed_replicas(vanishing, 32.0) == MAX_REPLICAS
 
 
 def test_hold_follows_demand_growth_since_the_mark() -> None:

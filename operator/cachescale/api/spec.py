@@ -44,6 +44,8 @@ MAX_GIB = 16_384.0
 """Upper bound for a replica's GiB figures (16 TiB: far above any node today)."""
 MAX_GPU_SECONDS_PER_1K = 10_000_000.0
 """Upper bound for the budget: 10,000 GPU-seconds per request."""
+MAX_REPLICAS = 10_000
+"""Upper bound for the budget's replica range."""
 
 
 def _check_duration(text: str) -> str:
@@ -370,9 +372,9 @@ class BudgetSpec(SpecModel):
 
     gpu_seconds_per_1k_requests: float = Field(gt=0, le=MAX_GPU_SECONDS_PER_1K)
     """Most GPU-seconds the fleet may spend per 1,000 successful requests."""
-    min_replicas: int = Field(default=1, ge=1, le=10_000)
+    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Fewest replicas the HPA may run."""
-    max_replicas: int = Field(ge=1, le=10_000)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
     """Most replicas the HPA may run."""
 
     @model_validator(mode="after")

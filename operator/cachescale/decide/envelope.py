@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cachescale.api.reasons import Diagnosis, Hold
-from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
+from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.thresholds import (
@@ -127,7 +127,7 @@ def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, curr
     growth = 1.0
     if requests_per_second is not None and mark.requests_per_second > 0:
         growth = max(1.0, requests_per_second / mark.requests_per_second)
-    return math.ceil(mark.replicas * growth - 1e-9)
+    return scaled_replicas(mark.replicas, growth)
 
 
 def demand_replicas(snapshot: Snapshot, memory: Memory) -> int | None:
@@ -148,7 +148,13 @@ def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) ->
     growth = 1.0
     if requests_per_second is not None and mark.requests_per_second > 0:
         growth = requests_per_second / mark.requests_per_second
-    return max(1, math.ceil(mark.replicas * growth - 1e-9))
+    return max(1, scaled_replicas(mark.replicas, growth))
+
+
+def scaled_replicas(replicas: int, growth: float) -> int:
+    """``ceil(replicas × growth)``, at most ``MAX_REPLICAS`` (finite however small the
+    remembered rate a growth is measured from)."""
+    return math.ceil(min(replicas * growth, MAX_REPLICAS) - 1e-9)
 
 
 @dataclass(frozen=True, slots=True)
