@@ -147,6 +147,13 @@ def alert_rules(
                 "while requests keep arriving faster than they are served, or the HPA "
                 "asks for more replicas than the envelope allows"
             )
+        elif (starting := snapshot.workload.replicas - snapshot.workload.ready_replicas) > 0:
+            wanted[Diagnosis.SLO_AT_RISK] = (
+                f"{slo.evidence} with replicas at the {top} the budget of "
+                f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows "
+                f"while {starting} of them start: what the SLO needs is estimated once "
+                "every pod is ready, if replicas are still short"
+            )
         else:
             wanted[Diagnosis.SLO_AT_RISK] = (
                 f"{slo.evidence} with replicas at the {top} the budget of "
