@@ -154,7 +154,12 @@ def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) ->
 def scaled_replicas(replicas: int, growth: float) -> int:
     """``ceil(replicas × growth)``, at most ``MAX_REPLICAS`` (finite however small the
     remembered rate a growth is measured from)."""
-    return math.ceil(min(replicas * growth, MAX_REPLICAS) - 1e-9)
+    return ceil_at_most(replicas * growth, MAX_REPLICAS)
+
+
+def ceil_at_most(replicas: float, cap: int) -> int:
+    """A fractional replica count rounded up, at most ``cap`` (finite for any input)."""
+    return math.ceil(min(replicas, cap) - 1e-9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +312,7 @@ def _slo_mark(
         ratio = max(need / served, 1.0)
         estimate = workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION
         # Never above the hard cap (and finite however little was served).
-        needed = math.ceil(min(estimate, spec.budget.max_replicas) - 1e-9)
+        needed = ceil_at_most(estimate, spec.budget.max_replicas)
         if mark is None or needed > slo_needed_replicas(mark, need):
             mark = ReplicaMark(replicas=needed, requests_per_second=need, at=now)
     if mark is None:
@@ -353,7 +358,7 @@ def drain_top(
     if to_serve <= served:
         return None
     estimate = ready * to_serve / served / SLO_NEEDED_UTILISATION
-    top = math.ceil(min(estimate, spec.budget.max_replicas) - 1e-9)
+    top = ceil_at_most(estimate, spec.budget.max_replicas)
     hpa = snapshot.workload.hpa
     wanted = hpa_wanted_replicas(snapshot, hpa.target_average_value)
     if wanted is None:
@@ -410,12 +415,11 @@ def _released_floor(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | N
 
 def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
     """The HPA's own replica count for its metric at ``target`` (ceil(ready × avg / target))."""
-    hpa = snapshot.workload.hpa
-    name = hpa.metric_name or ""
+    name = snapshot.workload.hpa.metric_name or ""
     signals = snapshot.signals
     per_pod = (
         signals.running_requests_per_pod
-        if "running" in name
+        if on_running_batch(snapshot)
         else signals.waiting_requests_per_pod
         if "waiting" in name or "queue" in name
         else None
