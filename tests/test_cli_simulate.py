@@ -24,24 +24,31 @@ def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]
         "change_at_s",
         "before",
         "after",
+        "from_change",
+        "slo_breaches",
         "replicas_max",
         "alerts",
         "max_num_seqs",
         "timeline",
     ):
         assert key in run
-    assert set(run["before"]) == {
-        "token_hit_rate",
-        "request_hit_share",
-        "prefill_tokens_per_request",
-        "ttft_p95_s",
-        "replicas",
-        "req_per_s",
-        "offered_req_per_s",
-        "aborted_per_s",
-        "gpu_s_per_1k",
-        "preemptions_per_s",
-    }
+    assert (
+        set(run["before"])
+        == set(run["after"])
+        == set(run["from_change"])
+        == {
+            "token_hit_rate",
+            "request_hit_share",
+            "prefill_tokens_per_request",
+            "ttft_p95_s",
+            "replicas",
+            "req_per_s",
+            "offered_req_per_s",
+            "aborted_per_s",
+            "gpu_s_per_1k",
+            "preemptions_per_s",
+        }
+    )
     assert run["max_num_seqs"] == [{"at_s": 0.0, "value": 32}]
 
 

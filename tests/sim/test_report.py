@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from cachescale.sim.present import slo_breaches, verdict, who_served_better
-from cachescale.sim.report import Windows, quantile
+from cachescale.sim.present import (
+    comparison,
+    from_change,
+    run_json,
+    slo_breaches,
+    verdict,
+    who_served_better,
+)
+from cachescale.sim.report import Windows, quantile, signals_dict
 from cachescale.sim.run import run
 from cachescale.sim.scenario import load_builtin
 
@@ -86,6 +93,27 @@ def test_timed_out_clients_are_aborted_not_served() -> None:
     assert not {id(r) for r in result.aborted} & {id(r) for r in result.finished}
     assert "req/s arrived and" in verdict(result)
     assert "aborted by clients that gave up" in verdict(result)
+
+
+def test_the_whole_incident_is_reported_beside_the_last_third() -> None:
+    # The last third can start after an incident is over: from the change to the end is
+    # what users felt and paid through all of it, breaches counted from the change on.
+    overloaded, comfortable = _fixed_fleet(replicas=1), _fixed_fleet(replicas=4, rate_per_s=1.0)
+    start, end = from_change(overloaded)
+    assert (start, end) == (120.0, 240.0)  # no perturbation: the middle of the run
+    report = run_json(overloaded)
+    assert report["from_change"] == signals_dict(Windows(overloaded).signals(start, end))
+    breaches = slo_breaches(overloaded)
+    assert [b["t_s"] for b in report["slo_breaches"]] == [at for at, _ in breaches]
+    late = [p95 for at, p95 in breaches if at >= start]
+    assert late
+    assert len(late) < len(breaches)  # one pod breaches before the change too
+    text = comparison({"hpa": overloaded, "cachescale": comfortable})
+    assert "from the change (2m) to the end:" in text
+    assert f"above the 1 s SLO in {len(late)} of 4 windows of 30 s (worst {max(late):,.1f} s)" in (
+        text
+    )
+    assert "above the 1 s SLO in 0 of 4 windows of 30 s\n" in text + "\n"
 
 
 def _fixed_fleet(replicas: int, rate_per_s: float = 8.0):  # type: ignore[no-untyped-def]

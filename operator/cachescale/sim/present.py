@@ -30,10 +30,22 @@ def before_after(result: RunResult) -> tuple[tuple[float, float], tuple[float, f
     """The steady window before the first change and the last third of the run."""
     scenario = result.scenario
     duration = scenario.duration_s
-    change = scenario.change_at_s if scenario.change_at_s is not None else duration / 2
+    change = _change_s(result)
     before = (max(0.0, change - scenario.report.steady_window_s), change)
     after = (duration - duration / 3, duration)
     return before, after
+
+
+def from_change(result: RunResult) -> tuple[float, float]:
+    """From the first change to the end of the run: what the whole incident cost. The
+    last third can start after an incident is over, and then hides how it was served."""
+    return _change_s(result), result.scenario.duration_s
+
+
+def _change_s(result: RunResult) -> float:
+    """The first change's time (the middle of the run when nothing changes)."""
+    scenario = result.scenario
+    return scenario.change_at_s if scenario.change_at_s is not None else scenario.duration_s / 2
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -173,6 +185,10 @@ def run_json(result: RunResult) -> dict[str, Any]:
         "change_at_s": result.scenario.change_at_s,
         "before": signals_dict(windows.signals(b0, b1)),
         "after": signals_dict(windows.signals(a0, a1)),
+        "from_change": signals_dict(windows.signals(*from_change(result))),
+        "slo_breaches": [
+            rounded({"t_s": start, "ttft_p95_s": p95}) for start, p95 in slo_breaches(result)
+        ],
         "replicas_max": windows.replicas_max(),
         "alerts": alert_spans(result),
         "max_num_seqs": max_num_seqs_changes(result),
@@ -332,7 +348,28 @@ def comparison(runs: dict[str, RunResult]) -> str:
     lines = ["side by side (before → last third of the run):", *rows]
     if {"hpa", "cachescale"} <= runs.keys():
         lines.append(who_served_better(runs["hpa"], runs["cachescale"]))
+    first = next(iter(runs.values()))
+    lines.append(f"from the change ({_minutes(from_change(first)[0])}) to the end:")
+    lines += [f"  {name:<11} {_incident_cells(result)}" for name, result in runs.items()]
     return "\n".join(lines)
+
+
+def _incident_cells(result: RunResult) -> str:
+    """Replicas, cost and latency from the change to the end, with every timeline window
+    above the SLO in that span: what users felt and paid through the whole incident."""
+    start, end = from_change(result)
+    windows = Windows(result)
+    signals = windows.signals(start, end)
+    breaches = [p95 for at, p95 in slo_breaches(result) if at >= start]
+    step = result.scenario.report.timeline_s
+    spans = len([at for at, _ in timeline_windows(result) if at >= start])
+    worst = f" (worst {max(breaches):,.1f} s)" if breaches else ""
+    return (
+        f"replicas {_fmt(signals.replicas, '.1f')} (peak {windows.replicas_max()}), GPU-s/1k "
+        f"{_fmt(signals.gpu_s_per_1k, ',.0f')}, TTFT p95 {_fmt(signals.ttft_p95_s, '.2f')} s, "
+        f"above the {result.scenario.report.slo_ttft_p95_s:g} s SLO in {len(breaches)} of "
+        f"{spans} windows of {_window_length(step)}{worst}"
+    )
 
 
 SAME_LATENCY_SHARE = 0.2
