@@ -13,6 +13,7 @@ from typing import Any
 
 from cachescale.sim.report import Signals, Windows, rounded, signals_dict
 from cachescale.sim.run import RunResult
+from cachescale.sim.scenario import Scenario
 
 SIGNAL_COLUMNS = (
     ("window", 13),
@@ -30,7 +31,7 @@ def before_after(result: RunResult) -> tuple[tuple[float, float], tuple[float, f
     """The steady window before the first change and the last third of the run."""
     scenario = result.scenario
     duration = scenario.duration_s
-    change = _change_s(result)
+    change = change_s(scenario)
     before = (max(0.0, change - scenario.report.steady_window_s), change)
     after = (duration - duration / 3, duration)
     return before, after
@@ -39,12 +40,11 @@ def before_after(result: RunResult) -> tuple[tuple[float, float], tuple[float, f
 def from_change(result: RunResult) -> tuple[float, float]:
     """From the first change to the end of the run: what the whole incident cost. The
     last third can start after an incident is over, and then hides how it was served."""
-    return _change_s(result), result.scenario.duration_s
+    return change_s(result.scenario), result.scenario.duration_s
 
 
-def _change_s(result: RunResult) -> float:
+def change_s(scenario: Scenario) -> float:
     """The first change's time (the middle of the run when nothing changes)."""
-    scenario = result.scenario
     return scenario.change_at_s if scenario.change_at_s is not None else scenario.duration_s / 2
 
 

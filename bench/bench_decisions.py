@@ -1,0 +1,160 @@
+"""Decisions against the HPA alone: every closed-loop built-in scenario, both autoscalers.
+
+Run from the repository root (about 20 minutes on a 2-core machine for two seeds)::
+
+    nice -n 10 .venv/bin/python -m bench.bench_decisions                # seeds 7 and 11
+    nice -n 10 .venv/bin/python -m bench.bench_decisions --seeds 1 2 3 \\
+        --scenarios collapse-with-growth traffic-doubling
+
+Each (scenario, seed) is what ``cachescale simulate --scenario NAME --seed S --autoscaler
+both --json`` runs: the HPA alone (or KEDA alone) and the same HPA with cachescale, on the
+same requests, made by the simulator suite's own harness (``tests/sim/closed_loop.py``,
+two processes). It prints the machine, the date and the commit, then one markdown row per
+run pair with what users felt and paid:
+
+- over the last third of the run: TTFT p95 (every request of the window), mean replicas,
+  GPU-s per 1k requests, requests served of those offered per second;
+- from the first change to the end: mean replicas, the peak, GPU-s/1k, and how many of
+  the minute windows had a TTFT p95 above the scenario's SLO (with the worst);
+
+and, per row, which of issue 11's acceptance rules cachescale breaks, if any:
+
+- ``p95``: its last-third TTFT p95 above the HPA alone's by more than 20% or 0.2 s,
+  whichever is larger, unless the policy chose ``onCollapse: CapAtBudget``;
+- ``replicas``: its last-third replicas above the HPA alone's;
+- ``cost``: in a collapse (the HPA alone's token hit rate over the last third under half
+  of what it was before the change), its last-third GPU-s/1k not below the HPA alone's.
+
+The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (section 7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+from typing import Any
+
+from cachescale.api.spec import CollapseAction
+from cachescale.sim.policy_loop import scenario_policy
+from cachescale.sim.present import change_s
+from cachescale.sim.scenario import Scenario, builtin_names, load_builtin
+from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
+
+LATENCY_SHARE = 0.2
+"""The acceptance's latency allowance: 20% of the HPA alone's p95, or ``LATENCY_S``."""
+LATENCY_S = 0.2
+COLLAPSE_HIT_SHARE = 0.5
+"""A collapse: the last third's token hit rate under this share of the one before."""
+AUTOSCALERS = ("hpa", "cachescale")
+
+
+def closed_loop_scenarios() -> list[str]:
+    """The built-ins cachescale runs in: an autoscaler, no sweep."""
+    names = []
+    for name in builtin_names():
+        scenario = load_builtin(name)
+        if scenario.autoscaler is not None and scenario.sweep is None:
+            names.append(name)
+    return names
+
+
+def jobs(scenarios: list[str], seeds: list[int]) -> dict[str, LoopRun]:
+    """One job per (scenario, seed, autoscaler); a pair shares its requests."""
+    made = {}
+    for name in scenarios:
+        for seed in seeds:
+            scenario = load_builtin(name).model_copy(update={"seed": seed})
+            for autoscaler in AUTOSCALERS:
+                made[f"{name}/{seed}/{autoscaler}"] = LoopRun(scenario, autoscaler, report=True)
+    return made
+
+
+def broken_rules(
+    scenario: Scenario, alone: dict[str, Any], cachescale: dict[str, Any]
+) -> list[str]:
+    """Which acceptance rules the cachescale run breaks against the HPA alone's."""
+    broken = []
+    after, alone_after = cachescale["after"], alone["after"]
+    capped = scenario_policy(scenario).cache.on_collapse is CollapseAction.CAP_AT_BUDGET
+    p95, alone_p95 = after["ttft_p95_s"], alone_after["ttft_p95_s"]
+    allowed = max(alone_p95 * (1 + LATENCY_SHARE), alone_p95 + LATENCY_S)
+    if not capped and p95 > allowed:
+        broken.append("p95")
+    if after["replicas"] > alone_after["replicas"]:
+        broken.append("replicas")
+    hit_before, hit_after = alone["before"]["token_hit_rate"], alone_after["token_hit_rate"]
+    collapse = hit_after < COLLAPSE_HIT_SHARE * hit_before
+    if collapse and after["gpu_s_per_1k"] >= alone_after["gpu_s_per_1k"]:
+        broken.append("cost")
+    return broken
+
+
+def cells(report: dict[str, Any], scenario: Scenario) -> str:
+    """One run's cells: last third, then from the change to the end."""
+    after, whole = report["after"], report["from_change"]
+    change, slo_s = change_s(scenario), scenario.report.slo_ttft_p95_s
+    breaches = [b["ttft_p95_s"] for b in report["slo_breaches"] if b["t_s"] >= change]
+    spans = sum(1 for sample in report["timeline"] if sample["t_s"] >= change)
+    worst = f" (worst {max(breaches):,.1f} s)" if breaches else ""
+    return (
+        f"{after['ttft_p95_s']:,.2f} s, {after['replicas']:.2f}, {after['gpu_s_per_1k']:,.0f}, "
+        f"{after['req_per_s']:.1f} of {after['offered_req_per_s']:.1f} | "
+        f"{whole['replicas']:.2f} (peak {report['replicas_max']}), "
+        f"{whole['gpu_s_per_1k']:,.0f}, {len(breaches)} of {spans} above {slo_s:g} s{worst}"
+    )
+
+
+HEADER = (
+    "| scenario | seed | run | last third: TTFT p95, replicas, GPU-s/1k, served of offered"
+    " req/s | from the change: replicas (peak), GPU-s/1k, timeline windows above the SLO"
+    " | breaks |\n"
+    "|---|---|---|---|---|---|"
+)
+
+
+def rows(summaries: dict[str, LoopSummary], scenarios: list[str], seeds: list[int]) -> list[str]:
+    """The table's rows, the HPA alone's then cachescale's for each (scenario, seed)."""
+    lines = []
+    for name in scenarios:
+        for seed in seeds:
+            pair = {a: summaries[f"{name}/{seed}/{a}"] for a in AUTOSCALERS}
+            reports = {a: s.report for a, s in pair.items()}
+            alone, cachescale = reports["hpa"], reports["cachescale"]
+            assert alone is not None
+            assert cachescale is not None
+            scenario = pair["cachescale"].scenario
+            broken = ", ".join(broken_rules(scenario, alone, cachescale)) or "none"
+            lines.append(f"| `{name}` | {seed} | alone | {cells(alone, scenario)} | |")
+            lines.append(f"| | | cachescale | {cells(cachescale, scenario)} | {broken} |")
+    return lines
+
+
+def machine() -> list[str]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return [
+        f"date      {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"commit    {commit or 'unknown'}",
+        f"machine   {platform.platform()} {platform.machine()}, cpu_count={os.cpu_count()}",
+        f"python    {platform.python_implementation()} {platform.python_version()}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[7, 11])
+    parser.add_argument("--scenarios", nargs="+", default=None, help="default: every one")
+    args = parser.parse_args()
+    scenarios = args.scenarios or closed_loop_scenarios()
+    print("\n".join(machine()))
+    summaries = run_all(jobs(scenarios, args.seeds))
+    print(HEADER)
+    print("\n".join(rows(summaries, scenarios, args.seeds)))
+
+
+if __name__ == "__main__":
+    main()
