@@ -1,6 +1,6 @@
 """Decisions against the HPA alone: every closed-loop built-in scenario, both autoscalers.
 
-Run from the repository root (about 20 minutes on a 2-core machine for two seeds)::
+Run from the repository root (about 12 minutes on a 2-core machine for two seeds)::
 
     nice -n 10 .venv/bin/python -m bench.bench_decisions                # seeds 7 and 11
     nice -n 10 .venv/bin/python -m bench.bench_decisions --seeds 1 2 3 \\
