@@ -41,11 +41,8 @@ from cachescale.api.spec import CollapseAction
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.present import change_s
 from cachescale.sim.scenario import Scenario, builtin_names, load_builtin
-from tests.sim.closed_loop import LoopRun, LoopSummary, run_all
+from tests.sim.closed_loop import LoopRun, LoopSummary, p95_limit, run_all
 
-LATENCY_SHARE = 0.2
-"""The acceptance's latency allowance: 20% of the HPA alone's p95, or ``LATENCY_S``."""
-LATENCY_S = 0.2
 COLLAPSE_HIT_SHARE = 0.5
 """A collapse: the last third's token hit rate under this share of the one before."""
 AUTOSCALERS = ("hpa", "cachescale")
@@ -80,8 +77,7 @@ def broken_rules(
     after, alone_after = cachescale["after"], alone["after"]
     capped = scenario_policy(scenario).cache.on_collapse is CollapseAction.CAP_AT_BUDGET
     p95, alone_p95 = after["ttft_p95_s"], alone_after["ttft_p95_s"]
-    allowed = max(alone_p95 * (1 + LATENCY_SHARE), alone_p95 + LATENCY_S)
-    if not capped and p95 > allowed:
+    if not capped and p95 > p95_limit(alone_p95):
         broken.append("p95")
     if after["replicas"] > alone_after["replicas"]:
         broken.append("replicas")

@@ -45,6 +45,17 @@ AFTER_THE_OUTAGE_S = 300.0
 enough for the alert to clear (one interval) and the envelope to return."""
 
 
+LATENCY_SHARE = 0.2
+"""Issue 11's latency rule: cachescale's last-third TTFT p95 may exceed the HPA alone's by
+this share of it, or by ``LATENCY_S``, whichever is larger."""
+LATENCY_S = 0.2
+
+
+def p95_limit(alone_p95_s: float) -> float:
+    """The highest last-third TTFT p95 the latency rule allows against the HPA alone's."""
+    return max(alone_p95_s * (1 + LATENCY_SHARE), alone_p95_s + LATENCY_S)
+
+
 @dataclass(frozen=True)
 class LoopSummary:
     """What one closed-loop run leaves for the assertions."""
