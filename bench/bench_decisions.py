@@ -25,6 +25,9 @@ and, per row, which of issue 11's acceptance rules cachescale breaks, if any:
 - ``cost``: in a collapse (the HPA alone's token hit rate over the last third under half
   of what it was before the change), its last-third GPU-s/1k not below the HPA alone's.
 
+A scenario that is not a closed-loop built-in, or a seed outside 0..2**32-1, is a usage
+error: one line, exit code 2 (argparse's).
+
 The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (section 7).
 """
 
@@ -41,6 +44,7 @@ from cachescale.api.spec import CollapseAction
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.present import change_s
 from cachescale.sim.scenario import Scenario, builtin_names, load_builtin
+from cachescale.sim.simulate import seed_flag
 from tests.sim.closed_loop import LoopRun, LoopSummary, p95_limit, run_all
 
 COLLAPSE_HIT_SHARE = 0.5
@@ -142,10 +146,11 @@ def machine() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[7, 11])
-    parser.add_argument("--scenarios", nargs="+", default=None, help="default: every one")
+    parser.add_argument("--seeds", type=seed_flag, nargs="+", default=[7, 11])
+    known = closed_loop_scenarios()
+    parser.add_argument("--scenarios", nargs="+", choices=known, default=known)
     args = parser.parse_args()
-    scenarios = args.scenarios or closed_loop_scenarios()
+    scenarios = args.scenarios
     print("\n".join(machine()))
     summaries = run_all(jobs(scenarios, args.seeds))
     print(HEADER)
