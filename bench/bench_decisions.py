@@ -5,6 +5,10 @@ Run from the repository root (about 12 minutes on a 2-core machine for two seeds
     nice -n 10 .venv/bin/python -m bench.bench_decisions                # seeds 7 and 11
     nice -n 10 .venv/bin/python -m bench.bench_decisions --seeds 1 2 3 \\
         --scenarios collapse-with-growth traffic-doubling
+    nice -n 10 .venv/bin/python -m bench.bench_decisions --scenario-files mine.yaml
+
+``--scenario-files`` runs scenario files (a team's own incident, or one written by someone
+who never saw the tests) under the same rules, alone or beside ``--scenarios``.
 
 Each (scenario, seed) is what ``cachescale simulate --scenario NAME --seed S --autoscaler
 both --json`` runs: the HPA alone (or KEDA alone) and the same HPA with cachescale, on the
@@ -25,8 +29,9 @@ and, per row, which of issue 11's acceptance rules cachescale breaks, if any:
 - ``cost``: in a collapse (the HPA alone's token hit rate over the last third under half
   of what it was before the change), its last-third GPU-s/1k not below the HPA alone's.
 
-A scenario that is not a closed-loop built-in, or a seed outside 0..2**32-1, is a usage
-error: one line, exit code 2 (argparse's).
+A scenario that is not a closed-loop built-in, a scenario file that cannot be read, is
+not a valid scenario or has no autoscaler (or a sweep), or a seed outside 0..2**32-1, is a
+usage error naming it: exit code 2 (argparse's).
 
 The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (section 7).
 """
@@ -38,12 +43,19 @@ import datetime
 import os
 import platform
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from cachescale.api.spec import CollapseAction
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.present import change_s
-from cachescale.sim.scenario import Scenario, builtin_names, load_builtin
+from cachescale.sim.scenario import (
+    Scenario,
+    ScenarioError,
+    builtin_names,
+    load_builtin,
+    load_file,
+)
 from cachescale.sim.simulate import seed_flag
 from tests.sim.closed_loop import LoopRun, LoopSummary, p95_limit, run_all
 
@@ -52,24 +64,41 @@ COLLAPSE_HIT_SHARE = 0.5
 AUTOSCALERS = ("hpa", "cachescale")
 
 
+Labelled = tuple[str, Scenario]
+"""A scenario and the name its rows carry: a built-in's name, or the file as given."""
+
+
+def closed_loop(scenario: Scenario) -> bool:
+    """cachescale runs in it: an autoscaler, no sweep."""
+    return scenario.autoscaler is not None and scenario.sweep is None
+
+
 def closed_loop_scenarios() -> list[str]:
-    """The built-ins cachescale runs in: an autoscaler, no sweep."""
-    names = []
-    for name in builtin_names():
-        scenario = load_builtin(name)
-        if scenario.autoscaler is not None and scenario.sweep is None:
-            names.append(name)
-    return names
+    """The closed-loop built-ins."""
+    return [name for name in builtin_names() if closed_loop(load_builtin(name))]
 
 
-def jobs(scenarios: list[str], seeds: list[int]) -> dict[str, LoopRun]:
+def scenario_file(text: str) -> Labelled:
+    """A ``--scenario-files`` entry: a closed-loop scenario file, or a usage error."""
+    try:
+        scenario = load_file(Path(text))
+    except ScenarioError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not closed_loop(scenario):
+        raise argparse.ArgumentTypeError(
+            f"{text}: not a closed-loop scenario (it needs an autoscaler and no sweep)"
+        )
+    return text, scenario
+
+
+def jobs(scenarios: list[Labelled], seeds: list[int]) -> dict[str, LoopRun]:
     """One job per (scenario, seed, autoscaler); a pair shares its requests."""
     made = {}
-    for name in scenarios:
+    for label, scenario in scenarios:
         for seed in seeds:
-            scenario = load_builtin(name).model_copy(update={"seed": seed})
+            seeded = scenario.model_copy(update={"seed": seed})
             for autoscaler in AUTOSCALERS:
-                made[f"{name}/{seed}/{autoscaler}"] = LoopRun(scenario, autoscaler, report=True)
+                made[f"{label}/{seed}/{autoscaler}"] = LoopRun(seeded, autoscaler, report=True)
     return made
 
 
@@ -115,10 +144,12 @@ HEADER = (
 )
 
 
-def rows(summaries: dict[str, LoopSummary], scenarios: list[str], seeds: list[int]) -> list[str]:
+def rows(
+    summaries: dict[str, LoopSummary], scenarios: list[Labelled], seeds: list[int]
+) -> list[str]:
     """The table's rows, the HPA alone's then cachescale's for each (scenario, seed)."""
     lines = []
-    for name in scenarios:
+    for name, _ in scenarios:
         for seed in seeds:
             pair = {a: summaries[f"{name}/{seed}/{a}"] for a in AUTOSCALERS}
             reports = {a: s.report for a, s in pair.items()}
@@ -148,9 +179,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=seed_flag, nargs="+", default=[7, 11])
     known = closed_loop_scenarios()
-    parser.add_argument("--scenarios", nargs="+", choices=known, default=known)
+    parser.add_argument(
+        "--scenarios", nargs="+", choices=known, help="built-ins (default: all, without files)"
+    )
+    parser.add_argument("--scenario-files", nargs="+", type=scenario_file, default=[])
     args = parser.parse_args()
-    scenarios = args.scenarios
+    names = args.scenarios or ([] if args.scenario_files else known)
+    scenarios = [(name, load_builtin(name)) for name in names] + args.scenario_files
     print("\n".join(machine()))
     summaries = run_all(jobs(scenarios, args.seeds))
     print(HEADER)
