@@ -48,7 +48,7 @@ from typing import Any
 
 from cachescale.api.spec import CollapseAction
 from cachescale.sim.policy_loop import scenario_policy
-from cachescale.sim.present import change_s
+from cachescale.sim.present import COLLAPSED_HIT_SHARE, change_s
 from cachescale.sim.scenario import (
     Scenario,
     ScenarioError,
@@ -59,8 +59,6 @@ from cachescale.sim.scenario import (
 from cachescale.sim.simulate import seed_flag
 from tests.sim.closed_loop import LoopRun, LoopSummary, p95_limit, run_all
 
-COLLAPSE_HIT_SHARE = 0.5
-"""A collapse: the last third's token hit rate under this share of the one before."""
 AUTOSCALERS = ("hpa", "cachescale")
 
 
@@ -115,7 +113,7 @@ def broken_rules(
     if after["replicas"] > alone_after["replicas"]:
         broken.append("replicas")
     hit_before, hit_after = alone["before"]["token_hit_rate"], alone_after["token_hit_rate"]
-    collapse = hit_after < COLLAPSE_HIT_SHARE * hit_before
+    collapse = hit_after < COLLAPSED_HIT_SHARE * hit_before
     if collapse and after["gpu_s_per_1k"] >= alone_after["gpu_s_per_1k"]:
         broken.append("cost")
     return broken

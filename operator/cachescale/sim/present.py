@@ -105,6 +105,10 @@ def _pct_change(before: float | None, after: float | None) -> str:
     return f"{(after - before) / before:+.0%}"
 
 
+COLLAPSED_HIT_SHARE = 0.5
+"""A collapse, in a report: the token hit rate fell under this share of the one before."""
+
+
 def _bought_replicas_for_a_collapse(before: Signals, after: Signals) -> bool:
     """The hit rate at least halved while replicas grew by a fifth and traffic did not."""
     hit_before, hit_after = before.token_hit_rate, after.token_hit_rate
@@ -114,7 +118,7 @@ def _bought_replicas_for_a_collapse(before: Signals, after: Signals) -> bool:
     if replicas_before is None or replicas_after is None:
         return False
     return (
-        hit_after < 0.5 * hit_before
+        hit_after < COLLAPSED_HIT_SHARE * hit_before
         and replicas_after > 1.2 * replicas_before
         and after.req_per_s < 1.1 * before.req_per_s
     )
