@@ -220,49 +220,34 @@ def _object(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _monitor(kind: str, endpoints: str) -> dict[str, Any]:
+    """A ServiceMonitor or PodMonitor: the same selector fields, its own endpoints list."""
+    return _object(
+        kind,
+        {
+            "type": "object",
+            "required": ["selector", endpoints],
+            "properties": {
+                "jobLabel": {"type": "string"},
+                "selector": _LABEL_SELECTOR,
+                "namespaceSelector": {
+                    "type": "object",
+                    "properties": {
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "additionalProperties": False,
+                },
+                endpoints: {"type": "array", "minItems": 1, "items": _ENDPOINT},
+            },
+            "additionalProperties": False,
+        },
+    )
+
+
 MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": _object(
-        "ServiceMonitor",
-        {
-            "type": "object",
-            "required": ["selector", "endpoints"],
-            "properties": {
-                "jobLabel": {"type": "string"},
-                "selector": _LABEL_SELECTOR,
-                "namespaceSelector": {
-                    "type": "object",
-                    "properties": {
-                        "any": {"type": "boolean"},
-                        "matchNames": {"type": "array", "items": {"type": "string"}},
-                    },
-                    "additionalProperties": False,
-                },
-                "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-            },
-            "additionalProperties": False,
-        },
-    ),
-    "PodMonitor": _object(
-        "PodMonitor",
-        {
-            "type": "object",
-            "required": ["selector", "podMetricsEndpoints"],
-            "properties": {
-                "jobLabel": {"type": "string"},
-                "selector": _LABEL_SELECTOR,
-                "namespaceSelector": {
-                    "type": "object",
-                    "properties": {
-                        "any": {"type": "boolean"},
-                        "matchNames": {"type": "array", "items": {"type": "string"}},
-                    },
-                    "additionalProperties": False,
-                },
-                "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-            },
-            "additionalProperties": False,
-        },
-    ),
+    "ServiceMonitor": _monitor("ServiceMonitor", "endpoints"),
+    "PodMonitor": _monitor("PodMonitor", "podMetricsEndpoints"),
     "PrometheusRule": _object(
         "PrometheusRule",
         {

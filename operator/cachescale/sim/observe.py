@@ -201,13 +201,18 @@ class _PodSeries:
 # --- reading one pod over a window -----------------------------------------------------------
 
 
-def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: float) -> float:
-    """``delta(waiting) + delta(running)`` of one pod over ``(start_s, end_s]`` (≥ 2 samples).
+class _Extension(NamedTuple):
+    """The sampled span of a window and how far ``rate()`` extends it at each edge (s)."""
 
-    Prometheus' ``extrapolatedRate`` for a gauge: the change from the first to the last
-    sample, extended toward the window edges as ``rate()`` is (``_extension``), without
-    reset or zero-point handling.
-    """
+    sampled: float
+    to_start: float
+    to_end: float
+
+
+def _extension(samples: Sequence[_Sample], start_s: float, end_s: float) -> _Extension:
+    """How far Prometheus' ``extrapolatedRate`` extends the first-to-last-sample change
+    toward the edges of ``(start_s, end_s]`` (≥ 2 samples): to an edge when it is within
+    ``EXTRAPOLATION_THRESHOLD`` average sample intervals, else half an interval."""
     first, last = samples[0], samples[-1]
     sampled = last.t - first.t
     average = sampled / (len(samples) - 1)
@@ -217,6 +222,18 @@ def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: floa
     to_end = end_s - last.t
     if to_end >= average * EXTRAPOLATION_THRESHOLD:
         to_end = average / 2
+    return _Extension(sampled, to_start, to_end)
+
+
+def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: float) -> float:
+    """``delta(waiting) + delta(running)`` of one pod over ``(start_s, end_s]`` (≥ 2 samples).
+
+    Prometheus' ``extrapolatedRate`` for a gauge: the change from the first to the last
+    sample, extended toward the window edges as ``rate()`` is (``_extension``), without
+    reset or zero-point handling.
+    """
+    first, last = samples[0], samples[-1]
+    sampled, to_start, to_end = _extension(samples, start_s, end_s)
     change = (last.gauges.waiting + last.gauges.running) - (
         first.gauges.waiting + first.gauges.running
     )
@@ -231,14 +248,7 @@ def _extrapolated_rates(samples: Sequence[_Sample], start_s: float, end_s: float
     past the point where the counter would have been 0 — per window second.
     """
     first, last = samples[0], samples[-1]
-    sampled = last.t - first.t
-    average = sampled / (len(samples) - 1)
-    to_start = first.t - start_s
-    if to_start >= average * EXTRAPOLATION_THRESHOLD:
-        to_start = average / 2
-    to_end = end_s - last.t
-    if to_end >= average * EXTRAPOLATION_THRESHOLD:
-        to_end = average / 2
+    sampled, to_start, to_end = _extension(samples, start_s, end_s)
     window = end_s - start_s
     increases = list(map(sub, last.counters, first.counters))
     if last.reset_offsets is not first.reset_offsets:
