@@ -12,8 +12,9 @@ from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.spec import MAX_REPLICAS
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
-from cachescale.decide.envelope import hold_level, slo_needed_replicas
+from cachescale.decide.envelope import hold_level
 from cachescale.decide.memory import BaselineMemory, ReplicaMark
+from cachescale.decide.slo_guard import slo_needed_replicas
 from cachescale.snapshot import EngineSignals, HumanRequests, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,

@@ -46,7 +46,6 @@ from cachescale.decide.envelope import (
     EnvelopeFacts,
     EnvelopePlan,
     frozen_envelope,
-    hpa_wanted_replicas,
     mark_unchanged,
     open_envelope,
     original_envelope,
@@ -59,6 +58,7 @@ from cachescale.decide.memory import (
     learn,
     track_collapse_evidence,
 )
+from cachescale.decide.slo_guard import hpa_wanted_replicas
 from cachescale.decide.thresholds import READ_FAILURES_TO_FREEZE, SHORT_GAP_SHARE
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 

@@ -1,0 +1,270 @@
+"""The SLO guard: what the SLO needs while an incident lasts, and the levers that get it.
+
+Except under ``CapAtBudget``, TTFT comes before the budget (``docs/decisions.md``,
+"Precedence"). Breaching evaluations while the fleet falls behind give an estimate of
+the replicas the SLO needs (``slo_mark``), remembered while the incident lasts; the
+envelope's top never goes below it, a backlog its headroom would drain slowly may raise
+the top further (``drain_top``), minReplicas is floored while the breach lasts and comes
+down in steps after it (``slo_floor``, ``released_floor``), and the HPA's target is
+lowered while the budget leaves room (``slo_target``). Kept apart from ``envelope``,
+which combines these with the budget, a collapse hold and the anti-flapping windows, so
+that each reads on its own. What the HPA's own metric asks for (``hpa_wanted_replicas``)
+lives here too: the guard is what reads it to decide.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from cachescale.api.reasons import Diagnosis
+from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec, CollapseAction
+from cachescale.decide.demand import demand
+from cachescale.decide.memory import Memory, OriginalEnvelope, ReplicaMark
+from cachescale.decide.thresholds import (
+    DRAIN_SECONDS,
+    MIN_RELEASE_STEP,
+    QUEUED_PER_POD,
+    SLO_BREACH_EVALUATIONS,
+    SLO_NEEDED_UTILISATION,
+    STABILIZATION_SECONDS,
+    TARGET_FLOOR,
+    TARGET_STEP,
+)
+from cachescale.snapshot import Snapshot
+
+
+def on_running_batch(snapshot: Snapshot) -> bool:
+    """The HPA scales on the requests each pod runs (vLLM's ``num_requests_running``)."""
+    return "running" in (snapshot.workload.hpa.metric_name or "")
+
+
+def hpa_wanted_replicas(snapshot: Snapshot, target: float | None) -> int | None:
+    """The HPA's own replica count for its metric at ``target`` (ceil(ready × avg / target))."""
+    name = snapshot.workload.hpa.metric_name or ""
+    signals = snapshot.signals
+    per_pod = (
+        signals.running_requests_per_pod
+        if on_running_batch(snapshot)
+        else signals.waiting_requests_per_pod
+        if "waiting" in name or "queue" in name
+        else None
+    )
+    if per_pod is None or per_pod.value is None or not target:
+        return None
+    return math.ceil(snapshot.workload.ready_replicas * per_pod.value / target - 1e-9)
+
+
+def scaled_replicas(replicas: int, growth: float) -> int:
+    """``ceil(replicas × growth)``, at most ``MAX_REPLICAS`` (finite however small the
+    remembered rate a growth is measured from)."""
+    return ceil_at_most(replicas * growth, MAX_REPLICAS)
+
+
+def ceil_at_most(replicas: float, cap: int) -> int:
+    """A fractional replica count rounded up, at most ``cap`` (finite for any input)."""
+    return math.ceil(min(replicas, cap) - 1e-9)
+
+
+def slo_needed_replicas(mark: ReplicaMark, requests_per_second: float | None) -> int:
+    """The remembered SLO-needed replicas, scaled by the demand's change since (both
+    ways: the estimate is per request)."""
+    growth = 1.0
+    if requests_per_second is not None and mark.requests_per_second > 0:
+        growth = requests_per_second / mark.requests_per_second
+    return max(1, scaled_replicas(mark.replicas, growth))
+
+
+def falling_behind(snapshot: Snapshot) -> bool:
+    """Requests arrive faster than the fleet serves them. Serving at least what arrives,
+    the fleet keeps up: its queue is a backlog draining, and more capacity would only
+    overshoot once it is gone. True when arrivals are unknown (nothing says it drains)."""
+    need = demand(snapshot)
+    served = snapshot.signals.requests_per_second.value
+    if not need.arrivals:
+        return True
+    return need.per_second is not None and served is not None and need.per_second > served
+
+
+def capped_below_hpa(snapshot: Snapshot) -> bool:
+    """The fleet is at maxReplicas and the HPA's own metric asks for more: the envelope,
+    not the HPA, is what stops it adding replicas."""
+    hpa = snapshot.workload.hpa
+    wanted = hpa_wanted_replicas(snapshot, hpa.target_average_value)
+    at_top = snapshot.workload.replicas >= hpa.max_replicas
+    return at_top and wanted is not None and wanted > hpa.max_replicas
+
+
+def slo_mark(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    now: datetime,
+    budget_max: int | None,
+    over_budget: bool,
+) -> ReplicaMark | None:
+    """The replicas the SLO needs, remembered while the incident lasts.
+
+    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while replicas are
+    short: requests queue and arrive faster than they are served (a queue served faster
+    than requests arrive is a backlog draining), or, without a queue and before any
+    estimate, the fleet is at maxReplicas and the HPA's own metric asks for more
+    (``capped_below_hpa``: the envelope is what keeps the pods too busy; any other breach
+    without a queue is the target guard's). An estimate is raised only on a growing
+    queue: just after a backlog drains, the windowed TTFT and the HPA's windowed metric
+    still read it for up to a window:
+    ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
+    served what they did, scaled to what arrives, with headroom. The first estimate needs
+    every pod ready; a later one replaces it only upward, and only on settled pods (the
+    youngest a whole window old: a window still covering the time before new pods were
+    ready would overstate the need). It is released when the budget's allowance alone
+    covers it, or when the incident is over (no breach, no collapse alert, the cost
+    within budget)."""
+    mark = memory.slo_needed
+    need = demand(snapshot).per_second
+    signals = snapshot.signals
+    served = signals.requests_per_second.value
+    waiting = signals.waiting_requests_per_pod.value
+    workload = snapshot.workload
+    ready = workload.ready_replicas >= workload.replicas > 0
+    settled = ready and (
+        mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
+    )
+    breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+    queued = waiting is None or waiting >= QUEUED_PER_POD
+    capped = mark is None and not queued and capped_below_hpa(snapshot)
+    short = (queued and falling_behind(snapshot)) or capped
+    if breaching and settled and short and need is not None and served is not None and served > 0:
+        ratio = max(need / served, 1.0)
+        estimate = workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION
+        # Never above the hard cap (and finite however little was served).
+        needed = ceil_at_most(estimate, spec.budget.max_replicas)
+        if mark is None or needed > slo_needed_replicas(mark, need):
+            mark = ReplicaMark(replicas=needed, requests_per_second=need, at=now)
+    if mark is None:
+        return None
+    covered = budget_max is not None and budget_max >= slo_needed_replicas(mark, need)
+    incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or over_budget
+    return None if covered or not incident else mark
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """A backlog too large for the SLO estimate's headroom, and the top that drains it."""
+
+    waiting: int
+    """Requests waiting across the ready pods."""
+    replicas: int
+    """The top that drains them within ``DRAIN_SECONDS`` (at most the HPA's own ask)."""
+
+    def purpose(self) -> str:
+        """``to drain 3,000 waiting requests within 10 min``."""
+        return f"to drain {self.waiting:,} waiting requests within {DRAIN_SECONDS / 60:.0f} min"
+
+
+def drain_top(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, slo_needed: int | None
+) -> Drain | None:
+    """The top a backlog needs while TTFT breaches, after an SLO estimate (not under
+    ``CapAtBudget``): the pods that serve the arrivals and the waiting requests within
+    ``DRAIN_SECONDS``, with the estimate's headroom,
+    ``ceil(ready × (arrivals + waiting / DRAIN_SECONDS) / served / SLO_NEEDED_UTILISATION)``,
+    and at most what the HPA's own metric asks for: the top lets the HPA drain the backlog
+    as it would alone, a step per evaluation, and never adds a replica it does not ask for.
+    None when the fleet's surplus (served − arriving) drains the backlog within
+    ``DRAIN_SECONDS``, with no queue, or when it needs no more than the estimate; and for
+    an HPA on anything but the running batch: on the queue (KEDA's trigger) its ask grows
+    with the backlog and bounds nothing, and the estimate alone, its served rate lagging
+    the new pods, overshot (``rag-rechunk-keda`` seed 7: 18.64 → 20.61 replicas over the
+    last third for no better latency).
+
+    The estimate sizes the fleet for the arrivals with 15% headroom; a backlog built
+    while it lagged drains at that headroom only. The top is transient, gone with the
+    backlog, and comes only above an estimate, which is what the fleet returns to: without
+    one, the top fell back to the budget's once the backlog drained and the queue came
+    back (``rag-rechunk`` seed 7, ``docs/decisions.md`` section 3)."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET or slo_needed is None:
+        return None
+    if memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS or not on_running_batch(snapshot):
+        return None
+    need = demand(snapshot).per_second
+    served = snapshot.signals.requests_per_second.value
+    per_pod = snapshot.signals.waiting_requests_per_pod.value
+    ready = snapshot.workload.ready_replicas
+    if need is None or not served or per_pod is None or per_pod < QUEUED_PER_POD or ready <= 0:
+        return None
+    waiting = per_pod * ready
+    to_serve = need + waiting / DRAIN_SECONDS
+    if to_serve <= served:
+        return None
+    estimate = ready * to_serve / served / SLO_NEEDED_UTILISATION
+    top = ceil_at_most(estimate, spec.budget.max_replicas)
+    hpa = snapshot.workload.hpa
+    wanted = hpa_wanted_replicas(snapshot, hpa.target_average_value)
+    if wanted is None:
+        return None
+    top = min(top, max(wanted, hpa.max_replicas))
+    return Drain(waiting=round(waiting), replicas=top) if top > slo_needed else None
+
+
+def slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
+    """The least minReplicas may be while TTFT breaches the SLO (not under
+    ``CapAtBudget``): the pods that serve what arrives at the rate each serves now,
+    ``slo_needed`` without its headroom (which is the top's, for the HPA's own metric).
+
+    A raised top only lets the HPA add replicas; an HPA whose own metric is under its
+    target (a running-batch metric while requests wait for prefill) adds none, and the
+    queue grows. The floor makes the HPA add them now."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+        return None
+    if slo_needed is None or memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
+        return None
+    return math.ceil(slo_needed * SLO_NEEDED_UTILISATION - 1e-9)
+
+
+def released_floor(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+    """After the breach, a floor found on the HPA comes down by ``MIN_RELEASE_STEP`` per
+    evaluation. Dropped at once, it lets the HPA fall to what its metric read on the
+    oversized fleet, far below what the fleet serves with; in steps, the HPA's own metric
+    catches the fleet on the way down."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+        return None
+    current = snapshot.workload.hpa.min_replicas
+    return current - max(1, math.floor(MIN_RELEASE_STEP * current))
+
+
+def slo_target(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    original: OriginalEnvelope,
+    max_replicas: int,
+) -> tuple[float | None, Memory, bool]:
+    """The SLO guard's lever: lower the queue target while TTFT breaches the SLO and the
+    budget leaves room above the current replicas; relax it back once comfortable."""
+    if original.target_average_value is None:
+        return None, memory, False
+    factor = memory.target_factor
+    workload = snapshot.workload
+    # Room within the budget, and no capacity added within the window: while pods are
+    # starting, or the windowed TTFT still covers the time before they were ready, a
+    # lower target would only overshoot.
+    window = spec.metrics.window_seconds
+    settled = min(workload.pod_ages_seconds, default=0.0) >= window
+    room = (
+        workload.replicas < max_replicas
+        and workload.ready_replicas >= workload.replicas
+        and settled
+        and falling_behind(snapshot)
+    )
+    window_evaluations = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
+    breach, comfortable = memory.streaks.slo_breach, memory.streaks.slo_comfortable
+    lowered = False
+    if breach >= SLO_BREACH_EVALUATIONS and breach % SLO_BREACH_EVALUATIONS == 0 and room:
+        lowered = factor > TARGET_FLOOR
+        factor = max(TARGET_FLOOR, factor * TARGET_STEP)
+    elif comfortable and comfortable % window_evaluations == 0 and factor < 1.0:
+        factor = min(1.0, factor / TARGET_STEP)
+    memory = memory.model_copy(update={"target_factor": factor})
+    return round(original.target_average_value * factor, 3), memory, lowered
