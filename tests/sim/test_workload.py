@@ -12,7 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from cachescale.sim.hashing import NONE_HASH, extend_chain, hash_blocks
 from cachescale.sim.request import SimRequest
-from cachescale.sim.workload import (
+from cachescale.sim.workload import Workload, ideal_hit_rate
+from cachescale.sim.workload_spec import (
     ChunkSizeChange,
     LayoutChange,
     LengthDist,
@@ -27,9 +28,7 @@ from cachescale.sim.workload import (
     TenantSpec,
     ToolsSpec,
     VariableFieldToTop,
-    Workload,
     WorkloadSpec,
-    ideal_hit_rate,
     incident_perturbations,
     incident_workload_spec,
 )
