@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
+from bench.provenance import provenance
 from cachescale.audit.corpus import read_corpus
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result, dumps
@@ -71,9 +69,7 @@ def _sha256_rate() -> float:
 
 def main() -> None:
     """Print the measurements."""
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
-    print(f"python {platform.python_version()}, numpy {np.__version__}")
+    print("\n".join(provenance(f"numpy {np.__version__}")))
     for rerun in (False, True):
         _measure(rerun)
     for rerun in (False, True):

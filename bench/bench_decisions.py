@@ -39,13 +39,10 @@ The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (sectio
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import provenance
 from cachescale.api.spec import CollapseAction
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.present import COLLAPSED_HIT_SHARE, change_s
@@ -161,18 +158,6 @@ def rows(
     return lines
 
 
-def machine() -> list[str]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return [
-        f"date      {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"commit    {commit or 'unknown'}",
-        f"machine   {platform.platform()} {platform.machine()}, cpu_count={os.cpu_count()}",
-        f"python    {platform.python_implementation()} {platform.python_version()}",
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=seed_flag, nargs="+", default=[7, 11])
@@ -184,7 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.scenarios or ([] if args.scenario_files else known)
     scenarios = [(name, load_builtin(name)) for name in names] + args.scenario_files
-    print("\n".join(machine()))
+    print("\n".join(provenance()))
     summaries = run_all(jobs(scenarios, args.seeds))
     print(HEADER)
     print("\n".join(rows(summaries, scenarios, args.seeds)))

@@ -62,7 +62,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -82,6 +81,7 @@ from typing import Any
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.provenance import provenance
 from e2e.harness.cluster import tool
 from e2e.harness.control_plane import ControlPlane, control_plane
 from e2e.operators import operator_process
@@ -700,8 +700,7 @@ def render(args: argparse.Namespace, run: Run) -> str:
     lines = [
         f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {run.count:,} policies, `{command}`",
         "",
-        f"- operator: `{git_describe()}`",
-        f"- machine: {machine()}",
+        *(f"- `{line}`" for line in provenance()),
         f"- setup: {run.count:,} × (Deployment + pod + HPA + policy) created in "
         f"{run.creation_s:.0f} s "
         f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies evaluated at "
@@ -783,25 +782,6 @@ def own_rows(own: Mapping[str, float]) -> list[str]:
         bound = next(le for le, seen in buckets if seen >= 0.95 * buckets[-1][1])
         rows.append(f"| operator's own lateness histogram: p95 ≤ | {bound:g} s |")
     return rows
-
-
-def git_describe() -> str:
-    """The last commit that changed the operator's code, and the branch checked out."""
-    git = ["git", "-C", str(ROOT)]
-    last = [*git, "log", "-1", "--format=%h %s", "--", "operator"]
-    commit = subprocess.run(last, capture_output=True, text=True, check=False).stdout.strip()
-    branch = [*git, "branch", "--show-current"]
-    on = subprocess.run(branch, capture_output=True, text=True, check=False).stdout.strip()
-    return f"{commit[:80]} (on {on})"
-
-
-def machine() -> str:
-    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line), "?")
-    return (
-        f"{len(os.sched_getaffinity(0))} vCPU {model}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 IDLE_WINDOW_S = 60.0
 """CPU is measured over this long once every daemon has started (``--window``)."""
@@ -174,6 +176,7 @@ def main() -> int:
     from e2e.harness.cluster import session_cluster
 
     os.environ.pop("KUBECONFIG", None)
+    print("\n".join(provenance()), end="\n\n")
     print(
         "| policies | kopf, no daemon: RSS MiB / CPU-s per min / start s | kopf + idle daemons "
         "| Schedule: KiB / ms per wake |"

@@ -44,10 +44,8 @@ compare runs made on the same one. The load average is printed for that reason.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import os
-import platform
 import ssl
 import sys
 import time
@@ -56,35 +54,16 @@ from typing import Any
 
 import numpy as np
 
+from bench.provenance import provenance
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import DEFAULT_SCENARIO, RollingRestart, load_builtin
+from cachescale.sim.scenario import DEFAULT_SCENARIO, MetricsOutage, RollingRestart, load_builtin
 from cachescale.sim.workload import Workload
 
 STREAM_MINUTES = 30
 REPLICAS = 16
 ROUTER_SLACK = 8
-
-
-def machine() -> None:
-    print(f"date      {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine   {platform.platform()} {platform.machine()}, cpu_count={os.cpu_count()}")
-    print(f"cpu       {_cpu_model()}")
-    print(f"python    {platform.python_implementation()} {platform.python_version()}")
-    print(f"libs      numpy {np.__version__}, {ssl.OPENSSL_VERSION}")
-    print(f"load avg  {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def raw_hash_rate(calls: int = 1_000_000, rounds: int = 5) -> float:
@@ -121,7 +100,7 @@ def engine_lookups() -> dict[str, float]:
     perturbations = [
         p.model_copy(update={"at_s": duration / 2})
         for p in scenario.perturbations
-        if not isinstance(p, RollingRestart)
+        if not isinstance(p, RollingRestart | MetricsOutage)
     ]
     t0 = time.perf_counter()
     workload = Workload(
@@ -207,7 +186,7 @@ def main() -> int:
     parser.add_argument("--no-e2e", action="store_true", help="skip the default scenario run")
     args = parser.parse_args()
 
-    machine()
+    print("\n".join(provenance(f"numpy {np.__version__}", ssl.OPENSSL_VERSION)))
     rate = _timed("(1) raw sha256(64 B).digest() in a tight loop", raw_hash_rate)
     print(f"    {rate:,.0f} calls/s ({1e9 / rate:.0f} ns/call)")
 
