@@ -7,10 +7,11 @@ target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a target 
 policy holds or the operator itself (``TargetClaimed``, ``TargetIsOperator``), a Prometheus that
 cannot be read (the decision then freezes: ``MetricsUnavailable``), a Prometheus URL or a
 credentials Secret the operator may not use (``MetricsURLNotAllowed``,
-``CredentialsNotAllowed``: refused before anything is fetched or sent, see
-``docs/security.md``), an API conflict while acting (``ApiConflict``) — and never in an
-exception that would stop the loop of this or any other policy. A suspected or raised
-collapse also names what changed before it (``changes.py``), after the decision.
+``CredentialsNotAllowed``: refused before anything is fetched or sent, by
+``prometheus_access.py``; see ``docs/security.md``), an API conflict while acting
+(``ApiConflict``) — and never in an exception that would stop the loop of this or any
+other policy. A suspected or raised collapse also names what changed before it
+(``changes.py``), after the decision.
 
 An evaluation has three phases: ``prepare`` (the spec, a refusal, the target, which
 Prometheus and what to read), the read, and ``finish`` (decide, act, correlate, status,
@@ -23,14 +24,10 @@ same either way (``tests/controller/test_controller_batch.py``).
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
-from base64 import b64decode
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,12 +41,11 @@ from cachescale.api.policy import (
     ACKNOWLEDGE,
     GROUP,
     PLURAL,
-    PROMETHEUS_CREDENTIALS,
     REBASELINE,
     VERSION,
 )
 from cachescale.api.reasons import Action, ConditionReason, Problem, cleared
-from cachescale.api.spec import CacheScalingPolicySpec, Mode, SecretKeyRef
+from cachescale.api.spec import CacheScalingPolicySpec, Mode
 from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
 from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
 from cachescale.controller.changes import correlate
@@ -58,6 +54,12 @@ from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
 from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
+from cachescale.controller.prometheus_access import (
+    EgressRefused,
+    PrometheusCredentialsError,
+    prometheus_config,
+    prometheus_source,
+)
 from cachescale.controller.read_failures import ReadFailures
 from cachescale.controller.status import render, render_problem
 from cachescale.controller.status_writes import StatusWrites
@@ -71,7 +73,6 @@ from cachescale.gather.prometheus import (
     PrometheusClient,
     PrometheusConfig,
     PrometheusError,
-    redact_url,
 )
 from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
@@ -89,21 +90,6 @@ class FanOut(Protocol):
     def __call__(self, fn: Callable[[_T], _U], items: Iterable[_T], /) -> Iterator[_U]:
         """``fn`` of every item, in order."""
         ...
-
-
-class PrometheusCredentialsError(Exception):
-    """A Secret named in ``spec.metrics.auth`` could not be read, lacks the key, or holds
-    no base64 text: the policy freezes as ``PrometheusCredentialsUnreadable``."""
-
-
-class EgressRefused(Exception):  # noqa: N818 (a refusal, not a failure)
-    """The policy asks for a Prometheus URL or a Secret the operator may not use: nothing
-    is fetched or sent, and the policy reports ``reason`` with a one-line fix."""
-
-    def __init__(self, reason: Problem, message: str) -> None:
-        self.reason = reason
-        self.message = message
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -445,7 +431,7 @@ def _read(
     """Which Prometheus to read, and what: ``EgressRefused`` when the operator may not
     use it; a ``PrometheusError``, ``PrometheusCredentialsError`` or ``SelectorError``
     when it cannot."""
-    config = _prometheus_config(operator, policy.namespace, spec)
+    config = prometheus_config(operator, policy.namespace, spec)
     request = SignalRequest(
         engine=spec.target.engine,
         selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
@@ -494,91 +480,6 @@ def _unknown(error: Exception, now: datetime, window: float) -> EngineSignals:
     return EngineSignals.all_unknown(
         str(error), observed_at=now, window_seconds=window, failure=failure
     )
-
-
-def _prometheus_config(
-    operator: Operator, namespace: str, spec: CacheScalingPolicySpec
-) -> PrometheusConfig:
-    """How to read this policy's Prometheus; ``EgressRefused`` when its URL is outside the
-    allow list (checked first: no Secret is even read) or a Secret has not opted in."""
-    url = prometheus_url(operator, spec)
-    if url is None:
-        raise EgressRefused(
-            Problem.NO_PROMETHEUS_URL,
-            "spec.metrics.prometheusUrl is not set and the operator has no default: set "
-            "prometheusUrl, or ask the operator's admin to set the chart value prometheus.url "
-            "(--default-prometheus-url)",
-        )
-    allowed = operator.allowed_urls
-    if spec.metrics.prometheus_url is not None and allowed is not None and not allowed.allows(url):
-        raise EgressRefused(
-            Problem.METRICS_URL_NOT_ALLOWED,
-            f"prometheusUrl {redact_url(url)} is outside the operator's allowed Prometheus "
-            f"URLs ({', '.join(allowed.entries)}): nothing was fetched; use an allowed URL or "
-            "ask the operator's admin to add it (--allowed-prometheus-url, chart value "
-            "allowedPrometheusUrls)",
-        )
-    auth = spec.metrics.auth
-    token = ca_file = None
-    if auth is not None and auth.bearer_token_secret_ref is not None:
-        token = _secret(operator.reads, namespace, auth.bearer_token_secret_ref).strip()
-    if auth is not None and auth.ca_secret_ref is not None:
-        ca_file = _ca_file(_secret(operator.reads, namespace, auth.ca_secret_ref))
-    verify = not (auth is not None and auth.insecure_skip_verify)
-    return PrometheusConfig(url=url, bearer_token=token, ca_file=ca_file, verify_tls=verify)
-
-
-def prometheus_url(operator: Operator, spec: CacheScalingPolicySpec) -> str | None:
-    """The Prometheus a policy reads: its own ``prometheusUrl``, else the operator's
-    default (None: neither is set)."""
-    return spec.metrics.prometheus_url or operator.default_prometheus_url
-
-
-def prometheus_source(operator: Operator, spec: CacheScalingPolicySpec) -> str | None:
-    """Where the signals were read, for the status: the URL without credentials or query,
-    and whether it is the policy's or the operator's default."""
-    url = prometheus_url(operator, spec)
-    if url is None:
-        return None
-    origin = "the policy's" if spec.metrics.prometheus_url is not None else "the operator's default"
-    return f"{redact_url(url)} ({origin})"
-
-
-def _secret(api: Reads, namespace: str, ref: SecretKeyRef) -> str:
-    """The decoded value of ``ref`` in the policy's namespace, if the Secret opted in with
-    the ``PROMETHEUS_CREDENTIALS`` label: a policy author who may not read a Secret must
-    not get it sent to a server of their choice (a confused deputy)."""
-    try:
-        secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{ref.name}")
-    except KubeError as error:
-        raise PrometheusCredentialsError(f"Secret {ref.name}: {error}") from error
-    labels = (secret.get("metadata") or {}).get("labels") or {}
-    if labels.get(PROMETHEUS_CREDENTIALS) != "true":
-        raise EgressRefused(
-            Problem.CREDENTIALS_NOT_ALLOWED,
-            f"Secret {ref.name} is not labelled {PROMETHEUS_CREDENTIALS}=true, so it is not "
-            f"used and nothing was sent; if it is meant for Prometheus, run: kubectl label "
-            f"secret {ref.name} -n {namespace} {PROMETHEUS_CREDENTIALS}=true",
-        )
-    value = secret.get("data", {}).get(ref.key)
-    if value is None:
-        raise PrometheusCredentialsError(f"Secret {ref.name} has no key {ref.key!r}")
-    try:
-        return b64decode(value).decode()
-    except (binascii.Error, UnicodeDecodeError) as error:
-        raise PrometheusCredentialsError(
-            f"Secret {ref.name} key {ref.key!r} is not base64-encoded text"
-        ) from error
-
-
-def _ca_file(pem: str) -> str:
-    """The CA bundle as a file (requests wants a path), one per distinct content."""
-    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"cachescale-ca-{digest}.pem")
-    if not os.path.exists(path):
-        with open(path, "w", encoding="ascii") as handle:
-            handle.write(pem)
-    return path
 
 
 def _summary(error: ValidationError) -> str:

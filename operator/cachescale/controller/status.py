@@ -84,11 +84,11 @@ def render(
     suspected_change: SuspectedChange | None = None,
 ) -> dict[str, Any]:
     """The status after an evaluation that reached a decision (``prometheus``: where the
-    signals were read, ``evaluation.prometheus_source``). ``autoscaler_notes`` (how a KEDA
-    ScaledObject is managed, and its traps) are appended to the ``Ready`` message, which
-    ``kubectl describe`` shows; ``autoscaler_fallback`` (KEDA's Fallback condition is True)
-    turns ``MetricsAvailable`` False with that message. ``suspected_change``: what changed
-    before a building or alerted collapse (``controller/changes.py``)."""
+    signals were read, ``prometheus_access.prometheus_source``). ``autoscaler_notes`` (how
+    a KEDA ScaledObject is managed, and its traps) are appended to the ``Ready`` message,
+    which ``kubectl describe`` shows; ``autoscaler_fallback`` (KEDA's Fallback condition is
+    True) turns ``MetricsAvailable`` False with that message. ``suspected_change``: what
+    changed before a building or alerted collapse (``controller/changes.py``)."""
     ready = ConditionVerdict(
         ConditionType.READY,
         ConditionStatus.TRUE,
