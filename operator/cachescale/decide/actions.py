@@ -3,8 +3,8 @@
 ``action`` names what happened to the HPA envelope and the batch ceiling — the
 ``reason`` of the decision, which becomes the Event when the change is applied — and
 describes it with its numbers; ``collapse_action`` says what a collapse alert did to the
-replicas. Wording only: the decisions themselves are made in ``envelope.py``, ``slo_guard.py`` and
-``batching.py``.
+replicas. Wording only: the decisions themselves are made in ``envelope.py``,
+``slo_guard.py`` and ``batching.py``.
 """
 
 from __future__ import annotations

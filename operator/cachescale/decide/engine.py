@@ -18,8 +18,8 @@ beside it:
    the findings, ordered by ``PRECEDENCE`` (``checks.py``, ``diagnosis.py``);
 3. baseline learning (only while healthy) and the pre-collapse mark (``memory.py``);
 4. the batch ceiling (``batching.py``), the envelope (``envelope.py``, with the SLO guard in
-   ``slo_guard.py``), the alerts
-   (``alerts.py``), the conditions (``conditions.py``) and the words (``actions.py``).
+   ``slo_guard.py``), the alerts (``alerts.py``), the conditions (``conditions.py``) and
+   the words (``actions.py``).
 """
 
 from __future__ import annotations
