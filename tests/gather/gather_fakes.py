@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from cachescale.gather.promql import QUERY_TAG_LABEL
+from cachescale.gather.selector import QUERY_TAG_LABEL
 
 Answer = tuple[int, bytes]
 Responder = Callable[[str], Answer]

@@ -43,7 +43,7 @@ from cachescale.api.spec import Engine
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
-from cachescale.gather.promql import Selector
+from cachescale.gather.selector import Selector
 from cachescale.gather.signals import SignalRequest, gather_signals
 from cachescale.sim import metrics, sglang_metrics
 from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, Snapshot

@@ -29,7 +29,8 @@ from cachescale.gather.prometheus import (
     PrometheusUnreachable,
     Series,
 )
-from cachescale.gather.promql import QueryScope, Selector, build_queries
+from cachescale.gather.promql import build_queries
+from cachescale.gather.selector import QueryScope, Selector
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 from tests.gather.gather_dataset import AT, SPECIAL_MODELS, WINDOW_S

@@ -19,7 +19,8 @@ from cachescale.api.exit_codes import ExitCode
 from cachescale.api.spec import Engine
 from cachescale.cli import main
 from cachescale.gather.groups_command import Policy, policies_in, source_of
-from cachescale.gather.promql import QueryScope, Selector, build_queries, detection_query
+from cachescale.gather.promql import build_queries, detection_query
+from cachescale.gather.selector import QueryScope, Selector
 from cachescale.snapshot import MetricsGeneration
 from tests.import_probe import OPERATOR_EXTRA, heavy_modules_imported
 

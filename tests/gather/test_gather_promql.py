@@ -11,15 +11,17 @@ from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import Series
 from cachescale.gather.promql import (
     QueryKey,
-    QueryScope,
-    Selector,
-    SelectorError,
     build_queries,
     detect_profile,
     detection_query,
     duration,
-    escape_label_value,
     label_query,
+)
+from cachescale.gather.selector import (
+    QueryScope,
+    Selector,
+    SelectorError,
+    escape_label_value,
     split_by_selector,
 )
 from cachescale.snapshot import MetricsGeneration

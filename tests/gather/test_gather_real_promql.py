@@ -17,7 +17,8 @@ from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import Engine
 from cachescale.decide import decide, words
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
-from cachescale.gather.promql import QueryScope, Selector, build_queries, split_by_selector
+from cachescale.gather.promql import build_queries
+from cachescale.gather.selector import QueryScope, Selector, split_by_selector
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
     SignalRequest,

@@ -21,8 +21,8 @@ import pytest
 from cachescale.api.spec import Engine
 from cachescale.cli import main
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
-from cachescale.gather.promql import Selector
 from cachescale.gather.report import Row, read_report, verdict, windows
+from cachescale.gather.selector import Selector
 from cachescale.gather.signals import SignalRequest
 from tests.controller.cluster import fake_cluster
 from tests.gather import report_dataset as incident

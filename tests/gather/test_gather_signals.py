@@ -21,7 +21,8 @@ from cachescale.gather.prometheus import (
     PrometheusConfig,
     Series,
 )
-from cachescale.gather.promql import Detection, QueryKey, QueryScope, Selector, build_queries
+from cachescale.gather.promql import Detection, QueryKey, build_queries
+from cachescale.gather.selector import QueryScope, Selector
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
     SignalRequest,

@@ -226,7 +226,7 @@ def _read_signals(
     now: datetime,
 ) -> EngineSignals | str:
     """The signals over the history, or why this selector does not do."""
-    from cachescale.gather.promql import Selector
+    from cachescale.gather.selector import Selector
     from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 
     request = SignalRequest(

@@ -74,7 +74,7 @@ from cachescale.gather.prometheus import (
     PrometheusConfig,
     PrometheusError,
 )
-from cachescale.gather.promql import Selector, SelectorError
+from cachescale.gather.selector import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
 

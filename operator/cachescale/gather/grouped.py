@@ -60,14 +60,12 @@ from cachescale.gather.promql import (
     SERIES_LABELS,
     Detection,
     QueryKey,
-    ResultSeries,
-    Selector,
     build_queries,
     detect_profile,
     detection_query,
     label_query,
-    split_by_selector,
 )
+from cachescale.gather.selector import ResultSeries, Selector, split_by_selector
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
     compute_signals,

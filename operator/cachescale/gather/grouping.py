@@ -17,13 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from cachescale.gather.promql import (
-    MODEL_LABEL,
-    NAMESPACE_LABEL,
-    POD_LABEL,
-    QueryScope,
-    Selector,
-)
+from cachescale.gather.selector import MODEL_LABEL, NAMESPACE_LABEL, POD_LABEL, QueryScope, Selector
 from cachescale.gather.signals import SignalRequest
 
 K = TypeVar("K", bound=Hashable)

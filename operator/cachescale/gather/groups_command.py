@@ -46,15 +46,13 @@ from cachescale.gather.grouping import (
     scope_of,
 )
 from cachescale.gather.promql import (
-    POD_LABEL,
     SERIES_LABELS,
-    Selector,
-    SelectorError,
     build_queries,
     detection_query,
     duration,
     label_query,
 )
+from cachescale.gather.selector import POD_LABEL, Selector, SelectorError
 from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import MetricsGeneration
 

@@ -59,15 +59,8 @@ from urllib3.util.retry import Retry
 from cachescale.api.spec import Engine
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import redact_url as redact_url
-from cachescale.gather.promql import (
-    QUERY_TAG_LABEL,
-    Detection,
-    QueryScope,
-    Selector,
-    combine,
-    detect_profile,
-    detection_query,
-)
+from cachescale.gather.promql import Detection, combine, detect_profile, detection_query
+from cachescale.gather.selector import QUERY_TAG_LABEL, QueryScope, Selector
 from cachescale.snapshot import FetchFailure
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

@@ -3,8 +3,9 @@
 Why a module of its own: the query text is where correctness lives (metric names by
 version, ``rate`` over counters so resets are handled, histograms read per scraped bucket
 bound) and where injection could happen (a policy's label values are user input). So the
-text is built here, and only here, from validated label names and escaped values; nothing
-else in the operator splices strings into PromQL.
+text is built here, and only here, from validated label names and escaped values (a
+policy's ``Selector`` and its ``QueryScope``, from ``gather.selector``); nothing else in the
+operator splices strings into PromQL.
 
 Every query aggregates with ``sum by (<group labels>)`` (``+ pod`` for per-pod ones), where
 the group labels are the selector's own label names plus ``model_name`` and ``namespace``.
@@ -14,7 +15,8 @@ That has two uses:
   groups instead of a silently mixed sum, and the signals layer reports the ambiguity.
 * Several policies that read the same Prometheus, over the same window, with selectors on
   the same label names, can share one query per signal: ``QueryScope.shared`` matches the
-  union of their values and ``split_by_selector`` hands each policy back its own series.
+  union of their values and ``split_by_selector`` hands each policy back its own series
+  (both in ``gather.selector``).
 
 An evaluation's queries (or a group's) travel as one request: ``combine`` tags each
 query's series with its position in the batch and joins them with ``or``, so Prometheus
@@ -27,11 +29,9 @@ Pure: builds strings and interprets label sets; the HTTP side is ``gather.promet
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, TypeVar
 
 from cachescale.api.engine_metrics import (
     SGLANG_PREFILL_EFFECTIVE_TOKENS,
@@ -40,202 +40,17 @@ from cachescale.api.engine_metrics import (
     VLLM_PREFIX_CACHE_HITS,
     VLLM_PREFIX_CACHE_QUERIES,
 )
-from cachescale.api.spec import PROMETHEUS_LABEL_NAME, Engine
+from cachescale.api.spec import Engine
+from cachescale.gather.selector import (
+    NAMESPACE_LABEL,
+    POD_LABEL,
+    QUERY_TAG_LABEL,
+    QueryScope,
+    ResultSeries,
+    Selector,
+    escape_regex,
+)
 from cachescale.snapshot import MetricsGeneration
-
-MODEL_LABEL = "model_name"
-"""Every vLLM and SGLang series carries the served model name."""
-NAMESPACE_LABEL = "namespace"
-POD_LABEL = "pod"
-"""Target labels a PodMonitor/ServiceMonitor adds; kube-state-metrics uses the same names."""
-
-_LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
-QUERY_TAG_LABEL = "cachescale_query"
-"""The label ``combine`` tags each query's series with, so that one request carries a batch."""
-_RESERVED_LABELS = frozenset({"le", QUERY_TAG_LABEL})
-"""Label names the queries set themselves (histogram bucket bounds, the batch's tags)."""
-_VALUE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_RE2_METACHARACTERS = frozenset("\\.+*?()|[]{}^$")
-
-
-class SelectorError(ValueError):
-    """A selector that is not a set of ``name="value"`` label matchers."""
-
-
-def escape_label_value(value: str) -> str:
-    """``value`` as the body of a double-quoted PromQL string (no quote can end it early)."""
-    return "".join(_VALUE_ESCAPES.get(char, char) for char in value)
-
-
-def _escape_regex(value: str) -> str:
-    """``value`` as an RE2 pattern matching exactly itself."""
-    return "".join("\\" + char if char in _RE2_METACHARACTERS else char for char in value)
-
-
-def check_label_name(name: str) -> str:
-    """Return ``name`` if a selector may match on it, else raise ``SelectorError``."""
-    if not _LABEL_NAME_RE.fullmatch(name):
-        raise SelectorError(
-            f"{name!r} is not a Prometheus label name "
-            "(letters, digits and underscores, not starting with a digit)"
-        )
-    if name.startswith("__") or name in _RESERVED_LABELS:
-        raise SelectorError(f"label {name!r} is reserved; select on a target or engine label")
-    return name
-
-
-_PAIR_RE = re.compile(r'\s*([^\s=!~,{}"]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)', re.DOTALL)
-_UNESCAPES = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
-
-
-def _unescape(body: str) -> str:
-    out: list[str] = []
-    chars = iter(body)
-    for char in chars:
-        if char == "\\":
-            escaped = next(chars)
-            if escaped not in _UNESCAPES:
-                raise SelectorError(f"unsupported escape \\{escaped} in {body!r}")
-            out.append(_UNESCAPES[escaped])
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-@dataclass(frozen=True)
-class Selector:
-    """Exact-match label matchers choosing one deployment's engine series."""
-
-    labels: tuple[tuple[str, str], ...]
-    """``(name, value)`` pairs, sorted by name, names unique and validated."""
-
-    @classmethod
-    def of(cls, matchers: Mapping[str, str]) -> Selector:
-        """From a policy's ``metrics.selector`` mapping; raises ``SelectorError``.
-
-        It must match on at least one label, each with a value: no matcher would read every
-        engine in Prometheus, and ``name=""`` also matches every series without ``name``.
-        """
-        if not matchers:
-            raise SelectorError(
-                'select at least one label, e.g. namespace="llm": an empty selector would '
-                "read every engine in Prometheus"
-            )
-        for name, value in matchers.items():
-            if not value:
-                raise SelectorError(
-                    f'{name}="" is empty: in PromQL it also matches every series without '
-                    f"{name!r}; give its value"
-                )
-        return cls(tuple(sorted((check_label_name(k), v) for k, v in matchers.items())))
-
-    @classmethod
-    def parse(cls, text: str) -> Selector:
-        """From ``name="value",...`` (braces optional); only ``=`` with quoted values."""
-        body = text.strip()
-        if body.startswith("{") and body.endswith("}"):
-            body = body[1:-1]
-        pairs: dict[str, str] = {}
-        position = 0
-        while position < len(body) and body[position:].strip():
-            match = _PAIR_RE.match(body, position)
-            if match is None:
-                raise SelectorError(
-                    f'cannot read {body[position:]!r}: write name="value" pairs separated '
-                    'by commas, e.g. namespace="llm",model_name="llama-3-8b"'
-                )
-            name, value = match.group(1), _unescape(match.group(2))
-            if name in pairs:
-                raise SelectorError(f"label {name!r} is given twice")
-            pairs[name] = value
-            position = match.end()
-            if match.group(3) == "" and position < len(body):
-                raise SelectorError(f"expected a comma before {body[position:]!r}")
-        return cls.of(pairs)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The label names matched on."""
-        return tuple(name for name, _ in self.labels)
-
-    def matchers(self) -> str:
-        """The matchers as PromQL, without braces: ``a="x",b="y"``."""
-        return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in self.labels)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether a result's label set belongs to this selector (absent equals "")."""
-        return all(labels.get(name, "") == value for name, value in self.labels)
-
-    def __str__(self) -> str:
-        return "{" + self.matchers() + "}"
-
-
-@dataclass(frozen=True)
-class QueryScope:
-    """Which series a batch of queries reads and how results are grouped."""
-
-    matchers: str
-    """PromQL label matchers without braces (may be empty)."""
-    group_by: tuple[str, ...]
-    """Labels every fleet-level query keeps; per-pod queries add ``pod``."""
-
-    @classmethod
-    def for_selector(cls, selector: Selector) -> QueryScope:
-        """One policy: exact matchers."""
-        return cls(selector.matchers(), _group_labels(selector.names))
-
-    @classmethod
-    def shared(cls, selectors: Sequence[Selector]) -> QueryScope:
-        """Several policies: one regex per label name that every selector matches on,
-        matching every policy's value, and results grouped by every name any of them
-        matches on. The union over-selects (a per-label cross product, and nothing
-        narrows on the names only some selectors use), so results must be split per
-        selector (``split_by_selector``); for selectors on different label sets, a
-        policy's share is its own answer only if its series carry none of the names
-        only the others match on (``label_query`` tells, ``gather.grouped`` checks)."""
-        common = set.intersection(*(set(selector.names) for selector in selectors))
-        if not common:
-            raise SelectorError("selectors that match on no common label cannot share a query")
-        matchers = []
-        for name in (name for name in selectors[0].names if name in common):
-            values = sorted({dict(selector.labels)[name] for selector in selectors})
-            pattern = "|".join(_escape_regex(value) for value in values)
-            matchers.append(f'{name}=~"{escape_label_value(pattern)}"')
-        every_name = {name for selector in selectors for name in selector.names}
-        return cls(",".join(matchers), _group_labels(every_name))
-
-
-def _group_labels(selector_names: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted({*selector_names, MODEL_LABEL, NAMESPACE_LABEL} - {POD_LABEL}))
-
-
-class HasLabels(Protocol):
-    """Anything with a result label set (a query result series)."""
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        """The series' labels."""
-        ...
-
-
-class ResultSeries(HasLabels, Protocol):
-    """A query result element: a label set and its value."""
-
-    @property
-    def value(self) -> float:
-        """The sample value (a series count for detection queries)."""
-        ...
-
-
-_S = TypeVar("_S", bound=HasLabels)
-_K = TypeVar("_K")
-
-
-def split_by_selector(results: Mapping[_K, Sequence[_S]], selector: Selector) -> dict[_K, list[_S]]:
-    """The part of a (shared) batch's results that belongs to one policy."""
-    return {
-        key: [s for s in series if selector.matches(s.labels)] for key, series in results.items()
-    }
 
 
 class QueryKey(StrEnum):
@@ -394,7 +209,7 @@ class _Builder:
     def labels_selected(self) -> str:
         """The series of every name selected so far, counted per value of the group
         labels: which of those labels each policy's own series carry."""
-        names = "|".join(_escape_regex(name) for name in sorted(self.selected))
+        names = "|".join(escape_regex(name) for name in sorted(self.selected))
         matchers = ",".join(part for part in (f'__name__=~"{names}"', self._scope.matchers) if part)
         return f"count by ({self._by}) ({{{matchers}}})"
 
@@ -563,7 +378,7 @@ _MARKERS = {
 
 def detection_query(engine: Engine, scope: QueryScope) -> str:
     """How many series of each generation-marking metric exist, per group."""
-    names = "|".join(_escape_regex(name) for name in _MARKERS[engine])
+    names = "|".join(escape_regex(name) for name in _MARKERS[engine])
     matchers = ",".join(part for part in (f'__name__=~"{names}"', scope.matchers) if part)
     return f"count by (__name__, {', '.join(scope.group_by)}) ({{{matchers}}})"
 

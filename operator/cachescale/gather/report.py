@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from cachescale.gather.promql import POD_LABEL, QueryKey, ResultSeries
+from cachescale.gather.promql import QueryKey
+from cachescale.gather.selector import POD_LABEL, ResultSeries
 from cachescale.gather.signals import SignalRequest, compute_signals, read_queries
 from cachescale.snapshot import EngineSignals, Measured, Unit
 

@@ -35,7 +35,6 @@ from cachescale.gather.command import (
     measured_json,
     prometheus_url,
 )
-from cachescale.gather.promql import Selector, SelectorError
 from cachescale.gather.report import (
     COLUMNS,
     Row,
@@ -55,6 +54,7 @@ from cachescale.gather.report_around import (
     policy_ref,
     sources,
 )
+from cachescale.gather.selector import Selector, SelectorError
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import Measured, Unit
 

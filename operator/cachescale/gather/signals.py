@@ -42,17 +42,14 @@ from typing import TYPE_CHECKING
 from cachescale.api.spec import Engine
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.promql import (
-    POD_LABEL,
     VLLM_CACHE_CONFIG,
     Detection,
     Query,
     QueryKey,
-    QueryScope,
-    ResultSeries,
-    Selector,
     build_queries,
     duration,
 )
+from cachescale.gather.selector import POD_LABEL, QueryScope, ResultSeries, Selector
 from cachescale.histogram import BucketQuantile, NoQuantile, locate_quantile
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
