@@ -28,7 +28,7 @@ POD_LABEL = "pod"
 
 _LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
 QUERY_TAG_LABEL = "cachescale_query"
-"""The label ``combine`` tags each query's series with, so that one request carries a batch."""
+"""The label ``promql.combine`` tags each query's series with (one request carries a batch)."""
 _RESERVED_LABELS = frozenset({"le", QUERY_TAG_LABEL})
 """Label names the queries set themselves (histogram bucket bounds, the batch's tags)."""
 _VALUE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
