@@ -87,7 +87,7 @@ from e2e.harness.control_plane import ControlPlane, control_plane
 from e2e.operators import operator_process
 from tests.controller.cluster import NAMESPACE, deployment, hpa, pods, policy
 from tests.polling import wait_for
-from tests.prometheus_fixture import PROMETHEUS, free_port
+from tests.prometheus_fixture import PrometheusServer, free_port, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = Path(__file__).with_name("vllm_engine.prom")
@@ -203,8 +203,9 @@ class Fleet:
 
 
 @contextmanager
-def prometheus(workdir: Path, exporter_port: int, shards: int) -> Iterator[tuple[int, int]]:
-    """Prometheus scraping every shard: (its port, its pid)."""
+def prometheus(workdir: Path, exporter_port: int, shards: int) -> Iterator[PrometheusServer]:
+    """The tests' Prometheus (``run_prometheus``) scraping every shard every
+    :data:`SCRAPE_S`, within the interval, keeping the shards' own labels."""
     targets = [
         {
             "targets": [f"127.0.0.1:{exporter_port}"],
@@ -212,40 +213,12 @@ def prometheus(workdir: Path, exporter_port: int, shards: int) -> Iterator[tuple
         }
         for i in range(shards)
     ]
-    (workdir / "targets.json").write_text(json.dumps(targets), encoding="utf-8")
-    (workdir / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {SCRAPE_S}s, scrape_timeout: {SCRAPE_S}s}}\n"
-        "scrape_configs:\n"
-        "  - job_name: engines\n"
-        "    honor_labels: true\n"
-        f'    file_sd_configs: [{{files: ["{workdir / "targets.json"}"]}}]\n',
-        encoding="utf-8",
-    )
-    port = free_port()
-    with (workdir / "prometheus.log").open("wb") as log:
-        process = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield port, process.pid
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
-def prom_query(port: int, promql: str) -> list[Any]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=30) as answer:
-        result: list[Any] = json.load(answer)["data"]["result"]
-    return result
+    file_sd = workdir / "targets.json"
+    file_sd.write_text(json.dumps(targets), encoding="utf-8")
+    with run_prometheus(
+        workdir, file_sd, SCRAPE_S, scrape_timeout_s=SCRAPE_S, honor_labels=True
+    ) as server:
+        yield server
 
 
 # --- the API server ------------------------------------------------------------------------
@@ -611,11 +584,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         plane = stack.enter_context(control_plane(envtest_assets(workdir)))
         exporter_port = stack.enter_context(Fleet(count).serve())
         shards = math.ceil(count / SHARD)
-        prom_port, prom_pid = stack.enter_context(prometheus(workdir, exporter_port, shards))
+        server = stack.enter_context(prometheus(workdir, exporter_port, shards))
+        prom_port = server.port
         creation_s = create_fleet(plane, count, prom_port, args.threads)
         print(f"created {count} policies in {creation_s:.0f} s", flush=True)
         wait_for(
-            lambda: len(prom_query(prom_port, "up == 1")) == shards or None,
+            lambda: len(server.query("up == 1")) == shards or None,
             120.0,
             "every shard scraped",
             every_s=1.0,
@@ -637,7 +611,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         )
         pids = {
             "operator": operator.process.pid,
-            "prometheus": prom_pid,
+            "prometheus": server.process.pid,
             "apiserver": plane.component("kube-apiserver").process.pid,
         }
         evaluations = Evaluations(f"http://127.0.0.1:{metrics_port}/metrics")

@@ -278,6 +278,7 @@ class PrometheusServer:
 
     def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
         self.process = process
+        self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
 
@@ -333,6 +334,7 @@ global:
   evaluation_interval: 1s
 scrape_configs:
   - job_name: {job}
+    honor_labels: {honor_labels}
     file_sd_configs:
       - files: ["{file_sd}"]
         refresh_interval: 1s
@@ -341,14 +343,27 @@ scrape_configs:
 
 @contextmanager
 def run_prometheus(
-    workdir: Path, file_sd: Path, scrape_interval_s: float = 1.0
+    workdir: Path,
+    file_sd: Path,
+    scrape_interval_s: float = 1.0,
+    *,
+    scrape_timeout_s: float | None = None,
+    honor_labels: bool = False,
 ) -> Iterator[PrometheusServer]:
-    """Start Prometheus scraping the targets in ``file_sd`` (every second by default);
-    wait until ready."""
+    """Start Prometheus scraping the targets in ``file_sd`` (every second by default,
+    within 10 s or the interval if shorter, unless ``scrape_timeout_s`` says otherwise;
+    ``honor_labels`` keeps the targets' own ``namespace``/``pod`` labels, as an exporter
+    serving many pods' series needs); wait until ready."""
     binary = prometheus_binary()
     config = workdir / "prometheus.yml"
-    scrape, timeout = f"{scrape_interval_s:g}", f"{min(10.0, scrape_interval_s):g}"
-    text = PROMETHEUS_CONFIG.format(scrape=scrape, timeout=timeout, job=JOB, file_sd=file_sd)
+    timeout_s = min(10.0, scrape_interval_s) if scrape_timeout_s is None else scrape_timeout_s
+    text = PROMETHEUS_CONFIG.format(
+        scrape=f"{scrape_interval_s:g}",
+        timeout=f"{timeout_s:g}",
+        job=JOB,
+        honor_labels=str(honor_labels).lower(),
+        file_sd=file_sd,
+    )
     config.write_text(text, encoding="utf-8")
     port = free_port()
     log = workdir / "prometheus.log"
