@@ -58,7 +58,7 @@ from bench.provenance import provenance
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import DEFAULT_SCENARIO, MetricsOutage, RollingRestart, load_builtin
+from cachescale.sim.scenario import DEFAULT_SCENARIO, FLEET_EVENTS, load_builtin
 from cachescale.sim.workload import Workload
 
 STREAM_MINUTES = 30
@@ -100,7 +100,7 @@ def engine_lookups() -> dict[str, float]:
     perturbations = [
         p.model_copy(update={"at_s": duration / 2})
         for p in scenario.perturbations
-        if not isinstance(p, RollingRestart | MetricsOutage)
+        if not isinstance(p, FLEET_EVENTS)
     ]
     t0 = time.perf_counter()
     workload = Workload(

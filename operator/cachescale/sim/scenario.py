@@ -25,13 +25,7 @@ from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.profiles import PROFILES
 from cachescale.sim.workload_spec import (
-    ChunkSizeChange,
-    LayoutChange,
-    RateChange,
-    RetrievalAheadOfHistory,
-    ShuffleTools,
-    SlidingWindow,
-    VariableFieldToTop,
+    WorkloadChange,
     WorkloadSpec,
 )
 
@@ -88,15 +82,7 @@ class MetricsOutage(_Model):
 
 
 ScenarioPerturbation = Annotated[
-    ChunkSizeChange
-    | RetrievalAheadOfHistory
-    | VariableFieldToTop
-    | ShuffleTools
-    | SlidingWindow
-    | RateChange
-    | LayoutChange
-    | RollingRestart
-    | MetricsOutage,
+    WorkloadChange | RollingRestart | MetricsOutage,
     Field(discriminator="kind"),
 ]
 """A change at a point in simulated time: a workload change, a fleet rollout, or an

@@ -256,16 +256,18 @@ class LayoutChange(_Perturbation):
     layout: Layout = Field(description="New segment order.")
 
 
-Perturbation = Annotated[
+WorkloadChange = (
     ChunkSizeChange
     | RetrievalAheadOfHistory
     | VariableFieldToTop
     | ShuffleTools
     | SlidingWindow
     | RateChange
-    | LayoutChange,
-    Field(discriminator="kind"),
-]
+    | LayoutChange
+)
+"""Every kind of workload change (a scenario adds its fleet events to these)."""
+
+Perturbation = Annotated[WorkloadChange, Field(discriminator="kind")]
 """A workload change at a point in simulated time, tagged by ``kind``."""
 
 
