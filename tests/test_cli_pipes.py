@@ -81,27 +81,50 @@ def test_emulate(tmp_path: Path) -> None:
     assert_quiet_success(into_closed_pipe("emulate", "--scenario-file", str(scenario)))
 
 
-def test_emulate_under_head_stops_and_still_empties_file_sd(tmp_path: Path) -> None:
-    # As `| head -1`: the reader takes the banner and leaves while pods are served.
+def _emulate_then_leave(tmp_path: Path, lines_read: int, *flags: str) -> list[str]:
+    """Run ``emulate`` on a fixed one-pod fleet (20 simulated s), read ``lines_read`` lines
+    of its stdout and close it, as ``| head -N``; assert it then stopped within 15 s,
+    cleanly, with file_sd emptied; return the lines read."""
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(fixed_fleet_scenario(replicas=1, duration_s=20)))
     file_sd = tmp_path / "targets.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "cachescale.cli", "emulate", "--scenario-file", str(scenario),
-         "--write-file-sd", str(file_sd)],
+         "--write-file-sd", str(file_sd), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     assert process.stdout is not None
-    assert "scenario" in process.stdout.readline()
+    lines = [process.stdout.readline() for _ in range(lines_read)]
     process.stdout.close()
     started = time.monotonic()
     _, stderr = process.communicate(timeout=60)
-    assert time.monotonic() - started < 15  # it stopped, not at the 20 s scenario's end
+    assert time.monotonic() - started < 15  # it stopped, not at the scenario's end
     assert stderr == ""
     assert process.returncode == ExitCode.OK
     assert json.loads(file_sd.read_text(encoding="utf-8")) == []
+    return lines
+
+
+def test_emulate_under_head_stops_and_still_empties_file_sd(tmp_path: Path) -> None:
+    # The reader takes the banner and leaves; the pod's line meets the closed pipe.
+    banner = _emulate_then_leave(tmp_path, 1)
+    assert "scenario" in banner[0]
+
+
+def test_emulate_stops_when_the_reader_leaves_a_settled_fleet(tmp_path: Path) -> None:
+    # The pod's line is read too: the settled fleet never prints again, so only watching
+    # stdout for the hang-up stops it before the scenario's end.
+    banner, pod = _emulate_then_leave(tmp_path, 2)
+    assert "scenario" in banner
+    assert " + llm/" in pod
+
+
+def test_emulate_stops_when_the_reader_leaves_while_it_lingers(tmp_path: Path) -> None:
+    # 20 simulated s at 10x, then --linger 60 printing nothing: the hang-up ends it.
+    *_, lingering = _emulate_then_leave(tmp_path, 3, "--speed", "10", "--linger", "60")
+    assert "serving the final state for 60s" in lingering
 
 
 def test_run_help() -> None:

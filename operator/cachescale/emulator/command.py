@@ -3,9 +3,10 @@
 The command resolves a scenario exactly as ``cachescale simulate`` does (same flags, same
 HPA in the loop), then hands it to the runtime and keeps three outputs in step with it:
 the console (targets as pods come and go), the file_sd file and the ground-truth file.
-It stops at the scenario's end (after ``--linger``) or on SIGINT/SIGTERM, and always shuts
-every server down and empties the file_sd file on the way out, so a Prometheus watching
-it drops the targets instead of scraping closed ports.
+It stops at the scenario's end (after ``--linger``), on SIGINT/SIGTERM or when the reader
+of its stdout leaves (a pipe's hang-up is watched, not only met on the next print), and
+always shuts every server down and empties the file_sd file on the way out, so a
+Prometheus watching it drops the targets instead of scraping closed ports.
 
 Exit codes follow the CLI's (``api.exit_codes``): 0 success (including a stop by signal),
 1 invalid input (bad scenario, an output path that cannot be written, a port already
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -172,6 +176,7 @@ class _Outputs:
             write_file_sd(self._file_sd, self._emulator.targets())
         if time.monotonic() >= self._truth_due:
             self.write_truth()
+        _raise_if_reader_left()
         for target in changes.removed:
             print(f"[sim {now_s:8.1f}s] - {target.namespace}/{target.pod}", flush=True)
         for target in changes.added:
@@ -196,6 +201,7 @@ class _Outputs:
             min(left, self._truth_every_s)
         ):
             self.write_truth()
+            _raise_if_reader_left()
 
     def banner(self, scenario: Scenario) -> None:
         """The start-up line: what runs, as what, how fast."""
@@ -210,6 +216,27 @@ class _Outputs:
     def scrape_config(self) -> None:
         """Print the scrape config snippet (static targets: the pods served now)."""
         print(scrape_config_yaml(self._file_sd, self._emulator.targets()), flush=True)
+
+
+def _raise_if_reader_left() -> None:
+    """``BrokenPipeError`` once stdout is a pipe or socket whose reader has gone.
+
+    A print only fails when it is made: an emulator whose fleet is settled prints nothing,
+    so without this it would serve until the scenario's end behind a ``| head -1`` that
+    left long ago. poll() reports the hang-up (POLLERR on a pipe, POLLHUP on a socket)
+    without writing.
+    """
+    try:
+        descriptor = sys.stdout.fileno()
+        mode = os.fstat(descriptor).st_mode
+    except (AttributeError, ValueError, OSError):  # replaced, closed or not a real file
+        return
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return  # a terminal or a file: there is no reader to leave
+    watch = select.poll()
+    watch.register(descriptor, 0)  # no events asked: only errors and hang-ups come back
+    if any(flags & (select.POLLERR | select.POLLHUP) for _, flags in watch.poll(0)):
+        raise BrokenPipeError("stdout's reader has gone")
 
 
 @contextmanager
