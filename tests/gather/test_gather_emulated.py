@@ -43,8 +43,9 @@ from cachescale.api.spec import Engine
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import decide
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import Selector
-from cachescale.gather.signals import SignalRequest, gather_signals
+from cachescale.gather.signals import SignalRequest
 from cachescale.sim import metrics, sglang_metrics
 from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, Snapshot
 from tests.decide.decide_builders import condition, learned, spec, workload

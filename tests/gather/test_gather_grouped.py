@@ -30,8 +30,9 @@ from cachescale.gather.prometheus import (
     Series,
 )
 from cachescale.gather.promql import build_queries
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 from tests.gather.gather_dataset import AT, SPECIAL_MODELS, WINDOW_S
 from tests.gather.gather_fakes import HANG, closed_port_url, fake_prometheus, parts_of

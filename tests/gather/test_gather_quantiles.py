@@ -20,8 +20,9 @@ import pytest
 from cachescale.api.spec import Engine
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.promql import QueryKey, build_queries
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector, split_by_selector
-from cachescale.gather.signals import SignalRequest, compute_signals, gather_signals
+from cachescale.gather.signals import SignalRequest, compute_signals
 from cachescale.histogram import histogram_quantile
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 from tests.gather.gather_dataset import AT, QUANTILE_NAMESPACE, QUANTILE_SHAPES, WINDOW_S

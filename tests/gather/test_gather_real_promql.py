@@ -18,13 +18,9 @@ from cachescale.api.spec import Engine
 from cachescale.decide import decide, words
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
 from cachescale.gather.promql import build_queries
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector, split_by_selector
-from cachescale.gather.signals import (
-    AmbiguousSeriesError,
-    SignalRequest,
-    compute_signals,
-    gather_signals,
-)
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, compute_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration, Snapshot
 from tests.decide.decide_builders import learned, spec, workload
 from tests.gather.gather_dataset import AT, WINDOW_S

@@ -22,13 +22,13 @@ from cachescale.gather.prometheus import (
     Series,
 )
 from cachescale.gather.promql import Detection, QueryKey, build_queries
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector
 from cachescale.gather.signals import (
     AmbiguousSeriesError,
     SignalRequest,
     compute_signals,
     demand_from_result,
-    gather_signals,
 )
 from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, MetricsGeneration, Unit
 from tests.gather.gather_fakes import (

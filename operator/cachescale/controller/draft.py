@@ -226,8 +226,9 @@ def _read_signals(
     now: datetime,
 ) -> EngineSignals | str:
     """The signals over the history, or why this selector does not do."""
+    from cachescale.gather.reading import gather_signals
     from cachescale.gather.selector import Selector
-    from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+    from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 
     request = SignalRequest(
         engine=container.engine,

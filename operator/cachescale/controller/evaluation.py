@@ -74,8 +74,9 @@ from cachescale.gather.prometheus import (
     PrometheusConfig,
     PrometheusError,
 )
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import Selector, SelectorError
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
 
 log = logging.getLogger("cachescale.operator")
@@ -158,7 +159,7 @@ class Operator:
     read_signals: Callable[[PrometheusClient, SignalRequest, datetime], EngineSignals] = field(
         default=gather_signals
     )
-    """Reads one policy's signals (``gather.signals.gather_signals``)."""
+    """Reads one policy's signals (``gather.reading.gather_signals``)."""
     gatherer: GroupedGatherer = field(default_factory=GroupedGatherer)
     """Reads a batch's signals, one query set per group (``gather/grouped.py``); it keeps
     the detected profiles, so it lives as long as the operator."""

@@ -34,8 +34,9 @@ from cachescale.api.exit_codes import ExitCode
 from cachescale.api.flags import non_negative_number, positive_number
 from cachescale.api.spec import Engine, MetricsSpec
 from cachescale.api.validation import decode, field_path, plain_message
+from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import Selector, SelectorError
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, gather_signals
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
     CacheConfig,

@@ -65,12 +65,9 @@ from cachescale.gather.promql import (
     detection_query,
     label_query,
 )
+from cachescale.gather.reading import read_demand
 from cachescale.gather.selector import ResultSeries, Selector, split_by_selector
-from cachescale.gather.signals import (
-    AmbiguousSeriesError,
-    compute_signals,
-    read_demand,
-)
+from cachescale.gather.signals import AmbiguousSeriesError, compute_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 K = TypeVar("K", bound=Hashable)

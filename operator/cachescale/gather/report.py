@@ -3,7 +3,7 @@
 On-call, after a prefix-cache collapse, the first question is what the cost did around the
 change, and a fleet that scaled out on cache misses looks healthy on every latency graph.
 So the report reads the same signals the operator reads, window by window: each row is
-exactly one signals evaluation (``gather.signals.read_queries`` then ``compute_signals``,
+exactly one signals evaluation (``gather.reading.read_queries`` then ``compute_signals``,
 the same PromQL and formulas) at the window's end, with the window as its rate and
 quantile range. Nothing here writes PromQL.
 
@@ -30,8 +30,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cachescale.gather.promql import QueryKey
+from cachescale.gather.reading import read_queries
 from cachescale.gather.selector import POD_LABEL, ResultSeries
-from cachescale.gather.signals import SignalRequest, compute_signals, read_queries
+from cachescale.gather.signals import SignalRequest, compute_signals
 from cachescale.snapshot import EngineSignals, Measured, Unit
 
 if TYPE_CHECKING:
