@@ -23,6 +23,7 @@ from tests.chart.chart_helpers import (
 
 REQUIRED_ALERTS = {
     "CachescalePrefixCacheCollapse",
+    "CachescaleCacheDegraded",
     "CachescaleOverBudget",
     "CachescaleSLOAtRisk",
     "CachescaleMetricsUnavailable",
@@ -184,6 +185,9 @@ CONTRACT_METRICS = {
     "cachescale_requests_per_second",
     "cachescale_arrivals_per_second",
     "cachescale_preemptions_per_second",
+    "cachescale_baseline_token_hit_rate",
+    "cachescale_baseline_prefill_tokens_per_request",
+    "cachescale_baseline_gpu_seconds_per_1k_requests",
     "cachescale_replicas",
     "cachescale_replicas_desired_max",
     "cachescale_hpa_wanted_replicas",

@@ -100,13 +100,28 @@ def test_promtool_parse_check_is_not_blind(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("title", "metrics"),
     [
-        ("hit rate", ["cachescale_token_hit_rate", "cachescale_request_hit_share"]),
+        (
+            "hit rate",
+            [
+                "cachescale_token_hit_rate",
+                "cachescale_request_hit_share",
+                "cachescale_baseline_token_hit_rate",
+            ],
+        ),
+        (
+            "Prefill tokens",
+            [
+                "cachescale_prefill_tokens_per_request",
+                "cachescale_baseline_prefill_tokens_per_request",
+            ],
+        ),
         ("TTFT p95", ["cachescale_ttft_p95_seconds", "cachescale_slo_ttft_p95_seconds"]),
         (
             "GPU-seconds per 1k",
             [
                 "cachescale_gpu_seconds_per_1k_requests",
                 "cachescale_budget_gpu_seconds_per_1k_requests",
+                "cachescale_baseline_gpu_seconds_per_1k_requests",
             ],
         ),
         (

@@ -10,6 +10,7 @@ from prometheus_client import generate_latest
 
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.decide import decide
+from cachescale.decide.memory import Memory
 from tests.decide.decide_builders import learned, signals, snapshot, spec
 
 HIT_RATE = "cachescale_token_hit_rate{"
@@ -36,6 +37,9 @@ def test_a_decision_becomes_the_documented_series() -> None:
         f"cachescale_budget_gpu_seconds_per_1k_requests{{{labels}}} 780.0",
         f"cachescale_slo_ttft_p95_seconds{{{labels}}} 1.0",
         f"cachescale_replicas{{{labels}}} 11.0",
+        f"cachescale_baseline_token_hit_rate{{{labels}}} 0.85",
+        f"cachescale_baseline_prefill_tokens_per_request{{{labels}}} 400.0",
+        f"cachescale_baseline_gpu_seconds_per_1k_requests{{{labels}}} 680.0",
         f'cachescale_alert_active{{{labels},reason="PrefixCollapse"}} 1.0',
         f'cachescale_alert_active{{{labels},reason="OverBudget"}} 0.0',
         f"cachescale_last_evaluation_timestamp_seconds{{{labels}}} 1.7e+09",
@@ -43,6 +47,19 @@ def test_a_decision_becomes_the_documented_series() -> None:
     ):
         assert line in text, line
     assert f'cachescale_decisions_total{{{labels},reason="{decision.reason}"}} 1.0' in text
+
+
+def test_no_baseline_is_absent_not_zero() -> None:
+    # A policy that has not learned what healthy looks like exports no baseline series.
+    metrics = OperatorMetrics()
+    state = snapshot(signals())
+    decision = decide(spec(), state, Memory(), state.signals.observed_at)
+    assert decision.memory.baseline.token_hit_rate is None
+    metrics.observe("llm", "vllm", spec(), state, decision)
+    text = exposition(metrics)
+    assert "cachescale_baseline_token_hit_rate{" not in text
+    assert "cachescale_baseline_gpu_seconds_per_1k_requests{" not in text
+    assert HIT_RATE in text  # the policy's other series are there
 
 
 def test_unknown_is_absent_and_deletion_forgets() -> None:

@@ -62,6 +62,9 @@ POLICY_GAUGES = (
         "Requests arriving per second (offered): every finish reason plus queue growth.",
     ),
     ("preemptions_per_second", "Engine preemptions per second."),
+    ("baseline_token_hit_rate", "The learned healthy warm-pod token hit rate."),
+    ("baseline_prefill_tokens_per_request", "The learned healthy prefill tokens per request."),
+    ("baseline_gpu_seconds_per_1k_requests", "The learned healthy GPU-s per 1k requests."),
     ("slo_ttft_p95_seconds", "The policy's TTFT p95 objective, seconds."),
     ("budget_gpu_seconds_per_1k_requests", "The policy's GPU-s per 1k requests budget."),
     ("replicas", "Current replicas of the Deployment."),
@@ -228,7 +231,11 @@ class OperatorMetrics:
         values["token_hit_rate"] = signals.warm_token_hit_rate(
             float(spec.cache.pod_warmup_seconds)
         ).value
+        baseline = decision.memory.baseline
         values |= {
+            "baseline_token_hit_rate": baseline.token_hit_rate,
+            "baseline_prefill_tokens_per_request": baseline.prefill_tokens_per_request,
+            "baseline_gpu_seconds_per_1k_requests": baseline.gpu_seconds_per_1k_requests,
             "slo_ttft_p95_seconds": spec.slo.ttft_p95_seconds,
             "budget_gpu_seconds_per_1k_requests": spec.budget.gpu_seconds_per_1k_requests,
             "replicas": snapshot.workload.replicas,
