@@ -8,6 +8,9 @@ fixture (e2e/harness/release.py); the namespaced variant runs here as its own re
 
 from __future__ import annotations
 
+import copy
+import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from e2e.harness.release import CHART, CRD, Release, wait_flags
 from e2e.kube_helpers import apply, get, until
 from e2e.operators import chart_flags, operator_process
 from e2e.serving import APP
+from tests.chart.chart_helpers import promtool_binary
 from tests.controller.cluster import policy as policy_body
 from tests.prometheus_fixture import free_port
 
@@ -173,3 +177,103 @@ def check_the_namespaced_operator(
         assert "[ERROR" not in output, operator.tail()
         assert other not in output, operator.tail()
         assert f"{watched}/{APP}: " in output
+
+
+MONITORING_CRDS = Path(__file__).with_name("prometheus_operator_stand_in_crds.yaml")
+RULES = CHART / "files" / "prometheus" / "cachescale-rules.yaml"
+DASHBOARD = CHART / "files" / "grafana" / "cachescale-dashboard.json"
+
+
+def test_monitoring_objects_install_as_the_prometheus_operator_reads_them(
+    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
+) -> None:
+    """The ServiceMonitor, PrometheusRule and dashboard ConfigMap a kube-prometheus-stack
+    user turns on: admitted under the Prometheus Operator's types, stored as rendered (no
+    field pruned), the stored rules accepted by promtool, and the ServiceMonitor selecting
+    the chart's metrics Service."""
+    installed_crds = cluster.kubectl("apply", "-f", str(MONITORING_CRDS))
+    assert installed_crds.returncode == 0, installed_crds.stderr
+    for crd in ("prometheusrules", "servicemonitors"):
+        ready = cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd}.monitoring.coreos.com",
+            "--timeout=30s",
+        )  # fmt: skip
+        assert ready.returncode == 0, ready.stderr
+    name, where = "cs-mon", ("-n", namespace)
+    full = f"{name}-cachescale"
+    values = (
+        "--set", "crds.install=false",
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set", "metrics.serviceMonitor.labels.release=kube-prometheus-stack",
+        "--set", "prometheusRule.enabled=true",
+        "--set", "prometheusRule.labels.release=kube-prometheus-stack",
+        "--set", "grafanaDashboard.enabled=true",
+    )  # fmt: skip
+    try:
+        installed = cluster.helm("install", name, str(CHART), *where, *values, *wait_flags(cluster))
+        assert installed.returncode == 0, installed.stderr
+        rule = get(cluster, "prometheusrule.monitoring.coreos.com", full, *where)
+        assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        shipped = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+        assert rule["spec"] == {"groups": shipped["groups"]}, "stored as rendered, unpruned"
+        stored = tmp_path / "stored-rules.yaml"
+        stored.write_text(yaml.safe_dump(rule["spec"]), encoding="utf-8")
+        checked = subprocess.run(
+            [promtool_binary(), "check", "rules", str(stored)], capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        monitor = get(cluster, "servicemonitor.monitoring.coreos.com", full, *where)
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        services = get(
+            cluster, "services", *where, "-l", ",".join(f"{k}={v}" for k, v in selector.items())
+        )
+        assert [s["metadata"]["name"] for s in services["items"]] == [f"{full}-metrics"]
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == (
+            "metrics",
+            "/metrics",
+            True,
+        )
+        if cluster.envtest:  # the endpoints controller runs: the port reaches a ready pod
+            port = until(
+                lambda: _serving_port(cluster, f"{full}-metrics", namespace),
+                "a ready endpoint behind the metrics Service",
+                60,
+            )
+            assert port == "metrics"
+        board = get(cluster, "configmap", f"{full}-dashboard", *where)
+        assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(board["data"]["cachescale-dashboard.json"]) == json.loads(
+            DASHBOARD.read_text(encoding="utf-8")
+        )
+        # The stand-in's types bite: a rule duration Prometheus cannot parse is refused.
+        broken = copy.deepcopy(rule)
+        broken["spec"]["groups"][0]["rules"][0]["for"] = "15 minutes"
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            broken["metadata"].pop(key, None)
+        refused = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(broken))
+        assert refused.returncode != 0, "the API server took `for: 15 minutes`"
+        assert "should match" in refused.stderr, refused.stderr
+        removed = cluster.helm("uninstall", name, *where, "--wait", "--timeout", "2m")
+        assert removed.returncode == 0, removed.stderr
+        for kind in (
+            "prometheusrule.monitoring.coreos.com",
+            "servicemonitor.monitoring.coreos.com",
+        ):
+            assert get(cluster, kind, full, *where) is None, f"{kind} left behind"
+    finally:
+        cluster.helm("uninstall", name, *where, "--timeout", "1m")
+        cluster.kubectl("delete", "-f", str(MONITORING_CRDS), "--wait=false")
+
+
+def _serving_port(cluster: Cluster, service: str, namespace: str) -> str | None:
+    """The name of the port a ready endpoint of ``service`` serves, once there is one."""
+    slices = get(
+        cluster, "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}"
+    )
+    for piece in slices["items"]:
+        ready = [e for e in piece.get("endpoints") or [] if e["conditions"].get("ready")]
+        if ready and piece.get("ports"):
+            return str(piece["ports"][0]["name"])
+    return None
