@@ -15,7 +15,10 @@ other policy. A suspected or raised collapse also names what changed before it
 
 An evaluation has three phases: ``prepare`` (the spec, a refusal, the target, which
 Prometheus and what to read), the read, and ``finish`` (decide, act, correlate, status,
-Events, metrics). ``evaluate`` runs them for one policy with its own queries;
+Events, metrics). This module runs them; what a policy brings from the cluster (its
+previous status, memory and annotations) is ``recall.py``, the read ``signal_reads.py``,
+and what an evaluation writes (the decision applied, the status, Events)
+``cluster_writes.py``. ``evaluate`` runs the phases for one policy with its own queries;
 ``evaluate_many`` runs them for the policies the scheduler found due together
 (``scheduler.py``), with one grouped read for all of them (``gather/grouped.py``), so
 the Prometheus queries grow with the groups, not the policies. A policy's outcome is the
@@ -26,38 +29,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from threading import Lock
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
-from cachescale.api.policy import (
-    ACKNOWLEDGE,
-    GROUP,
-    PLURAL,
-    REBASELINE,
-    VERSION,
-)
-from cachescale.api.reasons import Action, ConditionReason, Problem, cleared
-from cachescale.api.spec import CacheScalingPolicySpec, Mode
+from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.api.reasons import Action, ConditionReason, Problem
+from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import CacheScalingPolicyStatus, ConditionType
-from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
+from cachescale.controller import recall, signal_reads
 from cachescale.controller.changes import correlate
 from cachescale.controller.claims import Refusal
+from cachescale.controller.cluster_writes import act, announce, event, write_status
 from cachescale.controller.events import EventRecorder, PolicyRef
 from cachescale.controller.keda import notes as keda_notes
-from cachescale.controller.kube import ConflictError, KubeApi, KubeError, Reads
+from cachescale.controller.kube import KubeApi, KubeError, Reads
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.prometheus_access import (
     EgressRefused,
     PrometheusCredentialsError,
-    prometheus_config,
     prometheus_source,
 )
 from cachescale.controller.read_failures import ReadFailures
@@ -75,11 +70,9 @@ from cachescale.gather.prometheus import (
     PrometheusError,
 )
 from cachescale.gather.reading import gather_signals
-from cachescale.gather.selector import Selector, SelectorError
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
-from cachescale.snapshot import EngineSignals, FetchFailure, HumanRequests, Snapshot
-
-log = logging.getLogger("cachescale.operator")
+from cachescale.gather.selector import SelectorError
+from cachescale.gather.signals import SignalRequest
+from cachescale.snapshot import EngineSignals, Snapshot
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -224,7 +217,7 @@ def evaluate(operator: Operator, policy: PolicyObject, refusal: Refusal | None =
         step = prepare(operator, policy, now, refusal)
         if isinstance(step, Outcome):
             return step
-        return finish(operator, step, _read_alone(operator, step))
+        return finish(operator, step, signal_reads.read_alone(operator, step))
     finally:
         operator.metrics.evaluated(
             policy.namespace, policy.name, time.monotonic() - started, now.timestamp()
@@ -258,12 +251,14 @@ def evaluate_many(
         read = operator.gatherer.gather(reads, now)
     except Exception as error:  # a bug in the gatherer fails the batch's reads, not the rest
         read = {r.key: error for r in reads}
-    _log_read_failures(read)
+    signal_reads.log_read_failures(read)
 
     def last(index: int) -> Outcome | Exception:
         policy, step = policies[index][0], steps[index]
         if isinstance(step, Prepared):
-            done = _guarded(lambda: finish(operator, step, _signals_of(step, read.get(index))))
+            done = _guarded(
+                lambda: finish(operator, step, signal_reads.signals_of(step, read.get(index)))
+            )
         else:
             done = step
         operator.metrics.evaluated(
@@ -272,15 +267,6 @@ def evaluate_many(
         return done
 
     return list(fan_out(last, range(len(steps))))
-
-
-def _log_read_failures(read: Mapping[int, GroupedOutcome | Exception]) -> None:
-    """One warning per distinct failure of a batch's reads, with how many policies it
-    failed: each policy's status says it too, but a group failing at once (a Prometheus
-    down, a batch past its deadline) is one event to whoever reads the operator's log."""
-    failures = Counter(str(outcome) for outcome in read.values() if isinstance(outcome, Exception))
-    for message, count in failures.items():
-        log.warning("signals of %d policies could not be read: %s", count, message)
 
 
 def _guarded(step: Callable[[], _T]) -> _T | Exception:
@@ -311,11 +297,13 @@ def prepare(
 ) -> Outcome | Prepared:
     """Everything before the signals: the spec, a refusal, the target, where and how to
     read Prometheus. An ``Outcome`` when the evaluation ends here (its status written)."""
-    previous = _previous_status(policy, operator.status_writes.latest(policy.uid, policy.status))
+    previous = recall.previous_status(
+        policy, operator.status_writes.latest(policy.uid, policy.status)
+    )
     try:
         spec = CacheScalingPolicySpec.model_validate(policy.spec)
     except ValidationError as error:
-        message = _summary(error)
+        message = recall.summary(error)
         return _problem(
             operator, policy, previous, Problem.INVALID_SPEC, f"invalid spec: {message}", now
         )
@@ -330,12 +318,12 @@ def prepare(
             operator, policy, previous, Problem.API_ERROR, f"reading the target: {error}", now
         )
     try:
-        read = _read(operator, policy, spec, target)
+        read = signal_reads.read(operator, policy, spec, target)
     except EgressRefused as error:
         also = (ConditionType.METRICS_AVAILABLE,)
         return _problem(operator, policy, previous, error.reason, error.message, now, also)
     except (PrometheusError, PrometheusCredentialsError, SelectorError) as error:
-        known = _unknown(error, now, spec.metrics.window_seconds)
+        known = signal_reads.unknown(error, now, spec.metrics.window_seconds)
         return Prepared(policy, previous, spec, target, now, None, known)
     return Prepared(policy, previous, spec, target, now, read)
 
@@ -350,14 +338,14 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         step.target,
         step.now,
     )
-    memory = _memory(policy, previous.memory, target)
+    memory = recall.memory(policy, previous.memory, target)
     if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     if read_retried(signals, operator.read_failures.counted(policy.uid, signals), memory):
         return Outcome(Action.READ_RETRIED)
-    snapshot = Snapshot(signals, target.state, _human(operator, policy))
+    snapshot = Snapshot(signals, target.state, recall.human(operator, policy))
     decision = operator.make_decision(spec, snapshot, memory, now)
-    applied, act_error = _act(operator, policy, spec, target, decision, now)
+    applied, act_error = act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
         kept = memory.last_max_num_seqs_change_at
@@ -379,14 +367,14 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         suspected_change=suspected,
         **_keda_status(target),
     )
-    _write_status(operator, policy, status, now)
-    _announce(operator, policy, decision, applied, now)
+    write_status(operator, policy, status, now)
+    announce(operator, policy, decision, applied, now)
     for warning in target.keda.warnings() if target.keda is not None else ():
-        _event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
+        event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
     operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)
     if act_error:
         operator.metrics.failed(policy.namespace, policy.name, Problem.API_CONFLICT)
-        _event(operator, policy, "Warning", Problem.API_CONFLICT, act_error, now)
+        event(operator, policy, "Warning", Problem.API_CONFLICT, act_error, now)
     return Outcome(decision.reason, decision, applied)
 
 
@@ -420,214 +408,7 @@ def _problem(
     status = render_problem(
         previous, reason, message, generation=policy.generation, now=now, also=also
     )
-    _write_status(operator, policy, status, now)
-    _event(operator, policy, "Warning", reason, message, now)
+    write_status(operator, policy, status, now)
+    event(operator, policy, "Warning", reason, message, now)
     operator.metrics.failed(policy.namespace, policy.name, reason)
     return Outcome(reason)
-
-
-def _read(
-    operator: Operator, policy: PolicyObject, spec: CacheScalingPolicySpec, target: Target
-) -> tuple[PrometheusClient, SignalRequest]:
-    """Which Prometheus to read, and what: ``EgressRefused`` when the operator may not
-    use it; a ``PrometheusError``, ``PrometheusCredentialsError`` or ``SelectorError``
-    when it cannot."""
-    config = prometheus_config(operator, policy.namespace, spec)
-    request = SignalRequest(
-        engine=spec.target.engine,
-        selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
-        window_seconds=spec.metrics.window_seconds,
-        gpus_per_pod=target.state.gpus_per_pod or None,
-        ready_replicas=target.state.ready_replicas,
-        pod_ages_seconds=target.pod_ages,
-        demand_query=spec.metrics.demand_query,
-    )
-    return operator.prometheus(config), request
-
-
-def _read_alone(operator: Operator, step: Prepared) -> EngineSignals:
-    """One policy's signals through ``Operator.read_signals`` (its own queries)."""
-    if step.read is None:
-        assert step.known is not None
-        return step.known
-    try:
-        return operator.read_signals(*step.read, step.now)
-    except (PrometheusError, AmbiguousSeriesError, SelectorError) as error:
-        return _unknown(error, step.now, step.spec.metrics.window_seconds)
-
-
-def _signals_of(step: Prepared, read: GroupedOutcome | Exception | None) -> EngineSignals:
-    """One policy's signals out of a batch's grouped ``read`` (an exception that is not a
-    read failure is a bug: raised, as ``_read_alone`` would raise it)."""
-    if step.read is None:
-        assert step.known is not None
-        return step.known
-    assert read is not None
-    if isinstance(read, EngineSignals):
-        return read
-    if isinstance(read, PrometheusError | AmbiguousSeriesError | SelectorError):
-        return _unknown(read, step.now, step.spec.metrics.window_seconds)
-    raise read
-
-
-def _unknown(error: Exception, now: datetime, window: float) -> EngineSignals:
-    """Every signal unknown, for the reason ``error`` gives."""
-    if isinstance(error, PrometheusError):
-        failure = error.failure
-    elif isinstance(error, PrometheusCredentialsError):
-        failure = FetchFailure.CREDENTIALS_UNREADABLE
-    else:
-        failure = FetchFailure.QUERY_ERROR
-    return EngineSignals.all_unknown(
-        str(error), observed_at=now, window_seconds=window, failure=failure
-    )
-
-
-def _summary(error: ValidationError) -> str:
-    """Each validation problem as ``field.path: message``."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-
-
-def _previous_status(
-    policy: PolicyObject, unwritten: Mapping[str, Any] | None
-) -> CacheScalingPolicyStatus:
-    """The last status rendered when this process kept it (``unwritten``: a write was
-    skipped since the stored one, ``status_writes.StatusWrites.latest``), else the stored
-    status, or an empty one if absent or unreadable (written by an older version, edited
-    by hand): the next write replaces it, and the warning says that the memory inside it
-    (baseline, alerts, cooldowns) is lost with it."""
-    try:
-        return CacheScalingPolicyStatus.model_validate(unwritten or policy.status or {})
-    except ValidationError as error:
-        log.warning(
-            "%s/%s: the stored status is invalid, so it is replaced and the baseline is "
-            "relearned (streaks, alerts and cooldowns start over too): %s",
-            policy.namespace,
-            policy.name,
-            _summary(error),
-        )
-        return CacheScalingPolicyStatus()
-
-
-def _memory(policy: PolicyObject, stored: Mapping[str, Any] | None, target: Target) -> Memory:
-    """The memory from status, with the Deployment's own record of the last ceiling
-    change folded in (survives a status write that never happened). A stored memory that
-    fails validation (edited by hand, or written by an incompatible version) is reset,
-    and the warning says so: the learned baseline is gone and relearning starts."""
-    try:
-        memory = Memory.model_validate(stored or {})
-    except ValidationError as error:
-        log.warning(
-            "%s/%s: status.memory is invalid, so it is reset and the baseline is relearned "
-            "(streaks, alerts and cooldowns start over too): %s",
-            policy.namespace,
-            policy.name,
-            _summary(error),
-        )
-        memory = Memory()
-    changed = target.max_num_seqs_changed_at
-    last = memory.last_max_num_seqs_change_at
-    if changed is not None and (last is None or changed > last):
-        memory = memory.model_copy(update={"last_max_num_seqs_change_at": changed})
-    return memory
-
-
-def _human(operator: Operator, policy: PolicyObject) -> HumanRequests:
-    return HumanRequests(
-        acknowledge_at=_annotation_time(operator, policy, ACKNOWLEDGE),
-        rebaseline_at=_annotation_time(operator, policy, REBASELINE),
-    )
-
-
-def _annotation_time(operator: Operator, policy: PolicyObject, key: str) -> datetime | None:
-    """The RFC 3339 time in annotation ``key``; None when absent or unparsable (a warning
-    is logged once per policy and value: the request is ignored, not guessed)."""
-    text = policy.annotations.get(key)
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        if operator.first_report(policy.uid, key, text):
-            log.warning(
-                "%s/%s: annotation %s=%r is not an RFC 3339 time; the request is ignored",
-                policy.namespace,
-                policy.name,
-                key,
-                text,
-            )
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # no zone: UTC
-
-
-def _act(
-    operator: Operator,
-    policy: PolicyObject,
-    spec: CacheScalingPolicySpec,
-    target: Target,
-    decision: Decision,
-    now: datetime,
-) -> tuple[bool, str]:
-    """Apply the decision in Enforce mode; (anything changed, problem text)."""
-    if spec.mode is not Mode.ENFORCE:
-        return False, ""
-    owner = f"{policy.namespace}/{policy.name}"
-    applied = False
-    try:
-        applied = apply_envelope(
-            operator.api, policy.namespace, spec.target, decision.envelope, owner, target.autoscaler
-        )
-        wanted = decision.max_num_seqs
-        if wanted is not None and wanted != target.state.max_num_seqs:
-            applied = (
-                apply_max_num_seqs(operator.api, policy.namespace, spec.target, wanted, now)
-                or applied
-            )
-    except (ConflictError, KubeError, TargetError) as error:
-        return applied, f"could not apply {decision.reason}: {error}"
-    return applied, ""
-
-
-def _write_status(
-    operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
-) -> None:
-    """PATCH the status when it changed or is due for a refresh (``status_writes``). A
-    failed write forgets the last one: what the API server holds is then unknown, so the
-    next evaluation writes whatever it finds (after an API outage, at once)."""
-    writes = operator.status_writes
-    why = writes.due(policy.uid, status, policy.status, now)
-    if why is None:
-        writes.skipped(policy.uid, status)
-        return
-    log.debug("status of %s/%s written: %s", policy.namespace, policy.name, why)
-    try:
-        # Replace the whole status: a merge patch would keep a signal that became unknown.
-        operator.api.patch(policy.status_path, [{"op": "add", "path": "/status", "value": status}])
-    except KubeError as error:
-        log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
-        writes.failed(policy.uid)
-        return
-    writes.wrote(policy.uid, status, now)
-
-
-def _announce(
-    operator: Operator, policy: PolicyObject, decision: Decision, applied: bool, now: datetime
-) -> None:
-    for change in decision.raised:
-        _event(operator, policy, "Warning", change.reason, change.message, now)
-    for change in decision.cleared:
-        _event(operator, policy, "Normal", cleared(change.reason), change.message, now)
-    if applied:
-        _event(operator, policy, "Normal", decision.reason, decision.message, now)
-
-
-def _event(
-    operator: Operator, policy: PolicyObject, kind: str, reason: str, message: str, now: datetime
-) -> None:
-    assert operator.events is not None
-    try:
-        operator.events.record(policy.ref, kind, reason, message, now)
-    except KubeError as error:
-        log.warning(
-            "event %s for %s/%s not posted: %s", reason, policy.namespace, policy.name, error
-        )

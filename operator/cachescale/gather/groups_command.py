@@ -163,7 +163,7 @@ def source_of(policy: Policy, default_url: str | None) -> Source:
 
 
 def request_of(policy: Policy) -> SignalRequest:
-    """What the operator reads for ``policy`` (as ``controller/evaluation.py`` builds it;
+    """What the operator reads for ``policy`` (as ``controller/signal_reads.py`` builds it;
     the target's replicas and pod ages change no query, so they are left out)."""
     spec = policy.policy.spec
     return SignalRequest(

@@ -1,0 +1,100 @@
+"""The read phase of an evaluation: which Prometheus a policy reads and what it asks
+(``read``), and the signals that come back, read alone or taken out of a batch's grouped
+read.
+
+A read that fails ends in signals, not in an exception: a Prometheus that cannot be
+reached or answers wrongly, credentials that cannot be read, a malformed selector or one
+that matches more series than it should all make every signal unknown, with the reason
+(``unknown``), so the decision freezes instead of guessing. Any other exception out of a
+grouped read is a bug, and is raised as a read alone would raise it. A Prometheus the
+operator may not use is not a failed read but a refusal (``EgressRefused``, raised by
+``read``). ``evaluation.py`` runs the phases; the queries themselves are ``gather/``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.controller.prometheus_access import PrometheusCredentialsError, prometheus_config
+from cachescale.controller.workload import Target
+from cachescale.gather.grouped import Outcome as GroupedOutcome
+from cachescale.gather.prometheus import PrometheusClient, PrometheusError
+from cachescale.gather.selector import Selector, SelectorError
+from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
+from cachescale.snapshot import EngineSignals, FetchFailure
+
+if TYPE_CHECKING:
+    from cachescale.controller.evaluation import Operator, PolicyObject, Prepared
+
+log = logging.getLogger("cachescale.operator")
+
+
+def read(
+    operator: Operator, policy: PolicyObject, spec: CacheScalingPolicySpec, target: Target
+) -> tuple[PrometheusClient, SignalRequest]:
+    """Which Prometheus to read, and what: ``EgressRefused`` when the operator may not
+    use it; a ``PrometheusError``, ``PrometheusCredentialsError`` or ``SelectorError``
+    when it cannot."""
+    config = prometheus_config(operator, policy.namespace, spec)
+    request = SignalRequest(
+        engine=spec.target.engine,
+        selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
+        window_seconds=spec.metrics.window_seconds,
+        gpus_per_pod=target.state.gpus_per_pod or None,
+        ready_replicas=target.state.ready_replicas,
+        pod_ages_seconds=target.pod_ages,
+        demand_query=spec.metrics.demand_query,
+    )
+    return operator.prometheus(config), request
+
+
+def read_alone(operator: Operator, step: Prepared) -> EngineSignals:
+    """One policy's signals through ``Operator.read_signals`` (its own queries)."""
+    if step.read is None:
+        assert step.known is not None
+        return step.known
+    try:
+        return operator.read_signals(*step.read, step.now)
+    except (PrometheusError, AmbiguousSeriesError, SelectorError) as error:
+        return unknown(error, step.now, step.spec.metrics.window_seconds)
+
+
+def signals_of(step: Prepared, read: GroupedOutcome | Exception | None) -> EngineSignals:
+    """One policy's signals out of a batch's grouped ``read`` (an exception that is not a
+    read failure is a bug: raised, as ``read_alone`` would raise it)."""
+    if step.read is None:
+        assert step.known is not None
+        return step.known
+    assert read is not None
+    if isinstance(read, EngineSignals):
+        return read
+    if isinstance(read, PrometheusError | AmbiguousSeriesError | SelectorError):
+        return unknown(read, step.now, step.spec.metrics.window_seconds)
+    raise read
+
+
+def unknown(error: Exception, now: datetime, window: float) -> EngineSignals:
+    """Every signal unknown, for the reason ``error`` gives."""
+    if isinstance(error, PrometheusError):
+        failure = error.failure
+    elif isinstance(error, PrometheusCredentialsError):
+        failure = FetchFailure.CREDENTIALS_UNREADABLE
+    else:
+        failure = FetchFailure.QUERY_ERROR
+    return EngineSignals.all_unknown(
+        str(error), observed_at=now, window_seconds=window, failure=failure
+    )
+
+
+def log_read_failures(read: Mapping[int, GroupedOutcome | Exception]) -> None:
+    """One warning per distinct failure of a batch's reads, with how many policies it
+    failed: each policy's status says it too, but a group failing at once (a Prometheus
+    down, a batch past its deadline) is one event to whoever reads the operator's log."""
+    failures = Counter(str(outcome) for outcome in read.values() if isinstance(outcome, Exception))
+    for message, count in failures.items():
+        log.warning("signals of %d policies could not be read: %s", count, message)
