@@ -11,9 +11,10 @@ What runs, all on this machine and on loopback, stood up by ``bench/fleet_rig.py
 * **Kubernetes**: etcd and kube-apiserver from the e2e harness (``e2e/harness/``), without
   the controller-manager: no ReplicaSets, pods or HPA controller, so the API server serves
   the operator and nothing else. Per policy a Deployment (1 replica, its status written as
-  a settled rollout's), an HPA on it, and the policy itself, its status seeded with
-  ``memory.dataSince`` an hour back so the decisions are real from the first round. There
-  are no pods: ``read_target`` takes an empty pod list as "no ages known".
+  a settled rollout's), its one pod (created by the bench, its status written Running and
+  ready since an hour back, so ``read_target`` knows its age), an HPA on it, and the policy
+  itself, its status seeded with ``memory.dataSince`` an hour back so the decisions are
+  real from the first round.
 * **Engines**: no emulator process (at 10,000 policies it would be 10,000 scrape targets).
   An HTTP thread serves ``bench/vllm_engine.prom`` (one emulated vLLM pod, trimmed to
   the families the operator reads) once per policy, with the labels a PodMonitor would
