@@ -18,10 +18,11 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
 - the decision memory (``status.memory``, what a restarted operator resumes from) is
   compared in full, except for steady progress: the baseline's running average (compared
   at display precision, its count of evaluations dropped), the time stamps of marks that
-  are re-stamped every evaluation (``preCollapse.at``), the recent ``maxReplicas``
-  recommendations as their sequence of distinct values (a run of equal ones growing at
-  one end and expiring at the other is no change), and the length of a streak that is
-  running (a streak that starts or ends is a change).
+  are re-stamped every evaluation (``preCollapse.at``, ``scaleDownFloor.at``), the
+  recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
+  values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
+  other is no change), and the length of a streak that is running (a streak that starts
+  or ends is a change).
 
 Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
 suspected change and everything else in memory compare exactly. A restarted process (or
@@ -102,12 +103,31 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
         mark = _displayed(out["preCollapse"])
         mark.pop("at", None)
         out["preCollapse"] = mark
-    if isinstance(out.get("maxReplicasMarks"), list):
-        values = [
-            m.get("maxReplicas") if isinstance(m, Mapping) else m for m in out["maxReplicasMarks"]
-        ]
-        out["maxReplicasMarks"] = [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
+    if isinstance(out.get("scaleDownFloor"), Mapping):
+        mark = _displayed(out["scaleDownFloor"])
+        mark.pop("at", None)
+        out["scaleDownFloor"] = mark
+    for name, key in RECENT_MARKS.items():
+        if isinstance(out.get(name), list):
+            out[name] = _distinct_run(
+                [m.get(key) if isinstance(m, Mapping) else m for m in out[name]]
+            )
     return out
+
+
+RECENT_MARKS = {
+    "maxReplicasMarks": "maxReplicas",
+    "recentReplicas": "replicas",
+    "comfortableReplicas": "replicas",
+}
+"""Memory lists of one mark per evaluation over the last window, and the value each is
+compared by: a run of equal values growing at one end and expiring at the other is no
+change."""
+
+
+def _distinct_run(values: list[Any]) -> list[Any]:
+    """``values`` with each run of equal neighbours as one."""
+    return [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
 
 
 def _displayed(values: Mapping[str, Any]) -> dict[str, Any]:

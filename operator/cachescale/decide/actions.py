@@ -14,7 +14,7 @@ from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
-from cachescale.decide.thresholds import MIN_RELEASE_STEP
+from cachescale.decide.thresholds import MIN_RELEASE_STEP, SCALE_DOWN_FLOOR_HOLD_SECONDS
 from cachescale.snapshot import Measured, Snapshot
 
 
@@ -114,13 +114,26 @@ def action(
     if plan.drain is not None:
         parts.append(f"{plan.drain.replicas} {plan.drain.purpose()}")
     if plan.min_floor is not None:
-        parts.append(
-            f"minReplicas {plan.min_floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation "
-            "after the SLO breach"
-            if plan.min_floor_releasing
-            else f"minReplicas {plan.min_floor}, the pods that serve the arrivals at the current "
-            "rate per pod, while TTFT breaches the SLO"
-        )
+        parts.append(_min_floor_words(plan.min_floor, plan))
     if batch.message:
         parts.append(batch.message)
     return reason, "; ".join(parts)
+
+
+def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
+    """Why minReplicas is raised above the user's own, and until when."""
+    if plan.min_floor_releasing:
+        return (
+            f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation after "
+            "the SLO breach"
+        )
+    if plan.min_floor_after_scale_down:
+        return (
+            f"minReplicas {floor}, one above the fewest replicas the HPA had scaled down to "
+            "when TTFT breached the SLO, held until "
+            f"{SCALE_DOWN_FLOOR_HOLD_SECONDS / 60:.0f} min after the last breach"
+        )
+    return (
+        f"minReplicas {floor}, the pods that serve the arrivals at the current rate per pod, "
+        "while TTFT breaches the SLO"
+    )

@@ -45,6 +45,7 @@ from cachescale.decide.slo_guard import (
     drain_top,
     on_running_batch,
     released_floor,
+    scale_down_floor,
     scaled_replicas,
     slo_floor,
     slo_mark,
@@ -92,6 +93,9 @@ class EnvelopePlan:
     """minReplicas raised above the user's own for the SLO (``slo_floor``)."""
     min_floor_releasing: bool = False
     """That floor is coming down after the breach (``released_floor``)."""
+    min_floor_after_scale_down: bool = False
+    """That floor is one above the count the HPA scaled down to before TTFT breached
+    (``scale_down_floor``)."""
 
 
 def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
@@ -219,6 +223,10 @@ def plan_envelope(
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
     breach_floor = slo_floor(spec, memory, slo_needed)
+    learned, memory = scale_down_floor(spec, snapshot, memory, now)
+    after_scale_down = learned is not None and (breach_floor is None or learned > breach_floor)
+    if after_scale_down:
+        breach_floor = learned
     floor = breach_floor if breach_floor is not None else released_floor(spec, snapshot)
     raised_min = None
     if floor is not None and floor > min_replicas:
@@ -238,6 +246,7 @@ def plan_envelope(
         drain=drain,
         min_floor=raised_min,
         min_floor_releasing=raised_min is not None and breach_floor is None,
+        min_floor_after_scale_down=raised_min is not None and after_scale_down,
     )
 
 

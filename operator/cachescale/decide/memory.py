@@ -196,6 +196,15 @@ class Memory(ApiModel):
     """The replicas the SLO needed (and the demand then), estimated while TTFT breached
     the SLO on settled pods; kept while the incident lasts so the cap does not fall back
     and breach again once latency recovers (``decide.envelope``, "SLO first")."""
+    recent_replicas: list[ReplicaMark] = Field(default_factory=list)
+    """Replicas and demand at each evaluation of the last window."""
+    comfortable_replicas: list[ReplicaMark] = Field(default_factory=list)
+    """The same at the evaluations of the last window where TTFT p95 was under
+    ``SLO_COMFORTABLE_SHARE`` of the SLO with every pod ready."""
+    scale_down_floor: ReplicaMark | None = None
+    """One above the fewest replicas of the window before a breach that followed a
+    scale-down from a comfortable count, with the last breaching evaluation as ``at``:
+    minReplicas is held there (``slo_guard.scale_down_floor``)."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None

@@ -5,7 +5,8 @@ Except under ``CapAtBudget``, TTFT comes before the budget (``docs/decisions.md`
 the replicas the SLO needs (``slo_mark``), remembered while the incident lasts; the
 envelope's top never goes below it, a backlog its headroom would drain slowly may raise
 the top further (``drain_top``), minReplicas is floored while the breach lasts and comes
-down in steps after it (``slo_floor``, ``released_floor``), and the HPA's target is
+down in steps after it (``slo_floor``, ``released_floor``), a scale-down that broke the SLO
+is held one replica above for an hour (``scale_down_floor``), and the HPA's target is
 lowered while the budget leaves room (``slo_target``). Kept apart from ``envelope``,
 which combines these with the budget, a collapse hold and the anti-flapping windows, so
 that each reads on its own. What the HPA's own metric asks for (``hpa_wanted_replicas``)
@@ -26,7 +27,9 @@ from cachescale.decide.thresholds import (
     DRAIN_SECONDS,
     MIN_RELEASE_STEP,
     QUEUED_PER_POD,
+    SCALE_DOWN_FLOOR_HOLD_SECONDS,
     SLO_BREACH_EVALUATIONS,
+    SLO_COMFORTABLE_SHARE,
     SLO_NEEDED_UTILISATION,
     STABILIZATION_SECONDS,
     TARGET_FLOOR,
@@ -221,6 +224,51 @@ def slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | No
     if slo_needed is None or memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS:
         return None
     return math.ceil(slo_needed * SLO_NEEDED_UTILISATION - 1e-9)
+
+
+def scale_down_floor(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
+) -> tuple[int | None, Memory]:
+    """minReplicas one above the count the HPA scaled down to before TTFT breached the SLO
+    (not under ``CapAtBudget``).
+
+    An HPA whose metric does not grow with the load it cannot serve (a running batch held
+    at the KV pool's limit while requests wait) scales down to a count that saturates;
+    the queue takes TTFT over the SLO, the HPA scales back up, and so on. When a breach
+    starts within a window of a comfortable evaluation at more replicas, the fewest
+    replicas of that window did not hold the SLO: the floor is one above them, or where
+    it already was if that is higher (the floor itself breached), and stays until
+    ``SCALE_DOWN_FLOOR_HOLD_SECONDS`` after the last breaching evaluation."""
+    if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
+        return None, memory
+    workload = snapshot.workload
+    horizon = spec.metrics.window_seconds + spec.metrics.interval_seconds
+    rps = demand(snapshot).per_second
+    p95 = snapshot.signals.ttft_p95_seconds.value
+    recent = [m for m in memory.recent_replicas if (now - m.at).total_seconds() <= horizon]
+    comfortable = [
+        m for m in memory.comfortable_replicas if (now - m.at).total_seconds() <= horizon
+    ]
+    if rps is not None:
+        mark = ReplicaMark(replicas=workload.replicas, requests_per_second=rps, at=now)
+        recent.append(mark)
+        ready = workload.ready_replicas >= workload.replicas > 0
+        if ready and p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds:
+            comfortable.append(mark)
+    floor = memory.scale_down_floor
+    breach = memory.streaks.slo_breach
+    if breach == SLO_BREACH_EVALUATIONS and recent and rps is not None:
+        fewest = min(m.replicas for m in recent)
+        if any(m.replicas > fewest for m in comfortable):
+            level = fewest + 1 if floor is None else max(fewest + 1, floor.replicas)
+            floor = ReplicaMark(replicas=level, requests_per_second=rps, at=now)
+    elif breach >= SLO_BREACH_EVALUATIONS and floor is not None:
+        floor = floor.model_copy(update={"at": now})
+    if floor is not None and (now - floor.at).total_seconds() > SCALE_DOWN_FLOOR_HOLD_SECONDS:
+        floor = None
+    update = {"recent_replicas": recent, "comfortable_replicas": comfortable}
+    memory = memory.model_copy(update=update | {"scale_down_floor": floor})
+    return (None if floor is None else floor.replicas), memory
 
 
 def released_floor(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:

@@ -111,6 +111,11 @@ what its metric read on the oversized fleet, and about as fast as its own 300 s
 scale-down window."""
 SLO_COMFORTABLE_SHARE = 0.7
 """TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
+SCALE_DOWN_FLOOR_HOLD_SECONDS = 3600.0
+"""How long minReplicas stays one above the count the HPA scaled down to before TTFT
+breached the SLO (``slo_guard.scale_down_floor``), counted from the last breaching
+evaluation; then it comes down in steps like any SLO floor, and a breach after the next
+scale-down learns it again."""
 
 # --- --max-num-seqs ---------------------------------------------------------------------
 

@@ -1,0 +1,89 @@
+"""The floor learned from a scale-down that broke the SLO (``slo_guard.scale_down_floor``):
+an HPA that scales down into saturation, breaches, and scales back up is held one above
+the count it breached at, for an hour after the last breach."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cachescale.decide import Decision, decide
+from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
+from tests.decide.decide_builders import INTERVAL, T0, learned, signals, snapshot, spec, workload
+
+COMFORTABLE, BREACHING = 0.4, 1.5
+"""TTFT p95 against the builders' 1 s SLO: under 70% of it, and over it."""
+
+
+def loop(steps: list[tuple[int, float]], on_collapse: str = "Hold") -> list[Decision]:
+    """Healthy signals at ``(replicas, TTFT p95)`` per evaluation, each reading the HPA's
+    minReplicas as the evaluation before left it (the user's own is 4)."""
+    policy = spec(cache={"onCollapse": on_collapse})
+    decisions: list[Decision] = []
+    memory = learned()
+    for index, (replicas, p95) in enumerate(steps):
+        fleet = workload(replicas=replicas, hpa=(4, 40, 24.0))
+        if decisions:
+            fleet = replace(
+                fleet, hpa=replace(fleet.hpa, min_replicas=decisions[-1].envelope.min_replicas)
+            )
+        decision = decide(
+            policy, snapshot(signals(ttft_p95_seconds=p95), fleet), memory, T0 + index * INTERVAL
+        )
+        memory = decision.memory
+        decisions.append(decision)
+    return decisions
+
+
+def minima(decisions: list[Decision]) -> list[int]:
+    return [d.envelope.min_replicas for d in decisions]
+
+
+# Ten comfortable evaluations at 6 replicas; the HPA scales down to 4, where the windowed
+# TTFT still reads the 6-pod minutes for two evaluations, then breaches.
+SCALED_DOWN_INTO_A_BREACH = [(6, COMFORTABLE)] * 10 + [(4, COMFORTABLE)] * 2 + [(4, BREACHING)] * 2
+
+
+def test_a_breach_after_a_scale_down_holds_min_replicas_one_above_the_count_it_breached_at() -> (
+    None
+):
+    decisions = loop(SCALED_DOWN_INTO_A_BREACH)
+    # The first breaching evaluation is not yet a breach (SLO_BREACH_EVALUATIONS = 2).
+    assert minima(decisions) == [4] * 13 + [5]
+    assert (
+        "minReplicas 5, one above the fewest replicas the HPA had scaled down to when TTFT "
+        "breached the SLO, held until 60 min after the last breach" in decisions[-1].message
+    )
+
+
+def test_the_floor_is_held_an_hour_after_the_last_breach_then_released_in_steps() -> None:
+    hold = int(SCALE_DOWN_FLOOR_HOLD_SECONDS / INTERVAL.total_seconds())
+    breach_more = [(5, BREACHING)] * 3  # the breach goes on at the floor: the hold restarts
+    calm = [(5, COMFORTABLE)] * (hold + 3)
+    decisions = loop(SCALED_DOWN_INTO_A_BREACH + breach_more + calm)
+    start = len(SCALED_DOWN_INTO_A_BREACH) + len(breach_more)
+    # One breaching evaluation at the floor's own count is not a new scale-down breach.
+    assert minima(decisions)[start - 1] == 5
+    held = minima(decisions)[start : start + hold]
+    assert held == [5] * hold
+    # An hour after the last breach, the floor comes down a step per evaluation.
+    assert minima(decisions)[start + hold :] == [4, 4, 4]
+
+
+def test_a_breach_without_a_scale_down_learns_no_floor() -> None:
+    # Demand outgrowing 6 replicas: the slo estimate's business, not this floor's.
+    decisions = loop([(6, COMFORTABLE)] * 10 + [(6, BREACHING)] * 3)
+    assert minima(decisions) == [4] * 13
+
+
+def test_a_breach_at_the_floor_after_a_scale_down_raises_it_one() -> None:
+    # Held at 5; the HPA went up to 7 for more than a window (comfortable) and back down
+    # to the floor, and breached again: 5 did not hold the SLO either.
+    calm_at_7 = [(7, COMFORTABLE)] * 12
+    back_to_5 = [(5, COMFORTABLE), (5, BREACHING), (5, BREACHING)]
+    decisions = loop(SCALED_DOWN_INTO_A_BREACH + calm_at_7 + back_to_5)
+    assert minima(decisions)[-1] == 6
+
+
+def test_cap_at_budget_learns_no_scale_down_floor() -> None:
+    decisions = loop(SCALED_DOWN_INTO_A_BREACH, on_collapse="CapAtBudget")
+    assert minima(decisions) == [4] * 14
