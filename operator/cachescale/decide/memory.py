@@ -84,6 +84,14 @@ class ReplicaMark(ApiModel):
     at: datetime
 
 
+class ReplicaCount(ApiModel):
+    """The replicas at one evaluation (the scale-down floor's record: no demand, it is
+    not scaled by one)."""
+
+    replicas: int
+    at: datetime
+
+
 class RateSample(ApiModel):
     """A warm-pod token hit rate at one evaluation."""
 
@@ -196,12 +204,12 @@ class Memory(ApiModel):
     """The replicas the SLO needed (and the demand then), estimated while TTFT breached
     the SLO on settled pods; kept while the incident lasts so the cap does not fall back
     and breach again once latency recovers (``decide.envelope``, "SLO first")."""
-    recent_replicas: list[ReplicaMark] = Field(default_factory=list)
-    """Replicas and demand at each evaluation of the last window."""
-    comfortable_replicas: list[ReplicaMark] = Field(default_factory=list)
+    recent_replicas: list[ReplicaCount] = Field(default_factory=list)
+    """The replicas at each evaluation of the last window (with demand known)."""
+    comfortable_replicas: list[ReplicaCount] = Field(default_factory=list)
     """The same at the evaluations of the last window where TTFT p95 was under
     ``SLO_COMFORTABLE_SHARE`` of the SLO with every pod ready."""
-    scale_down_floor: ReplicaMark | None = None
+    scale_down_floor: ReplicaCount | None = None
     """One above the fewest replicas of the window before a breach that followed a
     scale-down from a comfortable count, with the last breaching evaluation as ``at``:
     minReplicas is held there (``slo_guard.scale_down_floor``)."""

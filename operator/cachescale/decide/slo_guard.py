@@ -22,7 +22,7 @@ from datetime import datetime
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
-from cachescale.decide.memory import Memory, OriginalEnvelope, ReplicaMark
+from cachescale.decide.memory import Memory, OriginalEnvelope, ReplicaCount, ReplicaMark
 from cachescale.decide.thresholds import (
     DRAIN_SECONDS,
     MIN_RELEASE_STEP,
@@ -243,25 +243,25 @@ def scale_down_floor(
         return None, memory
     workload = snapshot.workload
     horizon = spec.metrics.window_seconds + spec.metrics.interval_seconds
-    rps = demand(snapshot).per_second
+    known = demand(snapshot).per_second is not None
     p95 = snapshot.signals.ttft_p95_seconds.value
     recent = [m for m in memory.recent_replicas if (now - m.at).total_seconds() <= horizon]
     comfortable = [
         m for m in memory.comfortable_replicas if (now - m.at).total_seconds() <= horizon
     ]
-    if rps is not None:
-        mark = ReplicaMark(replicas=workload.replicas, requests_per_second=rps, at=now)
+    if known:
+        mark = ReplicaCount(replicas=workload.replicas, at=now)
         recent.append(mark)
         ready = workload.ready_replicas >= workload.replicas > 0
         if ready and p95 is not None and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds:
             comfortable.append(mark)
     floor = memory.scale_down_floor
     breach = memory.streaks.slo_breach
-    if breach == SLO_BREACH_EVALUATIONS and recent and rps is not None:
+    if breach == SLO_BREACH_EVALUATIONS and recent and known:
         fewest = min(m.replicas for m in recent)
         if any(m.replicas > fewest for m in comfortable):
             level = fewest + 1 if floor is None else max(fewest + 1, floor.replicas)
-            floor = ReplicaMark(replicas=level, requests_per_second=rps, at=now)
+            floor = ReplicaCount(replicas=level, at=now)
     elif breach >= SLO_BREACH_EVALUATIONS and floor is not None:
         floor = floor.model_copy(update={"at": now})
     if floor is not None and (now - floor.at).total_seconds() > SCALE_DOWN_FLOOR_HOLD_SECONDS:
