@@ -18,7 +18,7 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
 - the decision memory (``status.memory``, what a restarted operator resumes from) is
   compared in full, except for steady progress: the baseline's running average (compared
   at display precision, its count of evaluations dropped), the time stamps of marks that
-  are re-stamped every evaluation (``preCollapse.at``, ``scaleDownFloor.at``), the
+  are re-stamped every evaluation (``RESTAMPED_MARKS``), the
   recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
   values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
   other is no change), and the length of a streak that is running (a streak that starts
@@ -99,14 +99,11 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
         out["baseline"] = baseline
     if isinstance(out.get("streaks"), Mapping):
         out["streaks"] = {k: bool(v) for k, v in out["streaks"].items()}
-    if isinstance(out.get("preCollapse"), Mapping):
-        mark = _displayed(out["preCollapse"])
-        mark.pop("at", None)
-        out["preCollapse"] = mark
-    if isinstance(out.get("scaleDownFloor"), Mapping):
-        mark = _displayed(out["scaleDownFloor"])
-        mark.pop("at", None)
-        out["scaleDownFloor"] = mark
+    for name in RESTAMPED_MARKS:
+        if isinstance(out.get(name), Mapping):
+            mark = _displayed(out[name])
+            mark.pop("at", None)
+            out[name] = mark
     for name, key in RECENT_MARKS.items():
         if isinstance(out.get(name), list):
             out[name] = _distinct_run(
@@ -114,6 +111,10 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
             )
     return out
 
+
+RESTAMPED_MARKS = ("preCollapse", "scaleDownFloor")
+"""Memory marks whose time is re-stamped every evaluation while they hold; compared
+without it."""
 
 RECENT_MARKS = {
     "maxReplicasMarks": "maxReplicas",
