@@ -87,3 +87,20 @@ def test_a_breach_at_the_floor_after_a_scale_down_raises_it_one() -> None:
 def test_cap_at_budget_learns_no_scale_down_floor() -> None:
     decisions = loop(SCALED_DOWN_INTO_A_BREACH, on_collapse="CapAtBudget")
     assert minima(decisions) == [4] * 14
+
+
+def test_a_floor_coming_down_holds_where_it_is_while_ttft_breaches_again() -> None:
+    hold = int(SCALE_DOWN_FLOOR_HOLD_SECONDS / INTERVAL.total_seconds())
+    # Comfortable at 12, down to 8, breaching there: the floor is 9, held the hour.
+    learned_at_9 = [(12, COMFORTABLE)] * 10 + [(8, COMFORTABLE)] * 2 + [(8, BREACHING)] * 2
+    # The fleet stays at 9 through the hour and the first two steps down (9 → 8 → 7).
+    calm = [(9, COMFORTABLE)] * (hold + 2)
+    # Then TTFT breaches at the count the fleet held all along: no scale-down to learn
+    # from, and no estimate; the floor stops where the breach is confirmed.
+    breaching = [(9, BREACHING)] * 4
+    decisions = loop(learned_at_9 + calm + breaching)
+    start = len(learned_at_9) + len(calm)
+    assert minima(decisions)[start - 2 : start] == [8, 7]
+    # The first breaching evaluation is not yet a breach; from the second, no step down.
+    assert minima(decisions)[start:] == [6, 6, 6, 6]
+    assert "minReplicas 6, held while TTFT breaches the SLO" in decisions[-1].message

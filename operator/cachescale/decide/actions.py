@@ -14,6 +14,7 @@ from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
+from cachescale.decide.slo_guard import MinFloor
 from cachescale.decide.thresholds import MIN_RELEASE_STEP, SCALE_DOWN_FLOOR_HOLD_SECONDS
 from cachescale.snapshot import Measured, Snapshot
 
@@ -122,12 +123,17 @@ def action(
 
 def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
     """Why minReplicas is raised above the user's own, and until when."""
-    if plan.min_floor_releasing:
+    if plan.min_floor_kind is MinFloor.RELEASING:
         return (
             f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation after "
             "the SLO breach"
         )
-    if plan.min_floor_after_scale_down:
+    if plan.min_floor_kind is MinFloor.HELD_IN_BREACH:
+        return (
+            f"minReplicas {floor}, held while TTFT breaches the SLO (it was coming down "
+            "after the last breach)"
+        )
+    if plan.min_floor_kind is MinFloor.AFTER_SCALE_DOWN:
         return (
             f"minReplicas {floor}, one above the fewest replicas the HPA had scaled down to "
             "when TTFT breached the SLO, held until "

@@ -42,6 +42,7 @@ from cachescale.decide.demand import demand
 from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
 from cachescale.decide.slo_guard import (
     Drain,
+    MinFloor,
     drain_top,
     on_running_batch,
     released_floor,
@@ -90,12 +91,9 @@ class EnvelopePlan:
     """What draining a backlog within ``DRAIN_SECONDS`` needs, when the SLO estimate's
     headroom would take longer (``drain_top``)."""
     min_floor: int | None = None
-    """minReplicas raised above the user's own for the SLO (``slo_floor``)."""
-    min_floor_releasing: bool = False
-    """That floor is coming down after the breach (``released_floor``)."""
-    min_floor_after_scale_down: bool = False
-    """That floor is one above the count the HPA scaled down to before TTFT breached
-    (``scale_down_floor``)."""
+    """minReplicas raised above the user's own for the SLO."""
+    min_floor_kind: MinFloor | None = None
+    """Which of the SLO guard's floors that is, when there is one."""
 
 
 def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
@@ -222,16 +220,12 @@ def plan_envelope(
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
-    breach_floor = slo_floor(spec, memory, slo_needed)
-    learned, memory = scale_down_floor(spec, snapshot, memory, now)
-    after_scale_down = learned is not None and (breach_floor is None or learned > breach_floor)
-    if after_scale_down:
-        breach_floor = learned
-    floor = breach_floor if breach_floor is not None else released_floor(spec, snapshot)
-    raised_min = None
-    if floor is not None and floor > min_replicas:
-        min_replicas = raised_min = min(floor, max_replicas)
-        slo_guard = slo_guard or breach_floor is not None
+    floor, memory = _min_floor(spec, snapshot, memory, now, slo_needed)
+    raised_min = kind = None
+    if floor is not None and floor[0] > min_replicas:
+        min_replicas = raised_min = min(floor[0], max_replicas)
+        kind = floor[1]
+        slo_guard = slo_guard or kind in (MinFloor.SLO_NEED, MinFloor.AFTER_SCALE_DOWN)
     target, memory, lowered = slo_target(spec, snapshot, memory, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
     memory = memory.model_copy(update={"original_envelope": original})
@@ -245,9 +239,26 @@ def plan_envelope(
         demand_replicas=reference,
         drain=drain,
         min_floor=raised_min,
-        min_floor_releasing=raised_min is not None and breach_floor is None,
-        min_floor_after_scale_down=raised_min is not None and after_scale_down,
+        min_floor_kind=kind,
     )
+
+
+def _min_floor(
+    spec: CacheScalingPolicySpec,
+    snapshot: Snapshot,
+    memory: Memory,
+    now: datetime,
+    slo_needed: int | None,
+) -> tuple[tuple[int, MinFloor] | None, Memory]:
+    """The highest of the SLO guard's floors on minReplicas, and which it is; without a
+    breach floor, the raised one coming down (``released_floor``)."""
+    need = slo_floor(spec, memory, slo_needed)
+    learned, memory = scale_down_floor(spec, snapshot, memory, now)
+    if learned is not None and (need is None or learned > need):
+        return (learned, MinFloor.AFTER_SCALE_DOWN), memory
+    if need is not None:
+        return (need, MinFloor.SLO_NEED), memory
+    return released_floor(spec, snapshot, memory), memory
 
 
 def _clamp(value: int, low: int, high: int) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec, CollapseAction
@@ -211,6 +212,19 @@ def drain_top(
     return Drain(waiting=round(waiting), replicas=top) if top > slo_needed else None
 
 
+class MinFloor(StrEnum):
+    """Why minReplicas is above the user's own (the words of ``actions``)."""
+
+    SLO_NEED = "SLONeed"
+    """The pods that serve the arrivals at the current rate per pod (``slo_floor``)."""
+    AFTER_SCALE_DOWN = "AfterScaleDown"
+    """One above a scale-down that broke the SLO (``scale_down_floor``)."""
+    RELEASING = "Releasing"
+    """Coming down after the breach (``released_floor``)."""
+    HELD_IN_BREACH = "HeldInBreach"
+    """Coming down, and stopped while TTFT breaches again (``released_floor``)."""
+
+
 def slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
     """The least minReplicas may be while TTFT breaches the SLO (not under
     ``CapAtBudget``): the pods that serve what arrives at the rate each serves now,
@@ -271,15 +285,23 @@ def scale_down_floor(
     return (None if floor is None else floor.replicas), memory
 
 
-def released_floor(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
+def released_floor(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory
+) -> tuple[int, MinFloor] | None:
     """After the breach, a floor found on the HPA comes down by ``MIN_RELEASE_STEP`` per
     evaluation. Dropped at once, it lets the HPA fall to what its metric read on the
     oversized fleet, far below what the fleet serves with; in steps, the HPA's own metric
-    catches the fleet on the way down."""
+    catches the fleet on the way down.
+
+    It stops where it is while TTFT breaches the SLO again: stepping down under a breach
+    that no lever sizes (no estimate, no scale-down to learn from) hands the HPA the
+    count it is breaching at."""
     if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET:
         return None
     current = snapshot.workload.hpa.min_replicas
-    return current - max(1, math.floor(MIN_RELEASE_STEP * current))
+    if memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
+        return current, MinFloor.HELD_IN_BREACH
+    return current - max(1, math.floor(MIN_RELEASE_STEP * current)), MinFloor.RELEASING
 
 
 def slo_target(
