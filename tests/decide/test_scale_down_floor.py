@@ -14,7 +14,11 @@ COMFORTABLE, BREACHING = 0.4, 1.5
 """TTFT p95 against the builders' 1 s SLO: under 70% of it, and over it."""
 
 
-def loop(steps: list[tuple[int, float]], on_collapse: str = "Hold") -> list[Decision]:
+def loop(
+    steps: list[tuple[int, float]],
+    on_collapse: str = "Hold",
+    hpa_metric: str = "vllm:num_requests_running",
+) -> list[Decision]:
     """Healthy signals at ``(replicas, TTFT p95)`` per evaluation, each reading the HPA's
     minReplicas as the evaluation before left it (the user's own is 4)."""
     policy = spec(cache={"onCollapse": on_collapse})
@@ -22,6 +26,7 @@ def loop(steps: list[tuple[int, float]], on_collapse: str = "Hold") -> list[Deci
     memory = learned()
     for index, (replicas, p95) in enumerate(steps):
         fleet = workload(replicas=replicas, hpa=(4, 40, 24.0))
+        fleet = replace(fleet, hpa=replace(fleet.hpa, metric_name=hpa_metric))
         if decisions:
             fleet = replace(
                 fleet, hpa=replace(fleet.hpa, min_replicas=decisions[-1].envelope.min_replicas)
@@ -104,3 +109,24 @@ def test_a_floor_coming_down_holds_where_it_is_while_ttft_breaches_again() -> No
     # The first breaching evaluation is not yet a breach; from the second, no step down.
     assert minima(decisions)[start:] == [6, 6, 6, 6]
     assert "minReplicas 6, held while TTFT breaches the SLO" in decisions[-1].message
+
+
+def test_on_a_queue_trigger_the_floor_comes_down_a_step_per_window() -> None:
+    hold = int(SCALE_DOWN_FLOOR_HOLD_SECONDS / INTERVAL.total_seconds())
+    window = int(spec().metrics.window_seconds / INTERVAL.total_seconds())
+    learned_at_9 = [(12, COMFORTABLE)] * 10 + [(8, COMFORTABLE)] * 2 + [(8, BREACHING)] * 2
+    # With nothing waiting the HPA asks for its minimum: the fleet is the floor, 9 and
+    # then, from the evaluation after the first step, 8.
+    calm = [(9, COMFORTABLE)] * (hold + 1) + [(8, COMFORTABLE)] * (window + 1)
+    queue = loop(learned_at_9 + calm, hpa_metric="vllm:num_requests_waiting")
+    start = len(learned_at_9) + hold
+    # The first step is due (the fleet ran the window at 9); the next once it has run a
+    # whole window at 8, not at the next evaluation.
+    assert minima(queue)[start : start + window + 2] == [8] * window + [7, 7]
+    assert (
+        "minReplicas 8, coming down 10% per metrics window after the SLO breach"
+        in queue[start].message
+    )
+    # On the running batch the HPA's metric catches the fleet: a step per evaluation.
+    batch = loop(learned_at_9 + calm)
+    assert minima(batch)[start : start + 3] == [8, 7, 6]

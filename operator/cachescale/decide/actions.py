@@ -128,6 +128,12 @@ def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
             f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation after "
             "the SLO breach"
         )
+    if plan.min_floor_kind is MinFloor.RELEASING_PER_WINDOW:
+        return (
+            f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per metrics window "
+            "after the SLO breach (the HPA's metric is not the running batch: it would not "
+            "catch a fleet too small before TTFT breached)"
+        )
     if plan.min_floor_kind is MinFloor.HELD_IN_BREACH:
         return (
             f"minReplicas {floor}, held while TTFT breaches the SLO (it was coming down "

@@ -258,7 +258,7 @@ def _min_floor(
         return (learned, MinFloor.AFTER_SCALE_DOWN), memory
     if need is not None:
         return (need, MinFloor.SLO_NEED), memory
-    return released_floor(spec, snapshot, memory), memory
+    return released_floor(spec, snapshot, memory, now), memory
 
 
 def _clamp(value: int, low: int, high: int) -> int:

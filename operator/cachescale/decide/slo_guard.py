@@ -220,7 +220,10 @@ class MinFloor(StrEnum):
     AFTER_SCALE_DOWN = "AfterScaleDown"
     """One above a scale-down that broke the SLO (``scale_down_floor``)."""
     RELEASING = "Releasing"
-    """Coming down after the breach (``released_floor``)."""
+    """Coming down after the breach, a step per evaluation (``released_floor``)."""
+    RELEASING_PER_WINDOW = "ReleasingPerWindow"
+    """Coming down after the breach, a step per window: the HPA's metric is not the
+    running batch, so it does not catch the fleet on the way down (``released_floor``)."""
     HELD_IN_BREACH = "HeldInBreach"
     """Coming down, and stopped while TTFT breaches again (``released_floor``)."""
 
@@ -286,12 +289,20 @@ def scale_down_floor(
 
 
 def released_floor(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
 ) -> tuple[int, MinFloor] | None:
     """After the breach, a floor found on the HPA comes down by ``MIN_RELEASE_STEP`` per
     evaluation. Dropped at once, it lets the HPA fall to what its metric read on the
     oversized fleet, far below what the fleet serves with; in steps, the HPA's own metric
     catches the fleet on the way down.
+
+    Only a metric that reads the load on the pods (the running batch) catches it. On the
+    queue (KEDA's trigger) the HPA asks for its minimum while nothing waits, so the fleet
+    is the floor, and the queue shows a count too few only once TTFT has breached there:
+    stepping each evaluation, the floor went 16 → 10 in four (``rag-rechunk-keda``), the
+    fleet with it, and the backlog took TTFT p95 to 48 s. For such an HPA the floor steps
+    once the fleet has run a whole window at it, so the windowed TTFT judges each count
+    before the next.
 
     It stops where it is while TTFT breaches the SLO again: stepping down under a breach
     that no lever sizes (no estimate, no scale-down to learn from) hands the HPA the
@@ -301,7 +312,22 @@ def released_floor(
     current = snapshot.workload.hpa.min_replicas
     if memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
         return current, MinFloor.HELD_IN_BREACH
-    return current - max(1, math.floor(MIN_RELEASE_STEP * current)), MinFloor.RELEASING
+    step = current - max(1, math.floor(MIN_RELEASE_STEP * current))
+    if on_running_batch(snapshot):
+        return step, MinFloor.RELEASING
+    paced = step if _ran_a_window_at(current, spec, memory, now) else current
+    return paced, MinFloor.RELEASING_PER_WINDOW
+
+
+def _ran_a_window_at(
+    replicas: int, spec: CacheScalingPolicySpec, memory: Memory, now: datetime
+) -> bool:
+    """The fleet ran at ``replicas`` or fewer for the whole last window (so the windowed
+    TTFT is that count's)."""
+    window = spec.metrics.window_seconds
+    ages = [((now - m.at).total_seconds(), m.replicas) for m in memory.recent_replicas]
+    covered = any(age >= window for age, _ in ages)
+    return covered and all(count <= replicas for age, count in ages if age < window)
 
 
 def slo_target(
