@@ -123,29 +123,26 @@ def action(
 
 def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
     """Why minReplicas is raised above the user's own, and until when."""
-    if plan.min_floor_kind is MinFloor.RELEASING:
-        return (
-            f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per evaluation after "
-            "the SLO breach"
-        )
-    if plan.min_floor_kind is MinFloor.RELEASING_PER_WINDOW:
-        return (
-            f"minReplicas {floor}, coming down {MIN_RELEASE_STEP:.0%} per metrics window "
-            "after the SLO breach (the HPA's metric is not the running batch: it would not "
-            "catch a fleet too small before TTFT breached)"
-        )
-    if plan.min_floor_kind is MinFloor.HELD_IN_BREACH:
-        return (
-            f"minReplicas {floor}, held while TTFT breaches the SLO (it was coming down "
-            "after the last breach)"
-        )
-    if plan.min_floor_kind is MinFloor.AFTER_SCALE_DOWN:
-        return (
-            f"minReplicas {floor}, one above the fewest replicas the HPA had scaled down to "
-            "when TTFT breached the SLO, held until "
-            f"{SCALE_DOWN_FLOOR_HOLD_SECONDS / 60:.0f} min after the last breach"
-        )
-    return (
-        f"minReplicas {floor}, the pods that serve the arrivals at the current rate per pod, "
-        "while TTFT breaches the SLO"
-    )
+    kind = plan.min_floor_kind or MinFloor.SLO_NEED
+    return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}"
+
+
+_MIN_FLOOR_WHY = {
+    MinFloor.SLO_NEED: (
+        "the pods that serve the arrivals at the current rate per pod, while TTFT breaches the SLO"
+    ),
+    MinFloor.AFTER_SCALE_DOWN: (
+        "one above the fewest replicas the HPA had scaled down to when TTFT breached the "
+        f"SLO, held until {SCALE_DOWN_FLOOR_HOLD_SECONDS / 60:.0f} min after the last breach"
+    ),
+    MinFloor.RELEASING: f"coming down {MIN_RELEASE_STEP:.0%} per evaluation after the SLO breach",
+    MinFloor.RELEASING_PER_WINDOW: (
+        f"coming down {MIN_RELEASE_STEP:.0%} per metrics window after the SLO breach (the "
+        "HPA's metric is not the running batch: it would not catch a fleet too small before "
+        "TTFT breached)"
+    ),
+    MinFloor.HELD_IN_BREACH: (
+        "held while TTFT breaches the SLO (it was coming down after the last breach)"
+    ),
+}
+"""The words after ``minReplicas N,`` for each of the SLO guard's floors."""
