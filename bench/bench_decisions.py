@@ -8,7 +8,10 @@ Run from the repository root (about 12 minutes on a 2-core machine for two seeds
     nice -n 10 .venv/bin/python -m bench.bench_decisions --scenario-files mine.yaml
 
 ``--scenario-files`` runs scenario files (a team's own incident, or one written by someone
-who never saw the tests) under the same rules, alone or beside ``--scenarios``.
+who never saw the tests) under the same rules, alone or beside ``--scenarios``;
+``bench/scenarios/`` holds shapes no rule was tuned on (a ramp, a spike, a collapse while
+demand ramps or falls, a timestamp at the top of the prompt), run as
+``--scenario-files bench/scenarios/*.yaml``.
 
 Each (scenario, seed) is what ``cachescale simulate --scenario NAME --seed S --autoscaler
 both --json`` runs: the HPA alone (or KEDA alone) and the same HPA with cachescale, on the
@@ -33,6 +36,13 @@ A scenario that is not a closed-loop built-in, a scenario file that cannot be re
 not a valid scenario or has no autoscaler (or a sweep), or a seed outside 0..2**32-1, is a
 usage error naming it: exit code 2 (argparse's).
 
+With more than one seed it ends with a line per scenario across the seeds: at how many
+the cachescale run's last-third replicas are above the HPA alone's (and the mean
+difference), its GPU-s/1k at or above, its replicas from the change to the end above, the
+minutes above the SLO of each, and the range of its worst minute against the HPA alone's.
+One seed's last third is where each fleet happened to land after the incident; the count
+over seeds is what a rule change moves.
+
 The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (section 7).
 """
 
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 from bench.provenance import provenance
@@ -119,9 +130,8 @@ def broken_rules(
 def cells(report: dict[str, Any], scenario: Scenario) -> str:
     """One run's cells: last third, then from the change to the end."""
     after, whole = report["after"], report["from_change"]
-    change, slo_s = change_s(scenario), scenario.report.slo_ttft_p95_s
-    breaches = [b["ttft_p95_s"] for b in report["slo_breaches"] if b["t_s"] >= change]
-    spans = sum(1 for sample in report["timeline"] if sample["t_s"] >= change)
+    slo_s = scenario.report.slo_ttft_p95_s
+    breaches, spans = breaches_from_change(report, scenario)
     worst = f" (worst {max(breaches):,.1f} s)" if breaches else ""
     return (
         f"{after['ttft_p95_s']:,.2f} s, {after['replicas']:.2f}, {after['gpu_s_per_1k']:,.0f}, "
@@ -129,6 +139,14 @@ def cells(report: dict[str, Any], scenario: Scenario) -> str:
         f"{whole['replicas']:.2f} (peak {report['replicas_max']}), "
         f"{whole['gpu_s_per_1k']:,.0f}, {len(breaches)} of {spans} above {slo_s:g} s{worst}"
     )
+
+
+def breaches_from_change(report: dict[str, Any], scenario: Scenario) -> tuple[list[float], int]:
+    """The one-minute TTFT p95 samples above the SLO from the change to the end, and how
+    many one-minute windows that span has."""
+    change = change_s(scenario)
+    breaches = [b["ttft_p95_s"] for b in report["slo_breaches"] if b["t_s"] >= change]
+    return breaches, sum(1 for sample in report["timeline"] if sample["t_s"] >= change)
 
 
 HEADER = (
@@ -146,15 +164,53 @@ def rows(
     lines = []
     for name, _ in scenarios:
         for seed in seeds:
-            pair = {a: summaries[f"{name}/{seed}/{a}"] for a in AUTOSCALERS}
-            reports = {a: s.report for a, s in pair.items()}
-            alone, cachescale = reports["hpa"], reports["cachescale"]
-            assert alone is not None
-            assert cachescale is not None
-            scenario = pair["cachescale"].scenario
+            alone, cachescale = pair_reports(summaries, name, seed)
+            scenario = summaries[f"{name}/{seed}/cachescale"].scenario
             broken = ", ".join(broken_rules(scenario, alone, cachescale)) or "none"
             lines.append(f"| `{name}` | {seed} | alone | {cells(alone, scenario)} | |")
             lines.append(f"| | | cachescale | {cells(cachescale, scenario)} | {broken} |")
+    return lines
+
+
+def pair_reports(
+    summaries: dict[str, LoopSummary], name: str, seed: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The HPA alone's report and cachescale's, for one (scenario, seed)."""
+    alone, cachescale = (summaries[f"{name}/{seed}/{a}"].report for a in AUTOSCALERS)
+    assert alone is not None
+    assert cachescale is not None
+    return alone, cachescale
+
+
+def across_seeds(
+    summaries: dict[str, LoopSummary], scenarios: list[Labelled], seeds: list[int]
+) -> list[str]:
+    """Per scenario, how the cachescale runs compare with the HPA alone's over the seeds:
+    one seed's last third is where each fleet happened to land after the incident, so
+    the count of seeds on each side says more than any one row."""
+    lines = []
+    for name, scenario in scenarios:
+        pairs = [pair_reports(summaries, name, seed) for seed in seeds]
+        last = [c["after"]["replicas"] - h["after"]["replicas"] for h, c in pairs]
+        cost = [c["after"]["gpu_s_per_1k"] - h["after"]["gpu_s_per_1k"] for h, c in pairs]
+        whole = [c["from_change"]["replicas"] - h["from_change"]["replicas"] for h, c in pairs]
+        above = [
+            (breaches_from_change(h, scenario)[0], breaches_from_change(c, scenario)[0])
+            for h, c in pairs
+        ]
+        worst = [max(c) / max(h) for h, c in above if h and c]
+        ratio = (
+            f"; worst minute {min(worst):.2f}–{max(worst):.2f}× the HPA alone's" if worst else ""
+        )
+        lines.append(
+            f"- `{name}`, {len(seeds)} seeds: last-third replicas above the HPA alone's at "
+            f"{sum(d > 0 for d in last)} (mean difference {mean(last):+.2f}, "
+            f"{min(last):+.2f} to {max(last):+.2f}), GPU-s/1k at or above at "
+            f"{sum(d >= 0 for d in cost)}; from the change replicas above at "
+            f"{sum(d > 0 for d in whole)} (mean difference {mean(whole):+.2f}), minutes above "
+            f"the SLO {sum(len(c) for _, c in above)} against {sum(len(h) for h, _ in above)}"
+            f"{ratio}"
+        )
     return lines
 
 
@@ -173,6 +229,9 @@ def main() -> None:
     summaries = run_all(jobs(scenarios, args.seeds))
     print(HEADER)
     print("\n".join(rows(summaries, scenarios, args.seeds)))
+    if len(args.seeds) > 1:
+        print()
+        print("\n".join(across_seeds(summaries, scenarios, args.seeds)))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,23 @@ def test_every_builtin_ships_as_an_example_file() -> None:
         assert load_file(example) == load_builtin(name)
 
 
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "bench" / "scenarios").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_unseen_bench_scenario_is_a_closed_loop_file(path: Path) -> None:
+    """``bench/scenarios/`` holds shapes no rule was tuned on, for ``bench.bench_decisions
+    --scenario-files``: each must load, run an autoscaler (no sweep), not shadow a
+    built-in, and change nothing for its first half hour (the policy starts at 900 s and
+    learns its baseline from steady traffic)."""
+    scenario = load_file(path)
+    assert scenario.name == path.stem
+    assert scenario.name not in EXPECTED
+    assert scenario.autoscaler is not None
+    assert scenario.sweep is None
+    assert scenario.perturbations
+    assert min(p.at_s for p in scenario.perturbations) >= 1800
+
+
 @pytest.mark.slow
 def test_incident_hit_rate_collapses(incident: dict[str, Any]) -> None:
     assert incident["before"]["token_hit_rate"] >= 0.8
