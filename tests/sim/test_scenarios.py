@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bench.bench_decisions import scenario_file
 from cachescale.sim.scenario import builtin_names, load_builtin, load_file
 from cachescale.sim.simulate import SimulationRequest, simulate
 from tests.sim.closed_loop import LoopSummary
@@ -67,14 +68,12 @@ def test_every_builtin_ships_as_an_example_file() -> None:
 )
 def test_every_unseen_bench_scenario_is_a_closed_loop_file(path: Path) -> None:
     """``bench/scenarios/`` holds shapes no rule was tuned on, for ``bench.bench_decisions
-    --scenario-files``: each must load, run an autoscaler (no sweep), not shadow a
-    built-in, and change nothing for its first half hour (the policy starts at 900 s and
-    learns its baseline from steady traffic)."""
-    scenario = load_file(path)
+    --scenario-files``: each must be a file that flag takes (a loadable closed-loop
+    scenario), not shadow a built-in, and change nothing for its first half hour (the
+    policy starts at 900 s and learns its baseline from steady traffic)."""
+    _, scenario = scenario_file(str(path))
     assert scenario.name == path.stem
     assert scenario.name not in EXPECTED
-    assert scenario.autoscaler is not None
-    assert scenario.sweep is None
     assert scenario.perturbations
     assert min(p.at_s for p in scenario.perturbations) >= 1800
 
