@@ -378,6 +378,12 @@ class WorkloadState:
         """Ready pods at least ``warmup_seconds`` old (their caches had time to fill)."""
         return sum(1 for age in self.pod_ages_seconds if age >= warmup_seconds)
 
+    def serving_pods(self, window_seconds: float) -> float:
+        """The pods that served over the last ``window_seconds``, on average: each ready
+        pod for the share of the window it has been ready (what a windowed rate of served
+        requests was served by)."""
+        return sum(min(age, window_seconds) for age in self.pod_ages_seconds) / window_seconds
+
 
 @dataclass(frozen=True, slots=True)
 class HumanRequests:

@@ -132,6 +132,7 @@ def slo_first(
     running: float = 40.0,
     ready: int = 12,
     metric: str = "vllm:num_requests_running",
+    cold_pods: int = 0,
 ) -> list[Decision]:
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
     serve 28 of the 32 arriving req/s (``waiting`` per pod), with TTFT p95 going through
@@ -148,7 +149,7 @@ def slo_first(
             prefill_tokens_per_request=2000,
             running_requests_per_pod=running,
         )
-        fleet = workload(replicas=12, ready=ready, hpa=(4, 12, 24.0))
+        fleet = workload(replicas=12, ready=ready, cold_pods=cold_pods, hpa=(4, 12, 24.0))
         fleet = replace(fleet, hpa=replace(fleet.hpa, metric_name=metric))
         return snapshot(engine, fleet)
 
@@ -218,14 +219,31 @@ def test_no_backlog_top_on_a_queue_metric_without_an_estimate_or_under_cap_at_bu
     assert queue.slo_needed_replicas == 17
     assert queue.drain_replicas is None
     assert queue.envelope.max_replicas == 17
-    # Pods still starting: no estimate yet (it needs every pod ready), so no drain top;
-    # the fleet returns to an estimate once the backlog is gone, never to the budget's.
-    *_, starting = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, ready=10)
+    # 4 of the 12 pods still starting: the 8 that served need ceil(8 × 32 / 28 / 0.85) =
+    # 11, which the budget's 12 covers. No estimate, so no drain top: the fleet returns to
+    # an estimate once the backlog is gone, never to the budget's.
+    *_, starting = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=150.0, ready=8)
     assert starting.slo_needed_replicas is None
     assert starting.drain_replicas is None
     *_, capped = slo_first("CapAtBudget", [0.5] * 3 + [2.5] * 2, waiting=150.0)
     assert capped.drain_replicas is None
     assert capped.envelope.max_replicas == 12
+
+
+def test_the_slo_estimate_counts_the_pods_that_served_its_window() -> None:
+    # 28 of the 32 arriving req/s served by 12 pods over the whole 5-minute window: the
+    # SLO needs ceil(12 × 32 / 28 / 0.85) = 17.
+    *_, settled = slo_first("Hold", [0.5] * 3 + [2.5] * 2)
+    assert settled.slo_needed_replicas == 17
+    # The same rate while 2 of the 12 start: the 10 ready pods served it, ceil(10 × 32 /
+    # 28 / 0.85) = 14, without waiting for the 2.
+    *_, starting = slo_first("Hold", [0.5] * 3 + [2.5] * 2, ready=10)
+    assert starting.slo_needed_replicas == 14
+    # 2 of the 12 ready for a minute of the window: 10 + 2 × 60 / 300 = 10.4 pods served
+    # it, ceil(10.4 × 32 / 28 / 0.85) = 14; the ready count would say 17.
+    *_, new_pods = slo_first("Hold", [0.5] * 3 + [2.5] * 2, cold_pods=2)
+    assert new_pods.slo_needed_replicas == 14
+    assert "the SLO needs 14" in new_pods.message
 
 
 def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches() -> None:
@@ -311,8 +329,9 @@ def test_without_a_queue_a_capped_breach_does_not_raise_an_estimate_already_made
 
 
 def test_slo_at_risk_at_the_budget_cap_while_pods_start_does_not_ask_for_a_budget() -> None:
-    # 2 of the 12 pods still starting: no estimate yet (it needs every pod ready), so the
-    # alert says the need comes once they are, not that the budget must grow.
+    # 2 of the 12 pods still starting: what the 10 ready pods served needs no more than
+    # the budget's 12, so no estimate, and the alert says no need beyond the 12 is
+    # measured yet, not that the budget must grow.
     engine = breaching_without_a_queue(running_per_pod=30.0)
     starting = snapshot(engine, workload(replicas=12, ready=10, hpa=(4, 12, 24.0)))
     *_, last = run(spec(), [starting] * 3)
@@ -321,6 +340,7 @@ def test_slo_at_risk_at_the_budget_cap_while_pods_start_does_not_ask_for_a_budge
     assert "with replicas at the 12 the budget of 780 GPU-s/1k allows while 2 of them start" in (
         message
     )
+    assert "no need beyond it is measured yet" in message
     assert "larger budget" not in message
 
 

@@ -151,8 +151,9 @@ def alert_rules(
             wanted[Diagnosis.SLO_AT_RISK] = (
                 f"{slo.evidence} with replicas at the {top} the budget of "
                 f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows "
-                f"while {starting} of them start: what the SLO needs is estimated once "
-                "every pod is ready, if replicas are still short"
+                f"while {starting} of them start: no need beyond it is measured yet "
+                "(requests arrive no faster than the ready pods serve them, or what those "
+                "pods served needs no more)"
             )
         else:
             wanted[Diagnosis.SLO_AT_RISK] = (

@@ -202,8 +202,9 @@ class Memory(ApiModel):
     comfortable for a stabilization window."""
     slo_needed: ReplicaMark | None = None
     """The replicas the SLO needed (and the demand then), estimated while TTFT breached
-    the SLO on settled pods; kept while the incident lasts so the cap does not fall back
-    and breach again once latency recovers (``decide.envelope``, "SLO first")."""
+    the SLO, from the pods that served the window; kept while the incident lasts so the
+    cap does not fall back and breach again once latency recovers (``decide.envelope``,
+    "SLO first")."""
     recent_replicas: list[ReplicaCount] = Field(default_factory=list)
     """The replicas at each evaluation of the last window (with demand known)."""
     comfortable_replicas: list[ReplicaCount] = Field(default_factory=list)

@@ -118,30 +118,29 @@ def slo_mark(
     without a queue is the target guard's). An estimate is raised only on a growing
     queue: just after a backlog drains, the windowed TTFT and the HPA's windowed metric
     still read it for up to a window:
-    ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
-    served what they did, scaled to what arrives, with headroom. The first estimate needs
-    every pod ready; a later one replaces it only upward, and only on settled pods (the
-    youngest a whole window old: a window still covering the time before new pods were
-    ready would overstate the need). It is released when the budget's allowance alone
-    covers it, or when the incident is over (no breach, no collapse alert, the cost
-    within budget)."""
+    ``ceil(serving × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``, the pods that
+    served what they did over the window, scaled to what arrives, with headroom. Serving
+    pods are ``WorkloadState.serving_pods``: each ready pod counts for the share of the
+    window it has been ready, so an estimate comes while new pods start and a window
+    still covering the time before they were ready does not overstate the need. (The
+    ready count did, so estimates waited for every pod to be ready and the youngest a
+    window old, and a breach lasted a pod start longer: ``docs/decisions.md`` section 7,
+    (15).) A later estimate replaces it only upward. It is released when the budget's
+    allowance alone covers it, or when the incident is over (no breach, no collapse
+    alert, the cost within budget)."""
     mark = memory.slo_needed
     need = demand(snapshot).per_second
     signals = snapshot.signals
     served = signals.requests_per_second.value
     waiting = signals.waiting_requests_per_pod.value
-    workload = snapshot.workload
-    ready = workload.ready_replicas >= workload.replicas > 0
-    settled = ready and (
-        mark is None or min(workload.pod_ages_seconds, default=0.0) >= spec.metrics.window_seconds
-    )
+    serving = snapshot.workload.serving_pods(spec.metrics.window_seconds)
     breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
     queued = waiting is None or waiting >= QUEUED_PER_POD
     capped = mark is None and not queued and capped_below_hpa(snapshot)
     short = (queued and falling_behind(snapshot)) or capped
-    if breaching and settled and short and need is not None and served is not None and served > 0:
+    if breaching and short and serving > 0 and need is not None and served:
         ratio = max(need / served, 1.0)
-        estimate = workload.ready_replicas * ratio / SLO_NEEDED_UTILISATION
+        estimate = serving * ratio / SLO_NEEDED_UTILISATION
         # Never above the hard cap (and finite however little was served).
         needed = ceil_at_most(estimate, spec.budget.max_replicas)
         if mark is None or needed > slo_needed_replicas(mark, need):
