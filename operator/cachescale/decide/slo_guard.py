@@ -125,7 +125,8 @@ def slo_mark(
     still covering the time before they were ready does not overstate the need. (The
     ready count did, so estimates waited for every pod to be ready and the youngest a
     window old, and a breach lasted a pod start longer: ``docs/decisions.md`` section 7,
-    (15).) A later estimate replaces it only upward. It is released when the budget's
+    "The estimate counts the pods that served its window".) A later estimate replaces it
+    only upward. It is released when the budget's
     allowance alone covers it, or when the incident is over (no breach, no collapse
     alert, the cost within budget)."""
     mark = memory.slo_needed
