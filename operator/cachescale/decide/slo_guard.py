@@ -126,9 +126,8 @@ def slo_mark(
     ready count did, so estimates waited for every pod to be ready and the youngest a
     window old, and a breach lasted a pod start longer: ``docs/decisions.md`` section 7,
     "The estimate counts the pods that served its window".) A later estimate replaces it
-    only upward. It is released when the budget's
-    allowance alone covers it, or when the incident is over (no breach, no collapse
-    alert, the cost within budget)."""
+    only upward. It is released when the budget's allowance alone covers it, or when the
+    incident is over (no breach, no collapse alert, the cost within budget)."""
     mark = memory.slo_needed
     need = demand(snapshot).per_second
     signals = snapshot.signals
