@@ -186,7 +186,12 @@ def drain_top(
     while it lagged drains at that headroom only. The top is transient, gone with the
     backlog, and comes only above an estimate, which is what the fleet returns to: without
     one, the top fell back to the budget's once the backlog drained and the queue came
-    back (``rag-rechunk`` seed 7, ``docs/decisions.md`` section 3)."""
+    back (``rag-rechunk`` seed 7, ``docs/decisions.md`` section 3).
+
+    It scales the ready count, not ``serving_pods`` as the estimate does: bounded by the
+    HPA's ask either way, the serving pods made it rest higher (``shuffled-long-tools``
+    seed 7 16.12 → 16.29 replicas over the last third, ``rag-rechunk`` seed 11 16.38 →
+    17.14) and drained no backlog sooner (``scaleout-round-robin`` the same)."""
     if spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET or slo_needed is None:
         return None
     if memory.streaks.slo_breach < SLO_BREACH_EVALUATIONS or not on_running_batch(snapshot):
