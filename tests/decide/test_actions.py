@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
-from cachescale.api.spec import MAX_REPLICAS
+from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.envelope import hold_level
@@ -154,12 +154,15 @@ def slo_first(
         return snapshot(engine, fleet)
 
     policy = spec(cache={"onCollapse": on_collapse})
-    if not applied:
-        return run(policy, [at(p95) for p95 in p95s])
+    states = [at(p95) for p95 in p95s]
+    return run_applied(policy, states) if applied else run(policy, states)
+
+
+def run_applied(policy: CacheScalingPolicySpec, states: list[Snapshot]) -> list[Decision]:
+    """``run``, each evaluation reading the HPA's minReplicas as the one before left it."""
     decisions: list[Decision] = []
     memory = learned()
-    for index, p95 in enumerate(p95s):
-        state = at(p95)
+    for index, state in enumerate(states):
         if decisions:
             top = decisions[-1].envelope
             hpa = replace(state.workload.hpa, min_replicas=top.min_replicas)
@@ -259,11 +262,14 @@ def test_slo_first_raises_min_replicas_to_what_the_slo_needs_while_it_breaches()
         "minReplicas 15, the pods that serve the arrivals at the current rate per pod, "
         "while TTFT breaches the SLO" in decisions[4].message
     )
-    assert "minReplicas 14, coming down 10% per evaluation after the SLO breach" in (
-        decisions[5].message
+    # The breach is over and the PrefixCollapse alert lasts: the HPA's running batch
+    # under-reads a collapsed cache's load, so the floor does not come down below the
+    # pods the breach measured (demand unchanged: 15).
+    assert mins[5:] == [15] * 12
+    assert (
+        "minReplicas 15, the pods that serve the arrivals at the rate per pod the SLO "
+        "breach measured, held while the PrefixCollapse alert lasts" in decisions[5].message
     )
-    # The breach is over: released by a tenth per evaluation, down to the user's 4.
-    assert mins[5:] == [14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 4]
 
 
 def test_cap_at_budget_raises_no_floor() -> None:
@@ -279,11 +285,13 @@ def test_a_draining_backlog_is_not_a_lack_of_replicas() -> None:
     assert last.envelope.min_replicas == 4
 
 
-def breaching_without_a_queue(running_per_pod: float) -> EngineSignals:
+def dearer_cache_without_a_queue(
+    running_per_pod: float, ttft_p95_seconds: float = 2.5
+) -> EngineSignals:
     """No collapse, a dearer cache (800 GPU-s/1k against the 780 budget): all 32 arriving
-    req/s served with no queue, while TTFT p95 breaches the 1 s SLO."""
+    req/s served with no queue, at ``ttft_p95_seconds`` (by default over the 1 s SLO)."""
     return signals(
-        ttft_p95_seconds=2.5,
+        ttft_p95_seconds=ttft_p95_seconds,
         arrivals_per_second=32.0,
         waiting_requests_per_pod=0.2,
         running_requests_per_pod=running_per_pod,
@@ -292,9 +300,9 @@ def breaching_without_a_queue(running_per_pod: float) -> EngineSignals:
 
 
 def capped_at_budget(running_per_pod: float, on_collapse: str = "Hold") -> list[Decision]:
-    """``breaching_without_a_queue`` for two evaluations on 12 pods, capped at the
+    """``dearer_cache_without_a_queue`` for two evaluations on 12 pods, capped at the
     budget's 12 (780 × 32 / 2000)."""
-    engine = breaching_without_a_queue(running_per_pod)
+    engine = dearer_cache_without_a_queue(running_per_pod)
     policy = spec(cache={"onCollapse": on_collapse})
     return run(policy, [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 2)
 
@@ -320,7 +328,7 @@ def test_without_a_queue_a_capped_breach_does_not_raise_an_estimate_already_made
     # At the 15 the SLO needed, the HPA's metric still asks for more (ceil(15 × 30 / 24) =
     # 19) and TTFT still breaches: what a window just after a backlog drained reads. The
     # estimate is raised only on a growing queue.
-    engine = breaching_without_a_queue(running_per_pod=30.0)
+    engine = dearer_cache_without_a_queue(running_per_pod=30.0)
     capped = snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))
     raised_to_need = snapshot(engine, workload(replicas=15, hpa=(13, 15, 24.0)))
     decisions = run(spec(), [capped, capped, raised_to_need, raised_to_need])
@@ -328,11 +336,29 @@ def test_without_a_queue_a_capped_breach_does_not_raise_an_estimate_already_made
     assert decisions[-1].envelope.max_replicas == 15
 
 
+def test_without_a_collapse_the_floor_comes_down_in_steps_after_the_breach() -> None:
+    # A dearer cache, no collapse, over budget (800 against 780) for as long as it lasts:
+    # the breach floors minReplicas at ceil(15 × 0.85) = 13, then it comes down by a
+    # tenth per evaluation to the user's 4, however long the cost stays over budget.
+    breaching = dearer_cache_without_a_queue(running_per_pod=30.0)
+    comfortable = dearer_cache_without_a_queue(running_per_pod=30.0, ttft_p95_seconds=0.5)
+    fleet = workload(replicas=12, hpa=(4, 12, 24.0))
+    states = [snapshot(breaching, fleet)] * 2 + [snapshot(comfortable, fleet)] * 11
+    decisions = run_applied(spec(), states)
+    # The estimate lasts with the incident (over budget), the floor does not.
+    assert [decisions[1].slo_needed_replicas, decisions[-1].slo_needed_replicas] == [15, 15]
+    mins = [d.envelope.min_replicas for d in decisions]
+    assert mins == [4, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 4, 4]
+    assert "minReplicas 12, coming down 10% per evaluation after the SLO breach" in (
+        decisions[2].message
+    )
+
+
 def test_slo_at_risk_at_the_budget_cap_while_pods_start_does_not_ask_for_a_budget() -> None:
     # 2 of the 12 pods still starting: what the 10 ready pods served needs no more than
     # the budget's 12, so no estimate, and the alert says no need beyond the 12 is
     # measured yet, not that the budget must grow.
-    engine = breaching_without_a_queue(running_per_pod=30.0)
+    engine = dearer_cache_without_a_queue(running_per_pod=30.0)
     starting = snapshot(engine, workload(replicas=12, ready=10, hpa=(4, 12, 24.0)))
     *_, last = run(spec(), [starting] * 3)
     assert last.slo_needed_replicas is None

@@ -144,5 +144,9 @@ _MIN_FLOOR_WHY = {
     MinFloor.HELD_IN_BREACH: (
         "held while TTFT breaches the SLO (it was coming down after the last breach)"
     ),
+    MinFloor.HELD_IN_COLLAPSE: (
+        "the pods that serve the arrivals at the rate per pod the SLO breach measured, "
+        "held while the PrefixCollapse alert lasts"
+    ),
 }
 """The words after ``minReplicas N,`` for each of the SLO guard's floors."""

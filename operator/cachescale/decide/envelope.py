@@ -43,6 +43,7 @@ from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, Rep
 from cachescale.decide.slo_guard import (
     Drain,
     MinFloor,
+    collapse_floor,
     drain_top,
     on_running_batch,
     released_floor,
@@ -225,7 +226,7 @@ def plan_envelope(
     if floor is not None and floor[0] > min_replicas:
         min_replicas = raised_min = min(floor[0], max_replicas)
         kind = floor[1]
-        slo_guard = slo_guard or kind in (MinFloor.SLO_NEED, MinFloor.AFTER_SCALE_DOWN)
+        slo_guard = slo_guard or kind in _FLOORS_FOR_THE_SLO
     target, memory, lowered = slo_target(spec, snapshot, memory, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
     memory = memory.model_copy(update={"original_envelope": original})
@@ -251,14 +252,23 @@ def _min_floor(
     slo_needed: int | None,
 ) -> tuple[tuple[int, MinFloor] | None, Memory]:
     """The highest of the SLO guard's floors on minReplicas, and which it is; without a
-    breach floor, the raised one coming down (``released_floor``)."""
+    breach floor, the raised one coming down (``released_floor``), no lower than the
+    SLO's pods while a collapse alert lasts (``collapse_floor``)."""
     need = slo_floor(spec, memory, slo_needed)
     learned, memory = scale_down_floor(spec, snapshot, memory, now)
     if learned is not None and (need is None or learned > need):
         return (learned, MinFloor.AFTER_SCALE_DOWN), memory
     if need is not None:
         return (need, MinFloor.SLO_NEED), memory
-    return released_floor(spec, snapshot, memory, now), memory
+    released = released_floor(spec, snapshot, memory, now)
+    held = collapse_floor(spec, memory, slo_needed)
+    if released is not None and held is not None and held > released[0]:
+        return (held, MinFloor.HELD_IN_COLLAPSE), memory
+    return released, memory
+
+
+_FLOORS_FOR_THE_SLO = (MinFloor.SLO_NEED, MinFloor.AFTER_SCALE_DOWN, MinFloor.HELD_IN_COLLAPSE)
+"""The floors that raise minReplicas for the SLO (``ScaledForSLO``), not a release."""
 
 
 def _clamp(value: int, low: int, high: int) -> int:
