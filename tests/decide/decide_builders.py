@@ -9,6 +9,7 @@ as the operator would, one interval apart; ``condition`` reads one status condit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -188,6 +189,20 @@ def run(
     memory = memory if memory is not None else learned()
     for index, state in enumerate(snapshots):
         decision = decide(policy, state, memory, start + index * INTERVAL)
+        memory = decision.memory
+        decisions.append(decision)
+    return decisions
+
+
+def run_applied(policy: CacheScalingPolicySpec, snapshots: Sequence[Snapshot]) -> list[Decision]:
+    """``run``, each evaluation reading the HPA's minReplicas as the one before left it."""
+    decisions: list[Decision] = []
+    memory = learned()
+    for index, state in enumerate(snapshots):
+        if decisions:
+            hpa = replace(state.workload.hpa, min_replicas=decisions[-1].envelope.min_replicas)
+            state = replace(state, workload=replace(state.workload, hpa=hpa))
+        decision = decide(policy, state, memory, T0 + index * INTERVAL)
         memory = decision.memory
         decisions.append(decision)
     return decisions

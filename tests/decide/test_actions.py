@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
-from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec
+from cachescale.api.spec import MAX_REPLICAS
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, Memory, decide
 from cachescale.decide.envelope import hold_level
@@ -23,6 +23,7 @@ from tests.decide.decide_builders import (
     condition,
     learned,
     run,
+    run_applied,
     signals,
     snapshot,
     spec,
@@ -156,21 +157,6 @@ def slo_first(
     policy = spec(cache={"onCollapse": on_collapse})
     states = [at(p95) for p95 in p95s]
     return run_applied(policy, states) if applied else run(policy, states)
-
-
-def run_applied(policy: CacheScalingPolicySpec, states: list[Snapshot]) -> list[Decision]:
-    """``run``, each evaluation reading the HPA's minReplicas as the one before left it."""
-    decisions: list[Decision] = []
-    memory = learned()
-    for index, state in enumerate(states):
-        if decisions:
-            top = decisions[-1].envelope
-            hpa = replace(state.workload.hpa, min_replicas=top.min_replicas)
-            state = replace(state, workload=replace(state.workload, hpa=hpa))
-        decision = decide(policy, state, memory, T0 + index * INTERVAL)
-        memory = decision.memory
-        decisions.append(decision)
-    return decisions
 
 
 def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:

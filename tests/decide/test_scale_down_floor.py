@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cachescale.decide import Decision, decide
+from cachescale.decide import Decision
 from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
-from tests.decide.decide_builders import INTERVAL, T0, learned, signals, snapshot, spec, workload
+from tests.decide.decide_builders import INTERVAL, run_applied, signals, snapshot, spec, workload
 
 COMFORTABLE, BREACHING = 0.4, 1.5
 """TTFT p95 against the builders' 1 s SLO: under 70% of it, and over it."""
@@ -21,22 +21,12 @@ def loop(
 ) -> list[Decision]:
     """Healthy signals at ``(replicas, TTFT p95)`` per evaluation, each reading the HPA's
     minReplicas as the evaluation before left it (the user's own is 4)."""
-    policy = spec(cache={"onCollapse": on_collapse})
-    decisions: list[Decision] = []
-    memory = learned()
-    for index, (replicas, p95) in enumerate(steps):
+    states = []
+    for replicas, p95 in steps:
         fleet = workload(replicas=replicas, hpa=(4, 40, 24.0))
         fleet = replace(fleet, hpa=replace(fleet.hpa, metric_name=hpa_metric))
-        if decisions:
-            fleet = replace(
-                fleet, hpa=replace(fleet.hpa, min_replicas=decisions[-1].envelope.min_replicas)
-            )
-        decision = decide(
-            policy, snapshot(signals(ttft_p95_seconds=p95), fleet), memory, T0 + index * INTERVAL
-        )
-        memory = decision.memory
-        decisions.append(decision)
-    return decisions
+        states.append(snapshot(signals(ttft_p95_seconds=p95), fleet))
+    return run_applied(spec(cache={"onCollapse": on_collapse}), states)
 
 
 def minima(decisions: list[Decision]) -> list[int]:
