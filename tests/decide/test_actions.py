@@ -174,6 +174,23 @@ def test_slo_first_lifts_the_cap_to_what_the_slo_needs_and_keeps_it() -> None:
     assert "above the budget's 12" in message
 
 
+def test_a_growing_queue_confirms_a_breach_for_the_estimate_at_its_first_evaluation() -> None:
+    # 3 waiting per pod and 32 arriving against 28 served: the first breaching evaluation
+    # makes the estimate, ceil(12 × 32 / 28 / 0.85) = 17, and the top is raised to it.
+    decisions = slo_first("Hold", [0.5] * 3 + [2.5] * 2)
+    assert [d.slo_needed_replicas for d in decisions[2:]] == [None, 17, 17]
+    assert [d.envelope.max_replicas for d in decisions[2:]] == [11, 17, 17]
+    assert decisions[3].reason == "ScaledForSLO"
+    # Without a queue (0.5 waiting per pod) the fleet is only capped below the HPA's ask
+    # (ceil(12 × 40 / 24) = 20): the estimate waits for the second breaching evaluation.
+    unqueued = slo_first("Hold", [0.5] * 3 + [2.5] * 2, waiting=0.5)
+    assert [d.slo_needed_replicas for d in unqueued[2:]] == [None, None, 17]
+    assert [d.envelope.max_replicas for d in unqueued[2:]] == [11, 11, 17]
+    # A queue served faster than requests arrive is a backlog draining: no estimate at all.
+    draining = slo_first("Hold", [0.5] * 3 + [2.5] * 2, served=34.0)
+    assert [d.slo_needed_replicas for d in draining] == [None] * 5
+
+
 def test_a_backlog_the_estimate_would_drain_slowly_lifts_the_top_to_drain_it() -> None:
     # 150 waiting on each of 12 pods: 1,800 requests. The SLO estimate, 17, serves the 32
     # arriving req/s with 15% headroom (4 req/s of surplus: 7.5 min for the backlog once

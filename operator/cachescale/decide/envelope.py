@@ -18,7 +18,7 @@ Against flapping:
   ``collapseWindows`` evaluations, and every minute of delay buys replicas it exists to
   prevent; so is releasing a hold (the SLO guard, an acknowledgement, recovery): a hold
   is a deliberate state, and leaving it is not a flap; so is a raise to what the SLO
-  needs (it already waited ``SLO_BREACH_EVALUATIONS`` breaching evaluations);
+  needs (its estimate waited for a confirmed breach, ``slo_guard.estimate_confirmed``);
 - once the SLO guard has released a hold, the hold returns only after a whole window of
   comfortable latency (not on the first evaluation without a breach), so hold and
   release cannot alternate;
@@ -221,7 +221,7 @@ def plan_envelope(
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
-    floor, memory = _min_floor(spec, snapshot, memory, now, slo_needed)
+    floor, memory = _min_floor(spec, snapshot, memory, now, slo_needed, min_replicas)
     raised_min = kind = None
     if floor is not None and floor[0] > min_replicas:
         min_replicas = raised_min = min(floor[0], max_replicas)
@@ -250,10 +250,14 @@ def _min_floor(
     memory: Memory,
     now: datetime,
     slo_needed: int | None,
+    user_min: int,
 ) -> tuple[tuple[int, MinFloor] | None, Memory]:
     """The highest of the SLO guard's floors on minReplicas, and which it is; without a
     breach floor, the raised one coming down (``released_floor``), no lower than the
-    SLO's pods while a collapse alert lasts (``collapse_floor``)."""
+    SLO's pods while a collapse alert lasts (``collapse_floor``). That holds a floor
+    raised above ``user_min`` and never raises one: an estimate made on the first
+    breaching evaluation (``slo_guard.estimate_confirmed``) raises the top at once and
+    the floor only on the second, as without a collapse."""
     need = slo_floor(spec, memory, slo_needed)
     learned, memory = scale_down_floor(spec, snapshot, memory, now)
     if learned is not None and (need is None or learned > need):
@@ -262,7 +266,8 @@ def _min_floor(
         return (need, MinFloor.SLO_NEED), memory
     released = released_floor(spec, snapshot, memory, now)
     held = collapse_floor(spec, memory, slo_needed)
-    if released is not None and held is not None and held > released[0]:
+    raised = snapshot.workload.hpa.min_replicas > user_min
+    if released is not None and held is not None and raised and held > released[0]:
         return (held, MinFloor.HELD_IN_COLLAPSE), memory
     return released, memory
 

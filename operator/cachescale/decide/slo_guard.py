@@ -92,6 +92,23 @@ def falling_behind(snapshot: Snapshot) -> bool:
     return need.per_second is not None and served is not None and need.per_second > served
 
 
+def estimate_confirmed(snapshot: Snapshot, memory: Memory) -> bool:
+    """The breach is confirmed for an SLO estimate: ``SLO_BREACH_EVALUATIONS`` breaching
+    evaluations, or the first one while requests queue (``QUEUED_PER_POD`` or more
+    waiting per pod) and, on a known arrival rate, arrive faster than the fleet serves
+    them. A queue that grows is no passing noise in a window's TTFT, and the HPA alone
+    orders its pods on its first sync after the queue appears: waiting for the second
+    put the first estimate at 2,490 s in ``shuffled-long-tools`` seed 7, where the HPA
+    alone had asked for 11 pods at 2,430 s, and its last third at 16.14 replicas
+    against the HPA alone's 15.96 (15.27 since; ``docs/decisions.md`` section 7)."""
+    breach = memory.streaks.slo_breach
+    if breach >= SLO_BREACH_EVALUATIONS:
+        return True
+    waiting = snapshot.signals.waiting_requests_per_pod.value
+    queued = waiting is not None and waiting >= QUEUED_PER_POD
+    return breach >= 1 and queued and demand(snapshot).arrivals and falling_behind(snapshot)
+
+
 def capped_below_hpa(snapshot: Snapshot) -> bool:
     """The fleet is at maxReplicas and the HPA's own metric asks for more: the envelope,
     not the HPA, is what stops it adding replicas."""
@@ -111,10 +128,11 @@ def slo_mark(
 ) -> ReplicaMark | None:
     """The replicas the SLO needs, remembered while the incident lasts.
 
-    Estimated after ``SLO_BREACH_EVALUATIONS`` breaching evaluations while replicas are
-    short: requests queue and arrive faster than they are served (a queue served faster
-    than requests arrive is a backlog draining), or, without a queue and before any
-    estimate, the fleet is at maxReplicas and the HPA's own metric asks for more
+    Estimated once the breach is confirmed (``estimate_confirmed``: two breaching
+    evaluations, or the first while a queue grows) while replicas are short: requests
+    queue and arrive faster than they are served (a queue served faster than requests
+    arrive is a backlog draining), or, without a queue and before any estimate, the
+    fleet is at maxReplicas and the HPA's own metric asks for more
     (``capped_below_hpa``: the envelope is what keeps the pods too busy; any other breach
     without a queue is the target guard's). An estimate is raised only on a growing
     queue: just after a backlog drains, the windowed TTFT and the HPA's windowed metric
@@ -135,7 +153,7 @@ def slo_mark(
     served = signals.requests_per_second.value
     waiting = signals.waiting_requests_per_pod.value
     serving = snapshot.workload.serving_pods(spec.metrics.window_seconds)
-    breaching = memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS
+    breaching = estimate_confirmed(snapshot, memory)
     queued = waiting is None or waiting >= QUEUED_PER_POD
     capped = mark is None and not queued and capped_below_hpa(snapshot)
     short = (queued and falling_behind(snapshot)) or capped
