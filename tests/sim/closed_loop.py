@@ -30,6 +30,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.present import SAME_LATENCY_S, SAME_LATENCY_SHARE, before_after, run_json
 from cachescale.sim.report import Signals, Windows
@@ -100,7 +101,9 @@ def cold_dilution(replicas: int, router: str) -> LoopRun:
     """A cold-dilution sweep point as a closed loop: the HPA pinned at the point's
     replica count, the run stretched past one policy window (the point itself is 150 s)."""
     base = load_builtin("cold-dilution")
-    fleet = base.fleet.model_copy(update={"replicas": replicas, "router": router})
+    # model_copy does not validate: the enum itself, not its string, or serialising the
+    # scenario warns that the field holds a str.
+    fleet = base.fleet.model_copy(update={"replicas": replicas, "router": RouterKind(router)})
     scenario = base.model_copy(
         update={
             "fleet": fleet,
