@@ -134,6 +134,7 @@ def slo_first(
     ready: int = 12,
     metric: str = "vllm:num_requests_running",
     cold_pods: int = 0,
+    arrivals: float | None = 32.0,
 ) -> list[Decision]:
     """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
     serve 28 of the 32 arriving req/s (``waiting`` per pod), with TTFT p95 going through
@@ -144,7 +145,7 @@ def slo_first(
             hit=0.04,
             ttft_p95_seconds=p95,
             requests_per_second=served,
-            arrivals_per_second=32.0,
+            arrivals_per_second=arrivals,
             waiting_requests_per_pod=waiting,
             gpu_seconds_per_1k_requests=1100.0,
             prefill_tokens_per_request=2000,
@@ -189,6 +190,10 @@ def test_a_growing_queue_confirms_a_breach_for_the_estimate_at_its_first_evaluat
     # A queue served faster than requests arrive is a backlog draining: no estimate at all.
     draining = slo_first("Hold", [0.5] * 3 + [2.5] * 2, served=34.0)
     assert [d.slo_needed_replicas for d in draining] == [None] * 5
+    # Arrivals unknown: nothing says the queue grows, so the second breaching evaluation
+    # makes the estimate, on the served rate: ceil(12 × 28 / 28 / 0.85) = 15.
+    served_only = slo_first("Hold", [0.5] * 3 + [2.5] * 2, arrivals=None)
+    assert [d.slo_needed_replicas for d in served_only[2:]] == [None, None, 15]
 
 
 def test_a_backlog_the_estimate_would_drain_slowly_lifts_the_top_to_drain_it() -> None:
