@@ -153,11 +153,11 @@ def slo_mark(
     served = signals.requests_per_second.value
     waiting = signals.waiting_requests_per_pod.value
     serving = snapshot.workload.serving_pods(spec.metrics.window_seconds)
-    breaching = estimate_confirmed(snapshot, memory)
+    confirmed = estimate_confirmed(snapshot, memory)
     queued = waiting is None or waiting >= QUEUED_PER_POD
     capped = mark is None and not queued and capped_below_hpa(snapshot)
     short = (queued and falling_behind(snapshot)) or capped
-    if breaching and short and serving > 0 and need is not None and served:
+    if confirmed and short and serving > 0 and need is not None and served:
         ratio = max(need / served, 1.0)
         estimate = serving * ratio / SLO_NEEDED_UTILISATION
         # Never above the hard cap (and finite however little was served).
@@ -167,7 +167,7 @@ def slo_mark(
     if mark is None:
         return None
     covered = budget_max is not None and budget_max >= slo_needed_replicas(mark, need)
-    incident = breaching or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or over_budget
+    incident = confirmed or memory.alert(Diagnosis.PREFIX_COLLAPSE) is not None or over_budget
     return None if covered or not incident else mark
 
 
