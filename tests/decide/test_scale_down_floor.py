@@ -120,3 +120,47 @@ def test_on_a_queue_trigger_the_floor_comes_down_a_step_per_window() -> None:
     # On the running batch the HPA's metric catches the fleet: a step per evaluation.
     batch = loop(learned_at_9 + calm)
     assert minima(batch)[start : start + 3] == [8, 7, 6]
+
+
+HOLD = int(SCALE_DOWN_FLOOR_HOLD_SECONDS / INTERVAL.total_seconds())
+"""The evaluations of a first hold (an hour)."""
+SCALED_DOWN_AGAIN = [(4, COMFORTABLE)] * 2 + [(4, BREACHING)] * 2
+"""From 5 comfortable pods, the HPA scales down to 4 and breaches again."""
+
+
+def held_for(decisions: list[Decision], learned_at: int) -> int:
+    """How many evaluations after ``learned_at`` minReplicas stayed at its floor there."""
+    floor = decisions[learned_at].envelope.min_replicas
+    after = minima(decisions)[learned_at + 1 :]
+    return next((n for n, level in enumerate(after) if level < floor), len(after))
+
+
+def test_a_floor_learned_again_soon_after_its_release_is_held_twice_as_long() -> None:
+    # Learned at 5, held the hour, released; within the hour after, the HPA scales down
+    # to 4 and breaches again: learned at 5 again, held two hours.
+    first = SCALED_DOWN_INTO_A_BREACH + [(5, COMFORTABLE)] * (HOLD + 1) + SCALED_DOWN_AGAIN
+    decisions = loop(first + [(5, COMFORTABLE)] * (2 * HOLD + 2))
+    assert held_for(decisions, len(SCALED_DOWN_INTO_A_BREACH) - 1) == HOLD
+    again = len(first) - 1
+    assert minima(decisions)[again] == 5
+    assert held_for(decisions, again) == 2 * HOLD
+    assert (
+        "held until 120 min after the last breach (its last release broke the SLO again)"
+        in decisions[again].message
+    )
+
+
+def test_the_hold_doubles_up_to_four_hours_and_is_forgotten_an_hour_after_a_release() -> None:
+    steps = list(SCALED_DOWN_INTO_A_BREACH)
+    learned = [len(steps) - 1]
+    for hold in (HOLD, 2 * HOLD, 4 * HOLD):
+        steps += [(5, COMFORTABLE)] * (hold + 1) + SCALED_DOWN_AGAIN
+        learned.append(len(steps) - 1)
+    # After the fourth release, more than an hour passes before the next breach.
+    steps += [(5, COMFORTABLE)] * (4 * HOLD + 1) + [(5, COMFORTABLE)] * (HOLD + 1)
+    steps += SCALED_DOWN_AGAIN
+    learned.append(len(steps) - 1)
+    decisions = loop(steps + [(5, COMFORTABLE)] * (HOLD + 2))
+    holds = [held_for(decisions, at) for at in learned]
+    assert holds == [HOLD, 2 * HOLD, 4 * HOLD, 4 * HOLD, HOLD]
+    assert "held until 60 min after the last breach;" in decisions[learned[-1]].message + ";"

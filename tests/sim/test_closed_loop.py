@@ -256,6 +256,24 @@ def test_batch_pressure_recovers_the_hit_rate(loops: dict[str, Any]) -> None:
     assert loop.after.token_hit_rate >= alone.after.token_hit_rate + 0.2
 
 
+def test_batch_pressure_breaches_after_a_learned_floor_s_release_once(
+    loops: dict[str, Any],
+) -> None:
+    # The HPA on the running batch reads a fleet held at the learned floor as idle: each
+    # release of the floor scales it down into a breach that learns the floor again. A
+    # floor learned again is held twice as long, so in four hours that happens once, not
+    # every hour (8,790 -> 9,030 s and 12,750 -> 12,900 s at seed 7 with an hour each time).
+    loop = loops["batch-pressure-loop/cachescale"]
+    users = scenario_policy(loop.scenario).budget.min_replicas
+    steps = [(b, a.min_replicas) for a, b in itertools.pairwise(loop.policy)]
+    released = [b.t_s for b, was in steps if b.min_replicas == users < was]
+    learned = [b for b, was in steps if was == users < b.min_replicas]
+    assert all("one above the fewest replicas the HPA had" in r.message for r in learned)
+    again = [r for r in learned if any(r.t_s - 3600 <= t < r.t_s for t in released)]
+    assert len(again) == 1
+    assert "held until 120 min after the last breach" in again[0].message
+
+
 def test_unique_prefixes_raise_nothing_and_keep_the_ceiling(loops: dict[str, Any]) -> None:
     loop = loops["unique-prefixes/cachescale"]
     assert all(not r.raised for r in loop.policy)

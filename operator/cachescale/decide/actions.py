@@ -124,7 +124,18 @@ def action(
 def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
     """Why minReplicas is raised above the user's own, and until when."""
     kind = plan.min_floor_kind or MinFloor.SLO_NEED
+    learned = plan.memory.scale_down_floor
+    if kind is MinFloor.AFTER_SCALE_DOWN and learned is not None:
+        return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}{_hold_words(learned.hold_seconds)}"
     return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}"
+
+
+def _hold_words(hold_seconds: float) -> str:
+    """``, held until 60 min after the last breach``, and why when it is longer."""
+    words = f", held until {hold_seconds / 60:.0f} min after the last breach"
+    if hold_seconds > SCALE_DOWN_FLOOR_HOLD_SECONDS:
+        words += " (its last release broke the SLO again)"
+    return words
 
 
 _MIN_FLOOR_WHY = {
@@ -132,8 +143,7 @@ _MIN_FLOOR_WHY = {
         "the pods that serve the arrivals at the current rate per pod, while TTFT breaches the SLO"
     ),
     MinFloor.AFTER_SCALE_DOWN: (
-        "one above the fewest replicas the HPA had scaled down to when TTFT breached the "
-        f"SLO, held until {SCALE_DOWN_FLOOR_HOLD_SECONDS / 60:.0f} min after the last breach"
+        "one above the fewest replicas the HPA had scaled down to when TTFT breached the SLO"
     ),
     MinFloor.RELEASING: f"coming down {MIN_RELEASE_STEP:.0%} per evaluation after the SLO breach",
     MinFloor.RELEASING_PER_WINDOW: (

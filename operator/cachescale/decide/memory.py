@@ -23,6 +23,7 @@ from cachescale.decide.demand import demand
 from cachescale.decide.thresholds import (
     AT_BASELINE_SHARE,
     BASELINE_TIME_CONSTANT_S,
+    SCALE_DOWN_FLOOR_HOLD_SECONDS,
     TREND_SECONDS,
 )
 from cachescale.snapshot import HumanRequests, Snapshot
@@ -85,11 +86,25 @@ class ReplicaMark(ApiModel):
 
 
 class ReplicaCount(ApiModel):
-    """The replicas at one evaluation (the scale-down floor's record: no demand, it is
-    not scaled by one)."""
+    """The replicas at one evaluation (no demand: a count of the window, not scaled by
+    one)."""
 
     replicas: int
     at: datetime
+
+
+class LearnedFloor(ApiModel):
+    """minReplicas learned from a scale-down that broke the SLO
+    (``slo_guard.scale_down_floor``), how long it is held, and when it was released."""
+
+    replicas: int
+    at: datetime
+    """The last breaching evaluation: the hold counts from it."""
+    hold_seconds: float = SCALE_DOWN_FLOOR_HOLD_SECONDS
+    released_at: datetime | None = None
+    """When the hold ended. The record stays for ``SCALE_DOWN_FLOOR_HOLD_SECONDS`` after:
+    a floor learned again within it (its release broke the SLO again) is held twice as
+    long."""
 
 
 class RateSample(ApiModel):
@@ -210,10 +225,10 @@ class Memory(ApiModel):
     comfortable_replicas: list[ReplicaCount] = Field(default_factory=list)
     """The same at the evaluations of the last window where TTFT p95 was under
     ``SLO_COMFORTABLE_SHARE`` of the SLO with every pod ready."""
-    scale_down_floor: ReplicaCount | None = None
+    scale_down_floor: LearnedFloor | None = None
     """One above the fewest replicas of the window before a breach that followed a
-    scale-down from a comfortable count, with the last breaching evaluation as ``at``:
-    minReplicas is held there (``slo_guard.scale_down_floor``)."""
+    scale-down from a comfortable count: minReplicas is held there until it is released
+    (``slo_guard.scale_down_floor``)."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None

@@ -115,7 +115,13 @@ SCALE_DOWN_FLOOR_HOLD_SECONDS = 3600.0
 """How long minReplicas stays one above the count the HPA scaled down to before TTFT
 breached the SLO (``slo_guard.scale_down_floor``), counted from the last breaching
 evaluation; then it comes down in steps like any SLO floor, and a breach after the next
-scale-down learns it again."""
+scale-down learns it again. Learned again within this time of its release, it is held
+twice as long as the last time, up to ``SCALE_DOWN_FLOOR_MAX_HOLD_SECONDS``."""
+SCALE_DOWN_FLOOR_MAX_HOLD_SECONDS = 4 * 3600.0
+"""The longest hold of a floor learned again and again (60, 120, then 240 min): a
+workload that keeps breaking the SLO at the same count is held there for hours, not
+released into a breach every hour, and a floor still comes down within a few hours of
+a workload that changed (demand falling for the night)."""
 
 # --- --max-num-seqs ---------------------------------------------------------------------
 
