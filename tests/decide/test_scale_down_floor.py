@@ -5,8 +5,10 @@ the count it breached at, for an hour after the last breach."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from cachescale.decide import Decision
+from cachescale.decide.memory import Memory
 from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
 from tests.decide.decide_builders import INTERVAL, run_applied, signals, snapshot, spec, workload
 
@@ -164,3 +166,19 @@ def test_the_hold_doubles_up_to_four_hours_and_is_forgotten_an_hour_after_a_rele
     holds = [held_for(decisions, at) for at in learned]
     assert holds == [HOLD, 2 * HOLD, 4 * HOLD, 4 * HOLD, HOLD]
     assert "held until 60 min after the last breach;" in decisions[learned[-1]].message + ";"
+
+
+def test_a_floor_remembered_by_an_earlier_operator_is_held_the_hour() -> None:
+    # Memory written before floors had a hold and a release: read after an upgrade, the
+    # floor is held, for the hour it was learned with.
+    learned_at = datetime(2026, 12, 1, tzinfo=UTC)
+    memory = Memory.model_validate(
+        {"scaleDownFloor": {"replicas": 5, "at": learned_at.isoformat()}}
+    )
+    floor = memory.scale_down_floor
+    assert floor is not None
+    assert (floor.replicas, floor.hold_seconds, floor.released_at) == (
+        5,
+        SCALE_DOWN_FLOOR_HOLD_SECONDS,
+        None,
+    )
