@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.run import PolicyRecord
 from tests.sim.closed_loop import (
@@ -269,7 +270,8 @@ def test_batch_pressure_breaches_after_a_learned_floor_s_release_once(
     released = [b.t_s for b, was in steps if b.min_replicas == users < was]
     learned = [b for b, was in steps if was == users < b.min_replicas]
     assert all("one above the fewest replicas the HPA had" in r.message for r in learned)
-    again = [r for r in learned if any(r.t_s - 3600 <= t < r.t_s for t in released)]
+    hour = SCALE_DOWN_FLOOR_HOLD_SECONDS
+    again = [r for r in learned if any(r.t_s - hour <= t < r.t_s for t in released)]
     assert len(again) == 1
     assert "held until 120 min after the last breach" in again[0].message
 
