@@ -93,6 +93,7 @@ from bench.provenance import provenance
 from e2e.harness.control_plane import control_plane
 from e2e.operators import operator_process
 from tests.controller.cluster import NAMESPACE
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
 from tests.polling import wait_for
 from tests.prometheus_fixture import free_port
 
@@ -301,7 +302,7 @@ def disrupt(
             workdir / "restarted",
             plane.kubeconfig,
             namespaces=(NAMESPACE,),
-            flags=("--metrics-port", str(metrics_port)),
+            flags=("--metrics-port", str(metrics_port), *LOOPBACK_PROMETHEUS),
         )
     )
 
@@ -334,7 +335,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
                 workdir / "operator",
                 plane.kubeconfig,
                 namespaces=(NAMESPACE,),
-                flags=("--metrics-port", str(metrics_port)),
+                flags=("--metrics-port", str(metrics_port), *LOOPBACK_PROMETHEUS),
             )
         )
         pids = {

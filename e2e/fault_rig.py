@@ -39,7 +39,7 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.control_plane import WRITES, ControlPlane
 from e2e.serving import APP
 from tests.controller.engine_fake import EngineFake
-from tests.controller.process_fixture import OperatorProcess, run_operator
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess, run_operator
 from tests.gather.gather_fakes import answer_combined, form_of
 from tests.prometheus_fixture import free_port_block
 
@@ -402,7 +402,7 @@ class Faults:
         workdir = self.workdir / f"operator-{self.restarts}"
         workdir.mkdir()
         self.operator = self.stack.enter_context(
-            run_operator(workdir, self.kubeconfig, self.namespace)
+            run_operator(workdir, self.kubeconfig, self.namespace, LOOPBACK_PROMETHEUS)
         )
         return self.operator
 

@@ -21,7 +21,7 @@ from e2e.harness.release import CHART, Release
 from e2e.kube_helpers import apply, events_for, get, until
 from e2e.serving import APP, create_stack
 from tests.controller.cluster import policy as policy_body
-from tests.controller.process_fixture import run_operator
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
 from tests.gather.gather_fakes import fake_prometheus
 
 TOKEN = "database-password-not-for-prometheus"
@@ -63,7 +63,10 @@ def test_an_unlabelled_secret_is_not_sent_until_it_is_labelled(
         "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
     }
     apply(cluster, namespace, secret)
-    with fake_prometheus() as prometheus, run_operator(tmp_path, kubeconfig, namespace):
+    with (
+        fake_prometheus() as prometheus,
+        run_operator(tmp_path, kubeconfig, namespace, LOOPBACK_PROMETHEUS),
+    ):
         body = policy_body(
             APP,
             prometheus_url=prometheus.url,

@@ -39,7 +39,7 @@ from e2e.operators import operator_process
 from e2e.serving import APP, create_stack
 from tests.controller.cluster import Clock
 from tests.controller.cluster import policy as policy_body
-from tests.controller.process_fixture import OperatorProcess
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
 from tests.controller.test_controller_indexes import LABELS, SELECTORS, comparable
 from tests.prometheus_fixture import free_port
 
@@ -85,7 +85,7 @@ def test_a_steady_state_evaluation_reads_nothing_and_sees_an_hpa_edit(
     )
     body["metadata"] = {"name": APP}
     apply(cluster, namespace, body)
-    workdir, verbose = tmp_path / "operator", ("--verbose",)
+    workdir, verbose = tmp_path / "operator", ("--verbose", *LOOPBACK_PROMETHEUS)
     with operator_process(workdir, kubeconfig, (namespace,), flags=verbose) as operator:
         until(
             lambda: True if evaluations(operator, namespace) >= 2 else None,

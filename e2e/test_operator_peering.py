@@ -24,7 +24,7 @@ from e2e.kube_helpers import apply, get, until
 from e2e.operators import operator_process
 from e2e.serving import APP, create_stack
 from tests.controller.cluster import policy as policy_body
-from tests.controller.process_fixture import OperatorProcess
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
 from tests.prometheus_fixture import free_port
 
 INTERVAL_S = 10.0
@@ -73,7 +73,10 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
             # first must pause: its own watch of the peering object stops its scheduler.
             first = stack.enter_context(
                 operator_process(
-                    tmp_path / "low", kubeconfig, peering=release.name, flags=("--priority", "10")
+                    tmp_path / "low",
+                    kubeconfig,
+                    peering=release.name,
+                    flags=("--priority", "10", *LOOPBACK_PROMETHEUS),
                 )
             )
             until(
@@ -83,7 +86,10 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
             )
             second = stack.enter_context(
                 operator_process(
-                    tmp_path / "high", kubeconfig, peering=release.name, flags=("--priority", "20")
+                    tmp_path / "high",
+                    kubeconfig,
+                    peering=release.name,
+                    flags=("--priority", "20", *LOOPBACK_PROMETHEUS),
                 )
             )
             peers = [first, second]

@@ -27,7 +27,7 @@ from e2e.harness.release import Release
 from e2e.kube_helpers import apply, until
 from e2e.operators import operator_process
 from tests.controller.cluster import policy as policy_body
-from tests.controller.process_fixture import OperatorProcess
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
 from tests.prometheus_fixture import free_port
 
 INTERVAL_S = 10.0
@@ -65,7 +65,7 @@ def test_two_shards_each_evaluate_only_their_own_policies(
                     tmp_path / shard,
                     kubeconfig,
                     namespaces=(namespace,),
-                    flags=("--policy-selector", f"shard={shard}"),
+                    flags=("--policy-selector", f"shard={shard}", *LOOPBACK_PROMETHEUS),
                 )
             )
             for shard in SHARDS

@@ -42,6 +42,10 @@ STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 """Unset for the child: with them, both the operator and kopf would try in-cluster auth."""
+LOOPBACK_PROMETHEUS = ("--allowed-prometheus-url", r"re:https?://127\.0\.0\.1:[0-9]+")
+"""The flag that lets the policies of a test name the Prometheus servers the tests start
+(fakes and real ones listen on loopback): without it the operator allows no policy-chosen
+URL (``gather/egress.py``). Passed explicitly by each test that needs it."""
 IMAGE_ENV = {"MALLOC_ARENA_MAX": "2"}
 """What the image and the chart set that changes how the operator runs (its memory), so
 the tests and the fleet bench measure the operator as it ships."""
@@ -230,10 +234,11 @@ class OperatorProcess:
 
 
 def run_operator(
-    workdir: Path, kubeconfig: Path, namespace: str = NAMESPACE
+    workdir: Path, kubeconfig: Path, namespace: str = NAMESPACE, flags: tuple[str, ...] = ()
 ) -> AbstractContextManager[OperatorProcess]:
-    """Start ``cachescale run`` on ``kubeconfig``, scoped to ``namespace``, standalone."""
-    return start_operator(workdir, kubeconfig, "--namespace", namespace, "--standalone")
+    """Start ``cachescale run`` on ``kubeconfig``, scoped to ``namespace``, standalone, with
+    ``flags`` (e.g. ``LOOPBACK_PROMETHEUS``)."""
+    return start_operator(workdir, kubeconfig, "--namespace", namespace, "--standalone", *flags)
 
 
 @contextmanager

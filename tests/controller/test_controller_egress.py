@@ -12,18 +12,29 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import logging
+import shutil
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cachescale.api.policy import PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Problem
+from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.cli import build_parser
 from cachescale.controller.evaluation import Operator
+from cachescale.controller.prometheus_access import (
+    EgressRefused,
+    prometheus_config,
+    prometheus_source,
+)
 from cachescale.gather.egress import AllowedUrls
-from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
+from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
 from tests.controller.test_controller_evaluation import (
     POLICIES,
@@ -273,3 +284,247 @@ def test_the_default_url_flag_is_checked_when_parsed() -> None:
     assert parsed.default_prometheus_url == "http://prom:9090"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--default-prometheus-url", "prom:9090"])
+
+
+# -- one URL for checking and connecting (the issue's allow-list bypass) -------------------
+
+
+def with_url(cluster: FakeCluster, url: str, **metrics: Any) -> None:
+    """Give the stack's policy this ``prometheusUrl`` (and other ``spec.metrics`` fields)."""
+    body = cluster.get(POLICIES, "vllm")
+    body["spec"]["metrics"] = {**body["spec"]["metrics"], "prometheusUrl": url, **metrics}
+    cluster.put(POLICIES, body)
+
+
+def with_raw_url(spec: dict[str, Any], url: str | None) -> CacheScalingPolicySpec:
+    """A valid spec with ``prometheusUrl`` replaced, unvalidated (as a CRD without the
+    spec's own pattern would let it through)."""
+    valid = CacheScalingPolicySpec.model_validate(spec)
+    metrics = valid.metrics.model_copy(update={"prometheus_url": url})
+    return valid.model_copy(update={"metrics": metrics})
+
+
+def test_a_backslash_url_naming_the_allowed_host_is_refused_and_nothing_reaches_its_host(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    """The issue's probe: urlsplit read the allowed host, requests connected to 127.0.0.1.
+    The spec's own pattern may refuse it first (InvalidSpec, as the CRD would at
+    admission); either way nothing is read or sent, and the egress check refuses it on its
+    own (a CRD installed before the pattern, a spec read without validation)."""
+    stack(cluster, engines, prometheus, clock, extra=TOKEN_AUTH)
+    put_secret(cluster, labelled=True)
+    hostile = f"{prometheus.url}\\@prom.monitoring:9090"
+    with_url(cluster, hostile)
+    operator = allow_only(cluster, clock, "http://prom.monitoring:9090")
+    (outcome,) = run(operator, cluster, clock)
+    assert prometheus.queries == []
+    assert prometheus.headers == []
+    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+    assert outcome.reason in (Problem.INVALID_SPEC, Problem.METRICS_URL_NOT_ALLOWED)
+    assert conditions(cluster)["Ready"] == ("False", outcome.reason)
+    spec = with_raw_url(policy(prometheus_url=prometheus.url)["spec"], hostile)
+    with pytest.raises(EgressRefused) as caught:
+        prometheus_config(operator, NAMESPACE, spec)
+    assert caught.value.reason == Problem.METRICS_URL_NOT_ALLOWED
+    message = caught.value.message
+    assert message.startswith("prometheusUrl is refused because it contains a backslash")
+    assert "prom.monitoring" not in message  # never the host it only pretends to be
+    assert prometheus.queries == []
+    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+
+
+def test_an_empty_allow_list_refuses_every_policy_url_and_says_how_to_change_it(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    operator = Operator(
+        cluster.api,
+        clock=clock,
+        allowed_urls=AllowedUrls.parse([]),
+        default_prometheus_url="http://prometheus.monitoring:9090",
+    )
+    (outcome,) = run(operator, cluster, clock)
+    assert prometheus.queries == []
+    assert outcome.reason == Problem.METRICS_URL_NOT_ALLOWED
+    _, message = refusal(cluster)
+    assert message.startswith(f"prometheusUrl {prometheus.url} is not allowed")
+    assert "the operator allows no policy-chosen Prometheus URL" in message
+    assert "remove prometheusUrl to read the operator's default Prometheus" in message
+    assert "allowedPrometheusUrls" in message
+    # Without it, the policy reads the default, which no allow list limits.
+    without_url(cluster)
+    operator.default_prometheus_url = prometheus.url
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+
+
+def test_the_client_gets_and_the_status_names_the_normalized_url(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    stack(cluster, engines, prometheus, clock)
+    spelled = f"{prometheus.url}//"
+    with_url(cluster, spelled)
+    operator = allow_only(cluster, clock, prometheus.url)
+    spec = CacheScalingPolicySpec.model_validate(cluster.get(POLICIES, "vllm")["spec"])
+    assert prometheus_config(operator, NAMESPACE, spec).url == prometheus.url
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    signals = cluster.get(POLICIES, "vllm")["status"]["signals"]
+    assert signals["prometheus"] == f"{prometheus.url} (the policy's)"
+
+
+def test_the_default_port_is_written_out_where_the_url_is_named(
+    cluster: FakeCluster, clock: Clock
+) -> None:
+    operator = Operator(cluster.api, clock=clock, default_prometheus_url="http://prom.monitoring")
+    spec = with_raw_url(policy(prometheus_url="http://x")["spec"], "HTTPS://Thanos.Example/p/")
+    assert prometheus_config(operator, NAMESPACE, spec).url == "https://thanos.example:443/p"
+    assert prometheus_source(operator, spec) == "https://thanos.example:443/p (the policy's)"
+    spec = with_raw_url(policy(prometheus_url="http://x")["spec"], None)
+    assert prometheus_config(operator, NAMESPACE, spec).url == "http://prom.monitoring:80"
+
+
+# -- TLS: unverified only where the cluster owner allows it --------------------------------
+
+INSECURE = {"metrics": {"auth": {**TOKEN_AUTH["metrics"]["auth"], "insecureSkipVerify": True}}}
+
+
+def test_insecure_tls_is_refused_before_any_secret_read_or_fetch(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    stack(cluster, engines, prometheus, clock, extra=INSECURE)
+    put_secret(cluster, labelled=True)
+    assert not operator.allow_insecure_tls  # the default
+    (outcome,) = run(operator, cluster, clock)
+    assert prometheus.queries == []
+    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+    assert outcome.reason == Problem.INSECURE_TLS_NOT_ALLOWED
+    reason, message = refusal(cluster)
+    assert reason == Problem.INSECURE_TLS_NOT_ALLOWED
+    assert "prometheus.allowInsecureSkipVerify" in message
+    assert "--allow-insecure-tls" in message
+    assert [(e["type"], e["reason"]) for e in events(cluster)] == [("Warning", reason)]
+
+
+def test_insecure_tls_is_used_when_the_cluster_owner_allows_it(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    stack(cluster, engines, prometheus, clock, extra=INSECURE)
+    put_secret(cluster, labelled=True)
+    operator = Operator(cluster.api, clock=clock, allow_insecure_tls=True)
+    spec = CacheScalingPolicySpec.model_validate(cluster.get(POLICIES, "vllm")["spec"])
+    assert prometheus_config(operator, NAMESPACE, spec).verify_tls is False
+    run(operator, cluster, clock)
+    assert prometheus.queries
+    assert conditions(cluster)["Ready"] == ("True", "Evaluated")
+
+
+# -- CA material in a private directory ----------------------------------------------------
+
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB-not-a-real-one\n-----END CERTIFICATE-----\n"
+
+
+def ca_config(cluster: FakeCluster, operator: Operator, pem: str) -> str:
+    """The CA file the operator writes for a policy whose caSecretRef holds ``pem``."""
+    metadata = {"name": "ca", "namespace": NAMESPACE, "labels": {PROMETHEUS_CREDENTIALS: "true"}}
+    data = {"ca.crt": base64.b64encode(pem.encode()).decode()}
+    cluster.put("v1/secrets", {**SECRET, "metadata": metadata, "data": data})
+    auth = {"metrics": {"auth": {"caSecretRef": {"name": "ca", "key": "ca.crt"}}}}
+    spec = CacheScalingPolicySpec.model_validate(
+        policy(prometheus_url="https://prom.monitoring:9090", extra=auth)["spec"]
+    )
+    path = prometheus_config(operator, NAMESPACE, spec).ca_file
+    assert path is not None
+    return path
+
+
+def test_the_ca_bundle_is_written_afresh_in_a_private_directory(
+    cluster: FakeCluster, operator: Operator, tmp_path: Path
+) -> None:
+    digest = hashlib.sha256(PEM.encode()).hexdigest()[:16]
+    planted = Path(tempfile.gettempdir()) / f"cachescale-ca-{digest}.pem"  # the old path
+    planted_before = planted.exists()
+    if not planted_before:
+        planted.write_text("attacker's CA")
+    try:
+        path = Path(ca_config(cluster, operator, PEM))
+    finally:
+        if not planted_before:
+            planted.unlink()
+    assert path != planted
+    assert path.read_text() == PEM
+    directory = path.parent
+    assert directory.name.startswith("cachescale-ca-")
+    assert directory.name != "cachescale-ca-"  # mkdtemp's unpredictable suffix
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # An existing file is never trusted: whatever is there is replaced by the Secret's text.
+    path.write_text("tampered")
+    assert Path(ca_config(cluster, operator, PEM)).read_text() == PEM
+    assert [p.name for p in directory.iterdir() if p.name.startswith(".ca-")] == []
+    # A directory that disappeared is made again, private.
+    shutil.rmtree(directory)
+    again = Path(ca_config(cluster, operator, PEM))
+    assert again.read_text() == PEM
+    assert again.parent != directory
+    assert stat.S_IMODE(again.parent.stat().st_mode) == 0o700
+
+
+# -- flags ---------------------------------------------------------------------------------
+
+
+def test_the_default_url_flag_is_normalized_and_read_by_the_strict_rules(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    flag = "--default-prometheus-url"
+    parsed = build_parser().parse_args(["run", flag, "HTTP://Prom.Monitoring:9090/"])
+    assert parsed.default_prometheus_url == "http://prom.monitoring:9090"
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["run", flag, "http://127.0.0.1:18080\\@prom:9090"])
+    assert caught.value.code == 2
+    assert "contains a backslash" in capsys.readouterr().err
+
+
+def test_the_insecure_tls_flag_is_off_unless_given() -> None:
+    assert build_parser().parse_args(["run"]).allow_insecure_tls is False
+    assert build_parser().parse_args(["run", "--allow-insecure-tls"]).allow_insecure_tls is True
+
+
+@pytest.mark.parametrize(
+    ("entries", "insecure", "warned"),
+    [
+        ([], False, []),
+        (["http://prom:9090"], False, []),
+        (["re:.*"], False, ["re:.* allows any URL"]),
+        ([r"re:http://prom-[a-z]+\.mon:9090"], False, ["has regular expressions"]),
+        (["http://prom:9090"], True, ["--allow-insecure-tls"]),
+    ],
+)
+def test_the_operator_warns_at_start_when_policies_may_reach_more_than_listed(
+    entries: list[str], insecure: bool, warned: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from cachescale.controller.serve import _warn_about_egress
+
+    with caplog.at_level(logging.INFO, "cachescale.operator"):
+        _warn_about_egress(AllowedUrls.parse(entries), insecure)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == len(warned)
+    for warning, says in zip(warnings, warned, strict=True):
+        assert says in warning

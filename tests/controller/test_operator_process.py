@@ -47,6 +47,7 @@ from tests.controller.cluster import (
     policy,
 )
 from tests.controller.process_fixture import (
+    LOOPBACK_PROMETHEUS,
     POLICIES,
     OperatorProcess,
     delete,
@@ -336,7 +337,9 @@ def test_the_operator_process_holds_the_hpa_through_a_prefix_collapse_and_restor
         wait_for_rates(prometheus)
         original = serving_stack(cluster, prometheus.url)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", cluster.url)
-        operator = stack.enter_context(run_operator(tmp_path, kubeconfig))
+        operator = stack.enter_context(
+            run_operator(tmp_path, kubeconfig, flags=LOOPBACK_PROMETHEUS)
+        )
         watch = Watch(cluster, operator, prometheus, emulator)
         watch.mark("operator ready")
         with explained(watch):
