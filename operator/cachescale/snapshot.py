@@ -119,6 +119,8 @@ class FetchFailure(StrEnum):
     QUERY_ERROR = "PrometheusQueryError"
     CREDENTIALS_UNREADABLE = "PrometheusCredentialsUnreadable"
     """A Secret named in ``spec.metrics.auth`` could not be read or has no usable value."""
+    TOO_LARGE = "PrometheusResponseTooLarge"
+    """An answer over the operator's byte cap (``--prometheus-max-response-bytes``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,9 +157,8 @@ def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
         r"no answer within 1s: the deadline was reached after 1\.[0-2]s$",
         str(caught.value),
     )
-    # The batch in flight was abandoned, not awaited: its thread ends by itself at the
-    # deadline (its socket timeouts never exceed what remained), while the server still
-    # holds the request.
+    # The batch in flight was abandoned, not awaited: its connection was cut at the
+    # deadline, so its thread ends then, while the server still holds the request.
     gone_by = time.monotonic() + 1.0
     while promql_threads() - before and time.monotonic() < gone_by:
         time.sleep(0.05)

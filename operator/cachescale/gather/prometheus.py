@@ -2,9 +2,10 @@
 
 Why a wrapper: the decision layer must tell "Prometheus is down" from "it answered with
 garbage" from "our query was rejected", and a CLI user must get one clear line, never a
-traceback or a token. So every failure leaves this module as one of four typed errors
+traceback or a token. So every failure leaves this module as one of five typed errors
 (``PrometheusUnreachable``, ``PrometheusTimeout``, ``PrometheusBadResponse``,
-``PrometheusQueryError``), each naming the URL without credentials. Transport policy
+``PrometheusResponseTooLarge``, ``PrometheusQueryError``), each naming the URL without
+credentials. Transport policy
 lives here too: TLS verified by default (optionally against a CA bundle), a bearer token
 from the caller, a connect timeout, and bounded retries with exponential backoff on
 connection failures and on 429/5xx answers — never on a read timeout, since repeating a
@@ -14,10 +15,18 @@ Time is one budget, not a timeout per query (``gather/deadline.py``): every requ
 for one evaluation — retries and their pauses included — gets only what remains of that
 evaluation's ``Deadline``, and Prometheus is told the same as the query's own timeout.
 When it runs out, the queries still in flight are abandoned: their threads are not waited
-for, and each ends by itself at the deadline, since its socket timeouts never exceed what
-remained (a slow DNS lookup or an answer trickling in can keep one longer; the caller
-returns on time all the same). The error (``DeadlineReached``) gives the budget and the
-time actually spent.
+for, and their connections are shut down, so each thread ends then too, however slowly the
+server trickles its answer (only a DNS lookup or a TLS handshake in progress cannot be cut,
+and ends by its own timeout). The error (``DeadlineReached``) gives the budget and the time
+actually spent.
+
+Memory is bounded too: an answer is streamed, never read whole, and its body may not
+exceed ``max_response_bytes``, as received or as decoded (a ``Content-Length`` above it is
+refused before anything is read; gzip is decoded here, so a small compressed answer cannot
+expand past it). Over the cap the read fails (``PrometheusResponseTooLarge``, naming the
+cap and where it is set) and its connection is closed. So whatever server a policy names,
+one read costs at most the cap in memory and nothing after its deadline
+(``gather/bounded.py``).
 
 What an error says is fixed text, never the answer's body: the URL may be chosen by a
 policy author who cannot reach it, so anything echoed into a status or an Event would be a
@@ -50,13 +59,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, ClassVar, NamedTuple, Self, TypeVar
+from typing import ClassVar, NamedTuple, Self, TypeVar
 
 import requests
-from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from cachescale.api.spec import Engine
+from cachescale.gather.bounded import (
+    ACCEPT_ENCODING,
+    Abandonable,
+    BodyTimedOut,
+    BodyTooLarge,
+    BodyUnreadable,
+    BoundedAdapter,
+    read_body,
+)
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import redact_url as redact_url
 from cachescale.gather.promql import Detection, combine, detect_profile, detection_query
@@ -84,6 +101,14 @@ class Series(NamedTuple):
 POOL_CONNECTIONS = 64
 """Kept-alive connections per client: the groups and evaluations that share it query at
 once (urllib3's default of 10 would churn)."""
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The default cap on one answer's body (``PrometheusConfig.max_response_bytes``)."""
+ERROR_BODY_BYTES = 64 * 1024
+"""The most of an error answer's body read, for its ``errorType`` only."""
+MAX_RESPONSE_SETTING = (
+    "operator flag --prometheus-max-response-bytes, chart value prometheus.maxResponseBytes"
+)
+"""Where the cap is set, as an error over it says."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,9 @@ class PrometheusConfig:
     ca_file: str | None = None
     """PEM bundle to verify the server certificate against (default: system CAs)."""
     verify_tls: bool = True
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    """The most bytes one answer may have, as received and as decoded; over it the read
+    fails (``PrometheusResponseTooLarge``) without reading further."""
 
 
 class PrometheusError(Exception):
@@ -148,6 +176,14 @@ class PrometheusBadResponse(PrometheusError):  # noqa: N818 (names from the issu
     _template = "Prometheus at {url} sent a bad response: {detail}"
 
 
+class PrometheusResponseTooLarge(PrometheusBadResponse):
+    """An answer over ``max_response_bytes``: not read further, and not retried (it would
+    be as large again)."""
+
+    failure = FetchFailure.TOO_LARGE
+    _template = "Prometheus at {url} sent a response over the size limit: {detail}"
+
+
 class PrometheusQueryError(PrometheusError):
     """Prometheus rejected or failed to evaluate a query (HTTP 400/422)."""
 
@@ -169,16 +205,15 @@ def _short_cause(error: BaseException) -> str:
     return found.group(1).strip() if found else type(error).__name__
 
 
-def _api_error(response: requests.Response) -> str:
+def _api_error(code: int, body: bytes | None) -> str:
     """``HTTP <code> <standard phrase>``, then Prometheus' ``errorType`` when the body
     names a documented one: fixed words only, never the body's (or the server's) text."""
-    code = response.status_code
     try:
         detail = f"HTTP {code} {HTTPStatus(code).phrase}"
     except ValueError:
         detail = f"HTTP {code}"
     try:
-        error_type = response.json()["errorType"]
+        error_type = json.loads(body or b"")["errorType"]
     except (ValueError, KeyError, TypeError):
         return detail
     return f"{detail} ({error_type})" if error_type in PROMETHEUS_ERROR_TYPES else detail
@@ -202,10 +237,12 @@ class PrometheusClient:
         session.verify = config.ca_file or config.verify_tls
         if config.bearer_token is not None:
             session.headers["Authorization"] = f"Bearer {config.bearer_token}"
-        session.hooks["response"].append(self._raise_for_status)
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING  # decoded in ``read_body``
         # Retries are made in ``query``, where the deadline is known: none in urllib3.
         no_retry = Retry(total=0, read=False)  # read=False: a read timeout stays one
-        session.mount(self._url, HTTPAdapter(max_retries=no_retry, pool_maxsize=POOL_CONNECTIONS))
+        adapter = BoundedAdapter(max_retries=no_retry, pool_maxsize=POOL_CONNECTIONS)
+        for scheme in ("http://", "https://"):  # every request this session makes
+            session.mount(scheme, adapter)
         self._session = session
 
     def deadline(self) -> Deadline:
@@ -223,30 +260,28 @@ class PrometheusClient:
         """The pause before the ``retry``-th retry (1-based)."""
         return 0.0 if retry <= 1 else self._config.backoff_seconds * 2 ** (retry - 1)
 
-    def _raise_for_status(self, response: requests.Response, *_: Any, **__: Any) -> None:
-        """Response hook: turn every non-200 answer into a typed error (``retryable`` for
-        429/5xx: ``query`` tries again while the deadline allows)."""
-        if response.status_code == 200:
-            return
-        detail = _api_error(response)
-        if 300 <= response.status_code < 400:
-            raise PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
-        if response.status_code in (400, 422):
-            raise PrometheusQueryError(self._url, detail)
+    def _status_error(self, code: int, body: bytes | None) -> PrometheusError:
+        """The typed error of a non-200 answer (``retryable`` for 429/5xx: ``query``
+        tries again while the deadline allows); ``body`` is read for its ``errorType``."""
+        detail = _api_error(code, body)
+        if 300 <= code < 400:
+            return PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
+        if code in (400, 422):
+            return PrometheusQueryError(self._url, detail)
         if detail.endswith("(timeout)"):  # Prometheus gave up: like a read timeout, final
-            raise PrometheusTimeout(self._url, detail)
-        if response.status_code in (401, 403):
+            return PrometheusTimeout(self._url, detail)
+        if code in (401, 403):
             detail += " (check the bearer token)"
-        retryable = response.status_code in RETRY_STATUSES
-        raise PrometheusBadResponse(self._url, detail, retryable=retryable)
+        return PrometheusBadResponse(self._url, detail, retryable=code in RETRY_STATUSES)
 
     def query(self, promql: str, at: datetime) -> list[Series]:
         """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
         (``DeadlineReached`` when the deadline runs out first).
 
-        The deadline bounds the wait for Prometheus's answer, not its parsing here: a
-        group's answer is megabytes of JSON, and on a busy operator parsing it under the
-        deadline turned the operator's own CPU contention into "Prometheus timed out"."""
+        The deadline bounds the wait for Prometheus's answer and its transfer, not its
+        parsing here: a group's answer is megabytes of JSON, and on a busy operator parsing
+        it under the deadline turned the operator's own CPU contention into "Prometheus
+        timed out"."""
         body = self._awaited(promql, at, self._deadline or self.deadline())
         return self._vector(self._result(body))
 
@@ -278,6 +313,8 @@ class PrometheusClient:
                 data=form,
                 timeout=(connect, remaining),
                 verify=self._session.verify,  # or requests lets REQUESTS_CA_BUNDLE win
+                allow_redirects=False,  # a 3xx is a bad response (``_status_error``)
+                stream=True,  # read by ``_body``, within the cap and the deadline
             )
         except requests.exceptions.ReadTimeout as error:
             raise DeadlineReached(self._url, deadline.reached()) from error
@@ -297,7 +334,35 @@ class PrometheusClient:
             raise PrometheusUnreachable(self._url, _short_cause(error), retryable=True) from error
         except requests.exceptions.RequestException as error:
             raise PrometheusBadResponse(self._url, type(error).__name__) from error
-        return response.content
+        try:
+            if response.status_code != 200:
+                raise self._status_error(response.status_code, self._error_body(response, deadline))
+            return self._body(response, deadline)
+        finally:
+            response.close()  # a connection not read to its end is closed, never pooled
+
+    def _body(self, response: requests.Response, deadline: Deadline) -> bytes:
+        """A 200 answer's body, within the cap and ``deadline``."""
+        limit = self._config.max_response_bytes
+        try:
+            return read_body(response, limit, deadline)
+        except BodyTooLarge:
+            raise PrometheusResponseTooLarge(
+                self._url, f"more than {limit} bytes ({MAX_RESPONSE_SETTING})"
+            ) from None
+        except BodyTimedOut:
+            raise DeadlineReached(self._url, deadline.reached()) from None
+        except BodyUnreadable as error:
+            raise PrometheusBadResponse(self._url, str(error)) from error
+
+    def _error_body(self, response: requests.Response, deadline: Deadline) -> bytes | None:
+        """The start of an error answer's body, for its ``errorType``: None when it is
+        longer than that, or cannot be read in time (the status says enough)."""
+        limit = min(ERROR_BODY_BYTES, self._config.max_response_bytes)
+        try:
+            return read_body(response, limit, deadline)
+        except (BodyTooLarge, BodyTimedOut, BodyUnreadable):
+            return None
 
     def _result(self, body: bytes) -> object:
         """``data.result`` of an answer's body."""
@@ -347,15 +412,18 @@ class PrometheusClient:
     def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
         """Run ``promql`` (with its retries) on a worker thread and wait for its answer
         until ``deadline`` at most: a query still in flight then is abandoned, so the caller
-        returns on time even if a server keeps a socket alive. The thread is a daemon,
-        not a ``ThreadPoolExecutor``'s, whose threads the interpreter joins at exit: an
-        abandoned query must not hold up the process."""
+        returns on time, and its connection is cut, so its thread ends with it however the
+        server paces its bytes (``gather/bounded.py``). The thread is a daemon, not a
+        ``ThreadPoolExecutor``'s, whose threads the interpreter joins at exit: an abandoned
+        query must not hold up the process."""
         future: Future[bytes] = Future()
+        query = Abandonable()
 
         def run() -> None:
             future.set_running_or_notify_cancel()
             try:
-                result = self._retried(promql, at, deadline)
+                with query.running():
+                    result = self._retried(promql, at, deadline)
             except Exception as error:  # handed to the waiting caller
                 future.set_exception(error)
             else:
@@ -364,6 +432,7 @@ class PrometheusClient:
         threading.Thread(target=run, name="promql", daemon=True).start()
         wait([future], timeout=deadline.remaining())
         if not future.done():
+            query.abandon()  # its connection is cut: the thread ends now, not at EOF
             raise DeadlineReached(self._url, deadline.reached())
         return future.result()
 
