@@ -48,7 +48,8 @@ def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_
     cluster: Cluster, release: Release, namespace: str, tmp_path: Path
 ) -> None:
     """The look runs as the chart's ServiceAccount: Secrets are listed only where
-    ``rbac.changeCorrelation.secretNamespaces`` opts in, and said unread elsewhere."""
+    ``rbac.changeCorrelation.secretNamespaces`` opts in, ConfigMaps only with
+    ``rbac.changeCorrelation.configMaps``, and each is said unread otherwise."""
     api = KubeApi(load_config(str(cluster.kubeconfig)))  # the test's own writes and waits
     kubeconfig = cluster.token_kubeconfig(
         tmp_path / "operator.kubeconfig", release.namespace, release.service_account
@@ -88,10 +89,17 @@ def test_a_rollout_a_configmap_edit_and_a_secret_write_are_read_from_a_real_api_
     ]
     since = onset - timedelta(hours=1)
     refused = scan(operator, declared, [], since, onset)  # the chart's default values
-    assert list(refused.failures) == [declared[2]], refused.failures
-    assert "403" in refused.failures[declared[2]], refused.failures
-    assert {c.name for c in refused.changes} == {"rag-api", "prompt-templates"}
-    with upgraded(cluster, release, f"rbac.changeCorrelation.secretNamespaces={{{namespace}}}"):
+    # By default no ConfigMap and no Secret is listable: both said unread, with the 403.
+    assert list(refused.failures) == [declared[1], declared[2]], refused.failures
+    for place in declared[1:]:
+        assert "403" in refused.failures[place], refused.failures
+    assert {c.name for c in refused.changes} == {"rag-api"}
+    with upgraded(
+        cluster,
+        release,
+        f"rbac.changeCorrelation.secretNamespaces={{{namespace}}}",
+        "rbac.changeCorrelation.configMaps=true",
+    ):
         found = scan(operator, declared, [], since, onset)
         # The server honours the metadata-only Accept header: the data is not even sent
         # (metadata_items would drop it anyway; the raw answer shows the server's part).

@@ -6,12 +6,16 @@ timestamps relative to the drop, then drops the hit rate: the first evaluation s
 the collapse (one look), the third raises ``PrefixCollapse`` (a second look). kmock does
 not filter by label selector, so every object a test puts in a declared namespace is one
 the selector would pick; the selector itself is exercised on the real API server
-(``e2e/test_change_correlation.py``).
+(``e2e/test_change_correlation.py``). The operator here opens namespace ``rag`` to prompt
+sources (``--prompt-source-namespace rag``); any other namespace but the policy's is a
+wall: not read, and said so. It lists ConfigMaps too (``--correlate-configmaps``) but for
+the tests of the default, which list none.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 from datetime import UTC, datetime, timedelta
@@ -23,7 +27,15 @@ from kmock._internal.rendering import Response
 
 from cachescale.api.reasons import ConditionReason, Diagnosis
 from cachescale.api.spec import PromptSourceKind
-from cachescale.controller.changes import Change, Place, Scan, describe, template_diff
+from cachescale.controller.changes import (
+    Change,
+    Place,
+    Scan,
+    argument_changes,
+    describe,
+    template_diff,
+    value_hash,
+)
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.kube import METADATA_ONLY
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
@@ -38,6 +50,20 @@ SECRETS = "v1/secrets"
 SECRET_VALUE = "hunter2-do-not-leak"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 RAG_SOURCE = {"namespace": "rag", "kind": "Deployment", "labelSelector": "app=rag-api"}
+PASSWORD = "s3cret-pw"
+DB_URL = f"--db-url=postgres://admin:{PASSWORD}@db"
+
+
+@pytest.fixture
+def operator(cluster: FakeCluster, clock: Clock) -> Operator:
+    """An operator that reads prompt sources in ``rag`` besides a policy's own namespace,
+    and lists ConfigMaps."""
+    return Operator(
+        cluster.api,
+        clock=clock,
+        prompt_source_namespaces=frozenset({"rag"}),
+        correlate_configmaps=True,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +77,14 @@ def _stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def rag_api(cluster: FakeCluster, namespace: str, rolled_out: datetime) -> None:
+def rag_api(
+    cluster: FakeCluster,
+    namespace: str,
+    rolled_out: datetime,
+    args: tuple[list[str], list[str]] = (["--chunk=512"], ["--chunk=512"]),
+) -> None:
     """A prompt-building Deployment rolled out from image 1.8.2 (revision 41, a day
-    old) to 1.8.3 (revision 42) at ``rolled_out``."""
+    old) to 1.8.3 (revision 42) at ``rolled_out``, each with its ``args``."""
     uid = f"uid-rag-api-{namespace}"
     cluster.put(
         DEPLOYMENTS,
@@ -69,9 +100,9 @@ def rag_api(cluster: FakeCluster, namespace: str, rolled_out: datetime) -> None:
             "spec": {"selector": {"matchLabels": {"app": "rag-api"}}},
         },
     )
-    for revision, image, created in (
-        (41, "rag-api:1.8.2", rolled_out - timedelta(days=1)),
-        (42, "rag-api:1.8.3", rolled_out),
+    for revision, image, created, arguments in (
+        (41, "rag-api:1.8.2", rolled_out - timedelta(days=1), args[0]),
+        (42, "rag-api:1.8.3", rolled_out, args[1]),
     ):
         cluster.put(
             REPLICA_SETS,
@@ -87,9 +118,7 @@ def rag_api(cluster: FakeCluster, namespace: str, rolled_out: datetime) -> None:
                 },
                 "spec": {
                     "template": {
-                        "spec": {
-                            "containers": [{"name": "api", "image": image, "args": ["--chunk=512"]}]
-                        }
+                        "spec": {"containers": [{"name": "api", "image": image, "args": arguments}]}
                     }
                 },
             },
@@ -330,7 +359,7 @@ def replica_set(revision: int, containers: list[dict[str, Any]]) -> dict[str, An
         (
             [{"name": "api", "image": "a", "args": ["--chunk=512", "--k=4"]}],
             [{"name": "api", "image": "a", "args": ["--chunk=1024", "--k=4"]}],
-            "args --chunk=512 → --chunk=1024",
+            f"args: --chunk changed (value {value_hash('512')} → {value_hash('1024')})",
         ),
         (
             [{"name": "api", "image": "a", "env": [{"name": "TOKEN", "value": SECRET_VALUE}]}],
@@ -391,3 +420,171 @@ def test_declared_sources_rank_before_the_own_namespace_then_the_closest_first()
         "could not look for changes before the drop; not read: Deployments app=rag-api in "
         "namespace rag: HTTP 403: forbidden"
     )
+
+
+# --- namespaces are walls, and values are never quoted -----------------------------------
+
+
+def test_a_prompt_source_in_a_namespace_not_allowed_is_not_read_and_the_chart_value_named(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    """A policy in ``llm`` naming a Deployment in ``tenant-b`` (not opened to prompt
+    sources): no request names tenant-b, nothing of it is in status or Events, and the
+    message says why and which chart value would open it."""
+    # No namespace opened (the default); ConfigMaps listed, so the own namespace's show.
+    walled = Operator(cluster.api, clock=clock, correlate_configmaps=True)
+    source = {"namespace": "tenant-b", "kind": "Deployment", "labelSelector": "app=rag-api"}
+
+    def foreign(onset: datetime) -> None:
+        rag_api(cluster, "tenant-b", onset - timedelta(minutes=4), (["--k=1"], [DB_URL]))
+
+    status = collapse(cluster, engines, prometheus, clock, walled, [source], foreign)
+    message = status["suspectedChange"]["message"]
+    assert message.endswith(
+        "; not read: namespace tenant-b is not allowed for prompt sources "
+        "(chart value rbac.changeCorrelation.namespaces)"
+    ), message
+    assert message.startswith("no change found in Deployments in namespace llm, ConfigMaps")
+    events = json.dumps(cluster.api.items(f"/api/v1/namespaces/{NAMESPACE}/events"))
+    for text in (json.dumps(status), events):
+        assert "rag-api" not in text
+        assert "db-url" not in text
+        assert PASSWORD not in text
+    assert [str(r.url.path) for r in cluster.requests("get") if "/tenant-b/" in str(r.url)] == []
+
+
+def test_by_default_no_configmap_is_listed_and_a_declared_one_is_said_unread(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+) -> None:
+    """Without ``--correlate-configmaps`` (the chart grants no ``list`` on ConfigMaps): no
+    request lists ConfigMaps, a ConfigMap written before the drop is not named, and a
+    declared ConfigMap prompt source is said unread, naming the chart value, not a 403."""
+    default = Operator(cluster.api, clock=clock, prompt_source_namespaces=frozenset({"rag"}))
+    source = {"namespace": "rag", "kind": "ConfigMap", "labelSelector": "app=rag-api"}
+
+    def edits(onset: datetime) -> None:
+        at = onset - timedelta(minutes=5)
+        cluster.put(CONFIG_MAPS, written(CONFIG_MAPS, "ConfigMap", "prompt-templates", "llm", at))
+        cluster.put(CONFIG_MAPS, written(CONFIG_MAPS, "ConfigMap", "rag-templates", "rag", at))
+        rag_api(cluster, "llm", onset - timedelta(minutes=7))
+
+    status = collapse(cluster, engines, prometheus, clock, default, [source], edits)
+    message = status["suspectedChange"]["message"]
+    assert message == (
+        "rag-api (Deployment, namespace llm) rolled out revision 42 (image rag-api:1.8.2 → "
+        "1.8.3) 7 minutes before the hit rate fell; not read: ConfigMaps app=rag-api in "
+        "namespace rag: ConfigMaps are not listed (chart value "
+        "rbac.changeCorrelation.configMaps)"
+    )
+    assert "templates" not in json.dumps(status)
+    assert lists_of(cluster, "configmaps") == []
+    assert len(lists_of(cluster, "replicasets")) == 2  # two looks, the own namespace only
+
+
+def test_with_configmaps_listed_a_declared_and_an_own_configmap_are_read(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+) -> None:
+    """With ``--correlate-configmaps``: the declared ConfigMap source and the own namespace
+    are listed (metadata only) on each look, and the declared write is named first."""
+    source = {"namespace": "rag", "kind": "ConfigMap", "labelSelector": "app=rag-api"}
+
+    def edits(onset: datetime) -> None:
+        at = onset - timedelta(minutes=5)
+        cluster.put(CONFIG_MAPS, written(CONFIG_MAPS, "ConfigMap", "prompt-templates", "llm", at))
+        cluster.put(CONFIG_MAPS, written(CONFIG_MAPS, "ConfigMap", "rag-templates", "rag", at))
+
+    status = collapse(cluster, engines, prometheus, clock, operator, [source], edits)
+    assert status["suspectedChange"]["message"] == (
+        "rag-templates (ConfigMap, namespace rag) updated by kubectl-edit 5 minutes before "
+        "the hit rate fell; also changed: prompt-templates (ConfigMap, namespace llm) "
+        "5 minutes before"
+    )
+    listed = lists_of(cluster, "configmaps")
+    assert sorted(str(r.url.path) for r in listed) == sorted(
+        2 * ["/api/v1/namespaces/rag/configmaps", f"/api/v1/namespaces/{NAMESPACE}/configmaps"]
+    )
+    assert {r.headers["Accept"] for r in listed} == {METADATA_ONLY}
+
+
+def test_a_credential_in_a_changed_flag_appears_in_no_status_event_or_log(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The rollout changed ``--db-url=postgres://admin:<password>@db``: the flag is named,
+    its values hashed, the password is nowhere."""
+    other = DB_URL.replace(PASSWORD, "another-pw")
+    args = (["--chunk=512", DB_URL, "serve"], ["--chunk=512", other, "serve-fast"])
+
+    def rollout(onset: datetime) -> None:
+        rag_api(cluster, "rag", onset - timedelta(minutes=4), args)
+
+    with caplog.at_level(logging.DEBUG):
+        status = collapse(cluster, engines, prometheus, clock, operator, [RAG_SOURCE], rollout)
+    before, after = DB_URL.partition("=")[2], other.partition("=")[2]
+    said = (
+        f"rag-api (Deployment, namespace rag) rolled out revision 42 (image rag-api:1.8.2 → "
+        f"1.8.3; args: --db-url changed (value {value_hash(before)} → {value_hash(after)}), "
+        f"argument 3 changed (value {value_hash('serve')} → {value_hash('serve-fast')}))"
+    )
+    assert status["suspectedChange"]["message"].startswith(said)
+    (event,) = collapse_events(cluster)
+    assert said in event
+    events = json.dumps(cluster.api.items(f"/api/v1/namespaces/{NAMESPACE}/events"))
+    for text in (json.dumps(status), events, caplog.text):
+        for secret in (PASSWORD, "another-pw", "postgres://", "serve-fast"):
+            assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (["--a=1"], ["--a=2"], ["--a changed (value {h1} → {h2})"]),
+        (["--a", "1"], ["--a", "2"], ["--a changed (value {h1} → {h2})"]),
+        (["-v"], [], ["-v removed"]),
+        ([], ["--token=x"], ["--token added"]),
+        (["1", "2"], ["1", "x"], ["argument 2 changed (value {h2} → {hx})"]),
+        (["--a=1", "--b=2"], ["--b=2", "--a=1"], ["reordered"]),
+        (
+            ["-----BEGIN KEY-----"],
+            ["-----BEGIN KEY2-----"],
+            ["argument 1 changed (value {k} → {l})"],
+        ),
+    ],
+    ids=["flag=value", "flag value", "removed", "added", "positional", "reordered", "not-a-flag"],
+)
+def test_arguments_are_named_by_flag_or_position_and_their_values_only_hashed(
+    old: list[str], new: list[str], said: list[str]
+) -> None:
+    hashes = {
+        "h1": value_hash("1"),
+        "h2": value_hash("2"),
+        "hx": value_hash("x"),
+        "k": value_hash("-----BEGIN KEY-----"),
+        "l": value_hash("-----BEGIN KEY2-----"),
+    }
+    words = argument_changes(old, new)
+    assert words == [s.format_map(hashes) for s in said]
+    for value in ("BEGIN", "token=x"):
+        assert all(value not in w for w in words)
+
+
+def test_a_value_hash_is_short_stable_and_keyed() -> None:
+    assert value_hash("a") == value_hash("a") != value_hash("b")
+    assert len(value_hash("a")) == 8
+    assert int(value_hash("a"), 16) >= 0
+    # Keyed: not the plain sha256 a table of common passwords would hold.
+    assert value_hash(PASSWORD) != hashlib.sha256(PASSWORD.encode()).hexdigest()[:8]

@@ -268,6 +268,8 @@ def test_served_and_offered_load_side_by_side_in_status(
 
 
 DEMAND = 'sum(rate(gateway_requests_total{route="llm"}[1m]))'
+DEMAND_SENT = 'sum(rate(gateway_requests_total{route="llm",namespace="llm"}[1m]))'
+"""What the operator sends for ``DEMAND``: confined to the policy's namespace."""
 
 
 def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
@@ -277,18 +279,19 @@ def test_a_demand_query_replaces_the_estimate_and_a_bad_one_freezes_nothing(
     clock: Clock,
     operator: Operator,
 ) -> None:
+    operator.allow_demand_query = True  # --allow-demand-query
     extra = {"metrics": {"demandQuery": DEMAND}}
     numbers = stack(cluster, engines, prometheus, clock, extra=extra)
     # 11 pods × 2 GPUs serving 25 req/s cost 880 GPU-s/1k, over the 800 budget: the cap
     # is the allowance at the arrivals the gateway counts.
     numbers.requests_per_second = 25.0
-    engines.demand[DEMAND] = 50.0
+    engines.demand[DEMAND_SENT] = 50.0
     run(operator, cluster, clock, rounds=SETTLE)
     assert cluster.get(POLICIES, "vllm")["status"]["signals"]["arrivalsPerSecond"] == 50.0
     # The budget's allowance is read at the arrivals the gateway counts (50 req/s), not
     # at the 25 served.
     assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 20
-    del engines.demand[DEMAND]  # now it returns no series
+    del engines.demand[DEMAND_SENT]  # now it returns no series
     (outcome,) = run(operator, cluster, clock)
     assert outcome.reason != Action.FROZEN_ON_MISSING_METRICS
     assert conditions(cluster)["MetricsAvailable"][0] == "True"

@@ -4,11 +4,23 @@ A collapse is usually caused upstream of the engines: a RAG API that builds prom
 differently, a template ConfigMap edited, a gateway rolled out. So when a collapse is
 first suspected (``CollapseSuspected``) and again when its ``PrefixCollapse`` alert is
 raised, and only then (each read is a list call), the operator lists the policy's
-declared ``spec.cache.promptSources`` and its own namespace (Deployments and ConfigMaps)
-for changes between an hour before the drop and the drop:
+declared ``spec.cache.promptSources`` and its own namespace (Deployments, and ConfigMaps
+when the cluster owner granted their ``list``: ``--correlate-configmaps``, chart value
+``rbac.changeCorrelation.configMaps``) for changes between an hour before the drop and the
+drop. Without that flag no ConfigMap is listed anywhere, and a ConfigMap prompt source is
+reported as not read, naming the chart value.
+
+Namespaces are walls: a policy reads and reports only what its own namespace holds, plus
+the namespaces the cluster owner opened to prompt sources (``--prompt-source-namespace``,
+chart values ``rbac.changeCorrelation.namespaces`` and ``secretNamespaces``). A prompt
+source anywhere else is not listed at all (no request is made) and is reported as not
+read, naming the chart value. And no value is ever quoted: an image is named, but a
+changed argument or flag only by its name (or position) with a short keyed hash of each
+value, so a credential in ``--db-url=…`` never reaches a status, an Event or a log line.
 
 - Deployment rollouts: a ReplicaSet revision created in that window, with the image,
-  command, args and env-name difference from the previous revision's pod template;
+  command, args and env difference from the previous revision's pod template (flags
+  named, values hashed, env only said to have changed);
 - ConfigMap and Secret writes: ``metadata.managedFields[].time`` and the manager's name.
   Both are listed as metadata only (``PartialObjectMetadataList``, ``KubeApi.metadata_items``):
   their contents are never asked for, kept or written. Secrets are listed only where a
@@ -25,8 +37,12 @@ are added to its decision here, after it decided (``docs/decisions.md``,
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
-from collections.abc import Mapping, Sequence
+import re
+import secrets
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,6 +65,19 @@ MAX_NAMED = 3
 """Other changes named after the culprit; the rest are counted."""
 MAX_DIFF_CHARS = 240
 """A pod-template difference longer than this is cut (a long args list)."""
+NAMESPACES_VALUE = "rbac.changeCorrelation.namespaces"
+"""The chart value that opens namespaces other than a policy's own to prompt sources."""
+CONFIG_MAPS_VALUE = "rbac.changeCorrelation.configMaps"
+"""The chart value that grants ``list`` on ConfigMaps (and sets ``--correlate-configmaps``)."""
+CONFIG_MAPS_OFF = f"ConfigMaps are not listed (chart value {CONFIG_MAPS_VALUE})"
+"""Why a ConfigMap prompt source was not read without ``--correlate-configmaps``."""
+HASH_CHARS = 8
+"""Hex digits of a value's keyed hash: enough to tell values apart, nothing to read back."""
+_HASH_KEY = secrets.token_bytes(32)
+"""Per operator process: the hash of a low-entropy value (a password) cannot be looked up
+in a precomputed table; within a process the same value hashes the same."""
+_FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+"""What is named as a flag; any other argument is named only by its position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,37 +112,60 @@ class Change:
 
 @dataclass
 class Scan:
-    """What one look found: the changes, and the reads that failed."""
+    """What one look found: the changes, and the reads that failed or were not made."""
 
     changes: list[Change] = field(default_factory=list)
     failures: dict[Place, str] = field(default_factory=dict)
     """The places that could not be read, and why."""
+    walled: list[str] = field(default_factory=list)
+    """Namespaces of declared prompt sources outside the policy's namespace and the
+    allowed ones: nothing was asked of the API there."""
 
 
-def places(spec: CacheScalingPolicySpec, namespace: str) -> tuple[list[Place], list[Place]]:
+def places(
+    spec: CacheScalingPolicySpec, namespace: str, configmaps: bool
+) -> tuple[list[Place], list[Place]]:
     """(declared prompt sources, the policy's own namespace): what is listed, in order.
-    The own namespace is read for Deployments and ConfigMaps, never for Secrets (a Secret
+    The own namespace is read for Deployments, for ConfigMaps only with ``configmaps``
+    (``--correlate-configmaps``: their ``list`` is an opt-in), never for Secrets (a Secret
     is read only where a prompt source declares it, and needs its own grant)."""
     declared = [
         Place(source.namespace, source.kind, source.label_selector)
         for source in spec.cache.prompt_sources
     ]
-    own = [
-        Place(namespace, PromptSourceKind.DEPLOYMENT, None),
-        Place(namespace, PromptSourceKind.CONFIG_MAP, None),
-    ]
+    own = [Place(namespace, PromptSourceKind.DEPLOYMENT, None)]
+    if configmaps:
+        own.append(Place(namespace, PromptSourceKind.CONFIG_MAP, None))
     return declared, own
 
 
 def scan(
-    api: KubeApi, declared: Sequence[Place], own: Sequence[Place], since: datetime, until: datetime
+    api: KubeApi,
+    declared: Sequence[Place],
+    own: Sequence[Place],
+    since: datetime,
+    until: datetime,
+    allowed: Collection[str] | None = None,
+    configmaps: bool = True,
 ) -> Scan:
     """The changes in ``[since, until]`` at every place (deduplicated: an object both
-    declared and in the own namespace counts as declared)."""
+    declared and in the own namespace counts as declared). With ``allowed``, a declared
+    place outside the own namespace and ``allowed`` is not read (invariant: no request
+    names a namespace other than the policy's and the allowed ones) but noted in
+    ``walled``. Without ``configmaps``, no ConfigMap place is read (invariant: no request
+    lists ConfigMaps) and each is a failure saying so (``CONFIG_MAPS_OFF``)."""
     result = Scan()
     seen: dict[tuple[str, str, str, str], Change] = {}
     replica_sets: dict[str, list[dict[str, Any]]] = {}
+    open_to = {p.namespace for p in own} | set(allowed or ())
     for place in dict.fromkeys([*declared, *own]):  # a source declared twice is read once
+        if allowed is not None and place.namespace not in open_to:
+            if place.namespace not in result.walled:
+                result.walled.append(place.namespace)
+            continue
+        if not configmaps and place.kind is PromptSourceKind.CONFIG_MAP:
+            result.failures[place] = CONFIG_MAPS_OFF
+            continue
         is_declared = place in declared
         try:
             found = _read(api, place, since, until, replica_sets)
@@ -218,9 +270,11 @@ def _containers(rs: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def template_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """``image rag-api:1.8.2 → 1.8.3; args --chunk=512 → --chunk=1024``, naming the
-    container when the pod has several; env is only said to have changed (a value may be
-    a credential); ``pod template changed`` when nothing of that differs."""
+    """``image rag-api:1.8.2 → 1.8.3; args: --chunk changed (value 1f2e3d4c → 5a6b7c8d)``,
+    naming the container when the pod has several; ``pod template changed`` when nothing
+    of that differs. Invariant: no argument, command or env value is quoted (any may be a
+    credential): flags are named, other arguments numbered, values only hashed
+    (``argument_changes``), env only said to have changed."""
     before, after = _containers(old), _containers(new)
     several = len(after) > 1
     parts = []
@@ -236,13 +290,55 @@ def template_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         for key in ("command", "args"):
             old_list, new_list = list(prior.get(key) or []), list(container.get(key) or [])
             if old_list != new_list:
-                gone = [str(a) for a in old_list if a not in new_list] or ["(none)"]
-                came = [str(a) for a in new_list if a not in old_list] or ["(none)"]
-                parts.append(f"{key}{where} {' '.join(gone)} → {' '.join(came)}")
+                said = argument_changes(old_list, new_list)
+                parts.append(f"{key}{where}: {', '.join(said)}")
         if list(prior.get("env") or []) != list(container.get("env") or []):
             parts.append(f"env{where} changed")
     text = "; ".join(parts) or "pod template changed"
     return text if len(text) <= MAX_DIFF_CHARS else text[: MAX_DIFF_CHARS - 1] + "…"
+
+
+def value_hash(value: str) -> str:
+    """A short keyed hash of ``value``: the same value gives the same digits within the
+    operator process, and the digits tell nothing about the value."""
+    return hmac.new(_HASH_KEY, value.encode(), hashlib.sha256).hexdigest()[:HASH_CHARS]
+
+
+def _arguments(tokens: Sequence[Any]) -> dict[str, list[str]]:
+    """Each flag's values (``--a=1``, or ``--a 1``: a flag's next argument when it is no
+    flag), each other argument under ``argument N`` (its 1-based position); a flag with
+    no value has the value ""."""
+    items: dict[str, list[str]] = {}
+    texts = [str(t) for t in tokens]
+    position = 0
+    while position < len(texts):
+        text = texts[position]
+        name, sep, value = text.partition("=")
+        if _FLAG.fullmatch(name):
+            if not sep and position + 1 < len(texts) and not texts[position + 1].startswith("-"):
+                position += 1
+                value = texts[position]
+            items.setdefault(name, []).append(value)
+        else:
+            items.setdefault(f"argument {position + 1}", []).append(text)
+        position += 1
+    return items
+
+
+def argument_changes(old: Sequence[Any], new: Sequence[Any]) -> list[str]:
+    """``--db-url changed (value 1f2e3d4c → 5a6b7c8d)``, ``--verbose added``,
+    ``argument 3 changed (…)``: what differs between two argument lists, every value as
+    its hash (``value_hash``), never as itself; ``reordered`` when only the order moved."""
+    before, after = _arguments(old), _arguments(new)
+    said = []
+    for name, values in after.items():
+        if name not in before:
+            said.append(f"{name} added")
+        elif before[name] != values:
+            prior, now = value_hash("\x00".join(before[name])), value_hash("\x00".join(values))
+            said.append(f"{name} changed (value {prior} → {now})")
+    said.extend(f"{name} removed" for name in before if name not in after)
+    return said or ["reordered"]
 
 
 def _image_change(old: str, new: str) -> str:
@@ -300,10 +396,19 @@ def describe(found: Scan, declared: Sequence[Place], own: Sequence[Place], onset
     """The culprit in words (prompt sources first, then the closest before the drop), the
     other changes after it, and the reads that failed; or that nothing changed."""
     ranked = sorted(found.changes, key=lambda c: (not c.declared, onset - c.at, c.name))
-    failures = [f"{place.words()}: {why}" for place, why in found.failures.items()]
+    failures = [
+        f"namespace {namespace} is not allowed for prompt sources (chart value {NAMESPACES_VALUE})"
+        for namespace in found.walled
+    ]
+    failures += [f"{place.words()}: {why}" for place, why in found.failures.items()]
     failed = f"; not read: {'; '.join(failures)}" if failures else ""
     if not ranked:
-        read = [p for p in dict.fromkeys([*declared, *own]) if p not in found.failures]
+        unread = set(found.walled)
+        read = [
+            p
+            for p in dict.fromkeys([*declared, *own])
+            if p not in found.failures and p.namespace not in unread
+        ]
         if not read:
             return f"could not look for changes before the drop{failed}"
         where = ", ".join(p.words() for p in read)
@@ -334,11 +439,15 @@ def correlate(
     stored: SuspectedChange | None,
     decision: Decision,
     now: datetime,
+    allowed: Collection[str] = frozenset(),
+    configmaps: bool = False,
 ) -> tuple[Decision, SuspectedChange | None]:
     """The decision with the suspected change in its collapse words, and the change to
     keep in status. Reads only on the evaluation that first suspects a collapse and on the
     one that raises its alert; every other evaluation reuses ``stored`` (same onset), and
-    one with no collapse building or alerted drops it."""
+    one with no collapse building or alerted drops it. Prompt sources are read in
+    ``namespace`` and ``allowed`` only (``--prompt-source-namespace``); ConfigMaps are
+    listed only with ``configmaps`` (``--correlate-configmaps``)."""
     onset = _onset(decision)
     if onset is None:
         return decision, None
@@ -346,8 +455,8 @@ def correlate(
     raised = any(c.reason is Diagnosis.PREFIX_COLLAPSE for c in decision.raised)
     suspected = _suspected(decision)
     if raised or (suspected and kept is None):
-        declared, own = places(spec, namespace)
-        found = scan(api, declared, own, onset - LOOKBACK, onset)
+        declared, own = places(spec, namespace, configmaps)
+        found = scan(api, declared, own, onset - LOOKBACK, onset, allowed, configmaps)
         kept = SuspectedChange(
             onset=onset, checked_at=now, message=describe(found, declared, own, onset)[:2048]
         )

@@ -8,7 +8,11 @@ that matches more series than it should all make every signal unknown, with the 
 (``unknown``), so the decision freezes instead of guessing. Any other exception out of a
 grouped read is a bug, and is raised as a read alone would raise it. A Prometheus the
 operator may not use is not a failed read but a refusal (``EgressRefused``, raised by
-``read``). ``evaluation.py`` runs the phases; the queries themselves are ``gather/``'s.
+``read``), and so is a read beyond the policy's namespace: its selector always matches
+its own namespace and may name no other (``SelectorOutsideNamespace``), and its
+``demandQuery`` is sent only when the cluster owner allows it, each selector forced to
+that namespace (``DemandQueryNotAllowed``; ``gather/demand_scope.py``). ``evaluation.py``
+runs the phases; the queries themselves are ``gather/``'s.
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.controller.prometheus_access import PrometheusCredentialsError, prometheus_config
+from cachescale.controller.prometheus_access import (
+    EgressRefused,
+    PrometheusCredentialsError,
+    prometheus_config,
+)
 from cachescale.controller.workload import Target
+from cachescale.gather.demand_scope import DemandOutsideNamespace, DemandQueryRefused, confine
 from cachescale.gather.grouped import Outcome as GroupedOutcome
 from cachescale.gather.prometheus import PrometheusClient, PrometheusError
-from cachescale.gather.selector import Selector, SelectorError
+from cachescale.gather.selector import OutsideNamespace, Selector, SelectorError, policy_selector
 from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
 from cachescale.snapshot import EngineSignals, FetchFailure
 
@@ -39,18 +49,48 @@ def read(
 ) -> tuple[PrometheusClient, SignalRequest]:
     """Which Prometheus to read, and what: ``EgressRefused`` when the operator may not
     use it; a ``PrometheusError``, ``PrometheusCredentialsError`` or ``SelectorError``
-    when it cannot."""
+    when it cannot. The namespace rules are checked first: a refused read reads no
+    Secret either."""
+    selector, demand = scoped(operator, policy.namespace, spec)
     config = prometheus_config(operator, policy.namespace, spec)
     request = SignalRequest(
         engine=spec.target.engine,
-        selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
+        selector=selector,
         window_seconds=spec.metrics.window_seconds,
         gpus_per_pod=target.state.gpus_per_pod or None,
         ready_replicas=target.state.ready_replicas,
         pod_ages_seconds=target.pod_ages,
-        demand_query=spec.metrics.demand_query,
+        demand_query=demand,
     )
     return operator.prometheus(config), request
+
+
+def scoped(
+    operator: Operator, namespace: str, spec: CacheScalingPolicySpec
+) -> tuple[Selector, str | None]:
+    """The selector and demand query a policy in ``namespace`` reads with, both confined
+    to ``namespace``; ``EgressRefused`` when either would reach beyond it, or the policy
+    has a demand query and the operator was not started with ``--allow-demand-query``."""
+    try:
+        selector = policy_selector(spec.metrics.selector, namespace)
+    except OutsideNamespace as error:
+        raise EgressRefused(Problem.SELECTOR_OUTSIDE_NAMESPACE, str(error)) from error
+    query = spec.metrics.demand_query
+    if query is None:
+        return selector, None
+    if not operator.allow_demand_query:
+        raise EgressRefused(
+            Problem.DEMAND_QUERY_NOT_ALLOWED,
+            "metrics.demandQuery is set, but the operator does not send a policy's own PromQL: "
+            "nothing was fetched; remove demandQuery, or ask the operator's admin to enable it "
+            "(chart value policies.allowDemandQuery, --allow-demand-query)",
+        )
+    try:
+        return selector, confine(query, namespace)
+    except DemandOutsideNamespace as error:
+        raise EgressRefused(Problem.SELECTOR_OUTSIDE_NAMESPACE, str(error)) from error
+    except DemandQueryRefused as error:
+        raise EgressRefused(Problem.DEMAND_QUERY_NOT_ALLOWED, str(error)) from error
 
 
 def read_alone(operator: Operator, step: Prepared) -> EngineSignals:

@@ -52,7 +52,13 @@ from cachescale.gather.promql import (
     duration,
     label_query,
 )
-from cachescale.gather.selector import POD_LABEL, Selector, SelectorError
+from cachescale.gather.selector import (
+    POD_LABEL,
+    OutsideNamespace,
+    Selector,
+    SelectorError,
+    policy_selector,
+)
 from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import MetricsGeneration
 
@@ -168,7 +174,7 @@ def request_of(policy: Policy) -> SignalRequest:
     spec = policy.policy.spec
     return SignalRequest(
         engine=spec.target.engine,
-        selector=Selector.of(spec.metrics.selector_in(policy.namespace)),
+        selector=policy_selector(spec.metrics.selector, policy.namespace),
         window_seconds=spec.metrics.window_seconds,
         demand_query=spec.metrics.demand_query,
     )
@@ -183,7 +189,7 @@ def explain(policies: Sequence[Policy], default_url: str | None) -> dict[str, An
         source = source_of(policy, default_url)
         try:
             request = request_of(policy)
-        except SelectorError as error:
+        except (SelectorError, OutsideNamespace) as error:
             reason = f"its selector cannot be read: {error}"
             not_read.append({**_member_json(policy, None), "reason": reason})
             continue

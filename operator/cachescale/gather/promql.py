@@ -191,6 +191,12 @@ class _Builder:
         matchers = ",".join(part for part in (self._scope.matchers, extra) if part)
         return f"{metric}{{{matchers}}}" if matchers else metric
 
+    def joined(self, metric: str, extra: str = "") -> str:
+        """A series joined to the selected pods (no engine labels, so not selected by the
+        scope's matchers), read in the scope's namespaces only."""
+        matchers = ",".join(part for part in (self._scope.namespaces, extra) if part)
+        return f"{metric}{{{matchers}}}" if matchers else metric
+
     def rate(self, counter: _Counter, *, per_pod: bool = False) -> str:
         by = self._by_pod if per_pod else self._by
         selected = self.select(counter.metric, counter.matchers)
@@ -240,24 +246,24 @@ class _Builder:
         """An info gauge's ``labels`` per pod, for the pods exporting ``metric`` (the join
         attaches the group labels an info series may lack, such as ``model_name``)."""
         keys = ", ".join((*self._scope.group_by, POD_LABEL, *labels))
-        return f"max by ({keys}) ({info} * {self.pods_of(metric)})"
+        return f"max by ({keys}) ({self.joined(info)} * {self.pods_of(metric)})"
 
     def pod_age(self, metric: str) -> str:
         ready = (
-            f"kube_pod_status_ready_time or on ({NAMESPACE_LABEL}, {POD_LABEL}) kube_pod_start_time"
+            f"{self.joined('kube_pod_status_ready_time')} or on ({NAMESPACE_LABEL}, {POD_LABEL}) "
+            f"{self.joined('kube_pod_start_time')}"
         )
         return f"max by ({self._by_pod}) ((time() - ({ready})) * {self.pods_of(metric)})"
 
     def gpu_seconds(self, metric: str, step_seconds: float) -> str:
         """GPU-seconds held by ready pods over the window: the fleet's GPU count, averaged
         over subquery steps, times the window."""
-        gpus = (
-            f"sum by ({NAMESPACE_LABEL}, {POD_LABEL}) (kube_pod_container_resource_requests"
-            '{resource="nvidia_com_gpu",unit="integer"})'
+        requests = self.joined(
+            "kube_pod_container_resource_requests", 'resource="nvidia_com_gpu",unit="integer"'
         )
-        ready = (
-            f'max by ({NAMESPACE_LABEL}, {POD_LABEL}) (kube_pod_status_ready{{condition="true"}})'
-        )
+        gpus = f"sum by ({NAMESPACE_LABEL}, {POD_LABEL}) ({requests})"
+        ready_pods = self.joined("kube_pod_status_ready", 'condition="true"')
+        ready = f"max by ({NAMESPACE_LABEL}, {POD_LABEL}) ({ready_pods})"
         held = f"{gpus} * on ({NAMESPACE_LABEL}, {POD_LABEL}) {ready} * {self.pods_of(metric)}"
         steps = f"[{self._window}:{duration(step_seconds)}]"
         return f"avg_over_time((sum by ({self._by}) ({held})){steps}) * {self._window_seconds:g}"

@@ -8,6 +8,13 @@ matchers a batch reads under and the group labels every query keeps (``QueryScop
 one policy or shared by several), and where a shared batch's results are handed back to
 each policy (``split_by_selector``). The queries themselves are ``gather.promql``'s.
 
+Namespaces are walls (``policy_selector``): a policy's selector always matches on the
+policy's own namespace, and a ``namespace`` key naming another one is refused before
+anything is fetched, so whatever the author writes, the operator's Prometheus answers a
+policy only with series of its own namespace. Every query of a scope carries that
+matcher, the series joined in from kube-state-metrics and info gauges included
+(``QueryScope.namespaces``).
+
 Pure: validates, escapes and matches label sets; no query text beyond the matchers.
 """
 
@@ -37,6 +44,30 @@ _RE2_METACHARACTERS = frozenset("\\.+*?()|[]{}^$")
 
 class SelectorError(ValueError):
     """A selector that is not a set of ``name="value"`` label matchers."""
+
+
+class OutsideNamespace(ValueError):  # noqa: N818 (a refusal, not a failure)
+    """A policy's selector names a namespace other than the policy's: refused, nothing read."""
+
+
+MAX_NAMED_CHARS = 63
+"""An author's namespace value is echoed back at most this long (a namespace name's limit)."""
+
+
+def policy_selector(matchers: Mapping[str, str], namespace: str) -> Selector:
+    """The selector a policy in ``namespace`` reads with: its ``metrics.selector`` with
+    ``namespace="<namespace>"`` always added. Invariant: every selector a policy reads with
+    matches exactly its own namespace; a ``namespace`` key naming another one raises
+    ``OutsideNamespace`` (refused, not narrowed, so the author sees why nothing matches)."""
+    named = matchers.get(NAMESPACE_LABEL)
+    if named is not None and named != namespace:
+        shown = named if len(named) <= MAX_NAMED_CHARS else named[:MAX_NAMED_CHARS] + "…"
+        raise OutsideNamespace(
+            f"metrics.selector names namespace {shown!r}: a policy reads only its own "
+            f"namespace's series ({namespace}), so nothing was fetched; remove the "
+            "namespace key or set it to the policy's namespace"
+        )
+    return Selector.of({**matchers, NAMESPACE_LABEL: namespace})
 
 
 def escape_label_value(value: str) -> str:
@@ -155,11 +186,19 @@ class QueryScope:
     """PromQL label matchers without braces (may be empty)."""
     group_by: tuple[str, ...]
     """Labels every fleet-level query keeps; per-pod queries add ``pod``."""
+    namespaces: str = ""
+    """The ``namespace`` matcher of ``matchers`` alone (empty when the scope does not
+    match on it): what the series no selector scopes (kube-state-metrics, info gauges,
+    joined to the selected pods) are read under, so they never leave those namespaces."""
 
     @classmethod
     def for_selector(cls, selector: Selector) -> QueryScope:
         """One policy: exact matchers."""
-        return cls(selector.matchers(), _group_labels(selector.names))
+        namespace = dict(selector.labels).get(NAMESPACE_LABEL)
+        namespaces = (
+            "" if namespace is None else f'{NAMESPACE_LABEL}="{escape_label_value(namespace)}"'
+        )
+        return cls(selector.matchers(), _group_labels(selector.names), namespaces)
 
     @classmethod
     def shared(cls, selectors: Sequence[Selector]) -> QueryScope:
@@ -173,13 +212,14 @@ class QueryScope:
         common = set.intersection(*(set(selector.names) for selector in selectors))
         if not common:
             raise SelectorError("selectors that match on no common label cannot share a query")
-        matchers = []
+        matchers = {}
         for name in (name for name in selectors[0].names if name in common):
             values = sorted({dict(selector.labels)[name] for selector in selectors})
             pattern = "|".join(escape_regex(value) for value in values)
-            matchers.append(f'{name}=~"{escape_label_value(pattern)}"')
+            matchers[name] = f'{name}=~"{escape_label_value(pattern)}"'
         every_name = {name for selector in selectors for name in selector.names}
-        return cls(",".join(matchers), _group_labels(every_name))
+        namespaces = matchers.get(NAMESPACE_LABEL, "")
+        return cls(",".join(matchers.values()), _group_labels(every_name), namespaces)
 
 
 def _group_labels(selector_names: Iterable[str]) -> tuple[str, ...]:
