@@ -50,8 +50,9 @@ from e2e.harness.release import Release
 from e2e.kube_helpers import apply, condition_of, events_for, get, until
 from e2e.operators import operator_process
 from e2e.serving import APP, create_stack
+from e2e.tenancy import grant_enforce
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.process_fixture import OperatorProcess
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
 from tests.gather.gather_fakes import fake_prometheus
 
 EXAMPLES = 300
@@ -302,18 +303,25 @@ def hostile(
     kubeconfig = cluster.token_kubeconfig(
         workdir / "operator.kubeconfig", release.namespace, release.service_account
     )
+    grant_enforce(cluster, release, namespace)  # Enforce: rbac.enforceNamespaces
     _, pods = create_stack(cluster, namespace, "m", 1)
     user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
     with ExitStack() as stack, pytest.MonkeyPatch.context() as env:
         prometheus = stack.enter_context(fake_prometheus())
         engines = EngineFake()  # a healthy engine behind every policy's selector
-        engines.set({"model_name": "m"}, EngineNumbers(pods=tuple(pods)))
+        # As the operator reads it: confined to the policy's namespace (docs/security.md).
+        engines.set({"model_name": "m", "namespace": namespace}, EngineNumbers(pods=tuple(pods)))
         prometheus.respond = engines
         # Who the operator is, as the chart's Deployment tells it (downward API).
         env.setenv(NAMESPACE_ENV, release.namespace)
         env.setenv(DEPLOYMENT_ENV, release.name)
         operator = stack.enter_context(
-            operator_process(workdir, kubeconfig, namespaces=(namespace, release.namespace))
+            operator_process(
+                workdir,
+                kubeconfig,
+                namespaces=(namespace, release.namespace),
+                flags=LOOPBACK_PROMETHEUS,
+            )
         )
         hostile = Hostile(cluster, release, namespace, prometheus.url, operator, user, {})
         hostile.before = hostile.writes()
@@ -399,6 +407,14 @@ def test_nan_inf_huge_and_foreign_targets_are_refused_by_the_api_server(
         "a PromQL selector key": (("metrics", "selector"), {'x"} or vector(1) #': "v"}),
         "an empty selector value": (("metrics", "selector"), {"model_name": ""}),
         "a 70k-character URL": (("metrics", "prometheusUrl"), "http://" + "a" * 70_000),
+        "a 960 KB selector": (
+            ("metrics", "selector"),
+            {f"l{i}": "v" * 60_000 for i in range(16)},
+        ),
+        "a URL with a backslash and user info": (
+            ("metrics", "prometheusUrl"),
+            "http://127.0.0.1:18080\\@prom.monitoring:9090",
+        ),
     }
     for what, (where, value) in cases.items():
         spec = copy.deepcopy(base)
@@ -560,7 +576,18 @@ def test_refused_policies_say_why_and_the_healthy_one_stays_on_schedule(
 
     # Until the healthy policy's window is full and it decides: by then "late", enforcing on
     # the same HPA with the same data, would have patched it, were it not refused.
-    until(settled, "a condition on every refused policy, the healthy one deciding", 120)
+    try:
+        until(settled, "a condition on every refused policy, the healthy one deciding", 120)
+    except AssertionError as timed_out:
+        names = [("late", namespace), ("itself", release.namespace)]
+        names += [(name, namespace) for name in fuzzed]
+        silent = [name for name, ns in names if not hostile.ready(name, ns)]
+        found = (get(cluster, "csp", "healthy", "-n", namespace) or {}).get("status", {})
+        raise AssertionError(
+            f"{timed_out}: no condition on {silent}; {len(observed)} evaluations of the "
+            f"healthy one, its decision {found.get('lastDecision')}, its conditions "
+            f"{found.get('conditions')}; operator: {hostile.operator.tail(30)}"
+        ) from None
     late = hostile.ready("late")
     assert late is not None
     assert (late["status"], late["reason"]) == ("False", "TargetClaimed"), late

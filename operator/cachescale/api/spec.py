@@ -31,12 +31,46 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Prometheus label names; values are escaped by the gather layer, never interpolated raw.
 PROMETHEUS_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 _PROMETHEUS_LABEL_NAME_RE = re.compile(PROMETHEUS_LABEL_NAME)
+# A Prometheus base URL as the HTTP client will connect to it: http(s), an authority of
+# host (name, IPv4 or [IPv6]) and port only, then an optional path. No userinfo (``@``),
+# query, fragment, backslash, percent-escape, whitespace, control or
+# non-ASCII character: each is a place where two URL parsers disagree on the host.
+# The operator checks the URL again as urllib3 parses it
+# (``gather/egress.py``); this pattern is the API server's first gate.
+PROMETHEUS_URL_PATTERN = r"^https?://[-A-Za-z0-9._:\[\]]+(/[-A-Za-z0-9._~/]*)?$"
+
+# Size limits (docs/security.md, "Size limits"): every string, list and map a policy
+# author writes is bounded, so the largest admissible spec stays small (see
+# tests/api/test_size_limits.py) and so do kopf's annotations and the status quoting it.
+MAX_NAME = 253
+"""Kubernetes object names (DNS-1123 subdomains)."""
+MAX_LABEL = 63
+"""DNS-1123 labels (namespaces, container names)."""
+MAX_SELECTOR_LABELS = 16
+"""Label matchers in ``spec.metrics.selector``."""
+MAX_SELECTOR_KEY = 63
+"""A selector key (a Prometheus label name)."""
+MAX_SELECTOR_VALUE = 253
+"""A selector value: room for any Kubernetes object name or a model's path."""
+MAX_URL = 2048
+"""``spec.metrics.prometheusUrl``."""
+MAX_DEMAND_QUERY = 2048
+"""``spec.metrics.demandQuery``: a PromQL expression, not a program."""
+MAX_LABEL_SELECTOR = 256
+"""A prompt source's Kubernetes label selector."""
 
 MIN_WINDOW_SECONDS = 60.0
 """Rates over less than a minute are dominated by scrape jitter."""
 MIN_INTERVAL_SECONDS = 10.0
 """Evaluating faster than Prometheus scrapes only re-reads the same samples."""
 MAX_WINDOW = "24h"
+MAX_EVALUATIONS_PER_WINDOW = 360
+"""At most this many evaluations in one window: the status keeps a mark per evaluation of
+the last window (``Memory.recent_replicas``), so the ratio bounds the status's size."""
+TOO_MANY_EVALUATIONS = (
+    f"window must be at most {MAX_EVALUATIONS_PER_WINDOW} intervals (the status keeps a mark "
+    "per evaluation of the window): lengthen the interval or shorten the window"
+)
 """A rate over more than a day no longer describes the present, and costs Prometheus."""
 MAX_COOLDOWN = "168h"
 """A week: past that, the ceiling is effectively never changed; turn management off instead."""
@@ -145,14 +179,16 @@ class TargetSpec(SpecModel):
         }
     )
 
-    deployment_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    deployment_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=MAX_NAME)
     """Name of the Deployment that runs the inference engine."""
-    container_name: str = Field(default="vllm", pattern=_DNS_LABEL, max_length=63)
+    container_name: str = Field(default="vllm", pattern=_DNS_LABEL, max_length=MAX_LABEL)
     """Container in that Deployment whose args carry the engine flags."""
-    hpa_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=253)
+    hpa_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=MAX_NAME)
     """HorizontalPodAutoscaler (autoscaling/v2) that scales the Deployment. Exactly one of
     hpaName and scaledObjectName."""
-    scaled_object_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=253)
+    scaled_object_name: str | None = Field(
+        default=None, pattern=_DNS_SUBDOMAIN, max_length=MAX_NAME
+    )
     """KEDA ScaledObject (keda.sh/v1alpha1) that scales the Deployment; cachescale patches
     its maxReplicaCount, minReplicaCount and queue trigger threshold, never the HPA KEDA
     generates from it. Exactly one of hpaName and scaledObjectName."""
@@ -188,9 +224,9 @@ class SecretKeyRef(SpecModel):
     """A key in a Secret in the policy's namespace. The operator uses the Secret only if it
     carries the label cachescale.dev/prometheus-credentials: "true" (docs/security.md)."""
 
-    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=MAX_NAME)
     """Secret name."""
-    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=MAX_NAME)
     """Key within the Secret."""
 
 
@@ -215,6 +251,11 @@ EMPTY_LABEL_VALUE = (
 
 def _check_selector(selector: dict[str, str]) -> dict[str, str]:
     for name, value in selector.items():
+        if len(name) > MAX_SELECTOR_KEY:
+            raise ValueError(
+                f"selector key {name[:MAX_SELECTOR_KEY]!r}... is longer than "
+                f"{MAX_SELECTOR_KEY} characters"
+            )
         if not _PROMETHEUS_LABEL_NAME_RE.fullmatch(name):
             raise ValueError(
                 f"{name!r} is not a Prometheus label name "
@@ -238,6 +279,11 @@ class MetricsSpec(SpecModel):
                 },
                 {
                     "rule": "!has(self.selector) || "
+                    f"self.selector.all(k, size(k) <= {MAX_SELECTOR_KEY})",
+                    "message": f"selector keys must be at most {MAX_SELECTOR_KEY} characters",
+                },
+                {
+                    "rule": "!has(self.selector) || "
                     "self.selector.all(k, size(self.selector[k]) > 0)",
                     "message": EMPTY_LABEL_VALUE,
                 },
@@ -257,34 +303,44 @@ class MetricsSpec(SpecModel):
                     "rule": "duration(self.interval) <= duration(self.window)",
                     "message": "interval must not be longer than window",
                 },
+                {
+                    "rule": "duration(self.window).getSeconds() <= "
+                    f"{MAX_EVALUATIONS_PER_WINDOW} * duration(self.interval).getSeconds()",
+                    "message": TOO_MANY_EVALUATIONS,
+                },
             ]
         }
     )
 
-    prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=2048)
-    """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090. Left
+    prometheus_url: str | None = Field(
+        default=None, pattern=PROMETHEUS_URL_PATTERN, max_length=MAX_URL
+    )
+    """Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090: http or
+    https, a host and port, an optional path; no user:password@, query or fragment. Left
     out, the operator's default (``--default-prometheus-url``, chart value
     ``prometheus.url``); status.signals.prometheus says which was used."""
     auth: PrometheusAuth | None = None
     """Optional bearer token and CA bundle, both read from Secrets."""
-    selector: Annotated[dict[str, str], AfterValidator(_check_selector)] = Field(
-        default_factory=dict, max_length=16
-    )
+    selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=MAX_SELECTOR_VALUE)]],
+        AfterValidator(_check_selector),
+    ] = Field(default_factory=dict, max_length=MAX_SELECTOR_LABELS)
     """Label matchers (name: exact value) selecting this Deployment's engine series,
     e.g. {namespace: llm, model_name: llama-3-8b}. Values are escaped, never spliced, and
-    must not be empty. Left out or {}, it is {namespace: <the policy's namespace>}: a policy
+    must not be empty; at most 16 matchers, names of at most 63 characters, values of at
+    most 253. Left out or {}, it is {namespace: <the policy's namespace>}: a policy
     never reads every engine in Prometheus."""
     window: Duration = "5m"
     """Window over which rates and quantiles are computed (at least 1m, at most 24h)."""
     interval: Duration = "30s"
     """How often the policy is evaluated (at least 10s, at most the window)."""
-    demand_query: str | None = Field(default=None, min_length=1, max_length=4096)
+    demand_query: str | None = Field(default=None, min_length=1, max_length=MAX_DEMAND_QUERY)
     """Optional PromQL giving the arrival rate in requests per second as exactly one series,
     e.g. sum(rate(nginx_ingress_controller_requests{ingress="llm"}[5m])). Replaces the
     estimate from the engines' own series (finished requests plus queue growth); use it
     when a gateway or ingress counts requests the engines never see. Sent verbatim with
     this policy's Prometheus credentials; any other answer leaves the arrival rate
-    unknown, with the reason in status."""
+    unknown, with the reason in status. At most 2048 characters."""
 
     def selector_in(self, namespace: str) -> dict[str, str]:
         """The selector a policy in ``namespace`` reads with: its own, or when it gives
@@ -309,9 +365,14 @@ class MetricsSpec(SpecModel):
 
     @model_validator(mode="after")
     def _interval_within_window(self) -> Self:
-        if parse_duration_seconds(self.interval) > parse_duration_seconds(self.window):
+        interval = parse_duration_seconds(self.interval)
+        if interval > parse_duration_seconds(self.window):
             raise ValueError(
                 f"interval ({self.interval}) must not be longer than window ({self.window})"
+            )
+        if parse_duration_seconds(self.window) > MAX_EVALUATIONS_PER_WINDOW * interval:
+            raise ValueError(
+                f"{TOO_MANY_EVALUATIONS} (window {self.window}, interval {self.interval})"
             )
         return self
 
@@ -407,12 +468,13 @@ class PromptSource(SpecModel):
     objects. When a collapse is suspected or raised, changes to them in the hour before
     the drop are named (``docs/decisions.md``, "PrefixCollapse")."""
 
-    namespace: str = Field(pattern=_DNS_LABEL, max_length=63)
+    namespace: str = Field(pattern=_DNS_LABEL, max_length=MAX_LABEL)
     """The namespace of the objects."""
     kind: PromptSourceKind = Field(strict=False)
     """Deployment, ConfigMap or Secret (Secrets are read as metadata only)."""
-    label_selector: str = Field(min_length=1, max_length=1024)
-    """A Kubernetes label selector, e.g. app=rag-api (required: never a whole namespace)."""
+    label_selector: str = Field(min_length=1, max_length=MAX_LABEL_SELECTOR)
+    """A Kubernetes label selector, e.g. app=rag-api (required: never a whole namespace; at
+    most 256 characters)."""
 
     @field_validator("label_selector")
     @classmethod

@@ -5,20 +5,60 @@ stable CamelCase reasons, the signals as observed (absent when unknown, with the
 ``unknownSignals`` — a missing value is never written as 0), the learned baseline, the last
 decision and a short history. The schema is strict: kopf keeps its own bookkeeping in
 annotations, so nothing here is pruned by surprise.
+
+Status has a largest size. Every text is cut at its limit, ending in "…" (:func:`clip`),
+and every list at its length, when a model is built, not refused: messages quote what a
+policy's author wrote (a selector, a URL, a refused value), and a status too large to
+write is no status at all. So everything but the decision engine's ``memory`` fits in
+``tests/controller/test_status_bounds.py``'s bound whatever the spec holds.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Final
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from cachescale.api.base import ApiModel
 
 DECISION_HISTORY_LIMIT = 10
 """Decisions kept in ``status.history``; older ones live in Events and metrics."""
+CONDITION_MESSAGE_LIMIT: Final = 1024
+"""Characters of a condition's message (``kubectl describe`` shows it whole)."""
+DECISION_MESSAGE_LIMIT: Final = 1024
+"""Characters of a decision's message (Events and the log carry it too)."""
+ALERT_MESSAGE_LIMIT: Final = 2048
+"""Characters of an alert's or a suspected change's message: the evidence."""
+SIGNAL_REASON_LIMIT: Final = 512
+"""Characters of why a signal is unknown."""
+ELLIPSIS: Final = "…"
+"""Ends a text cut at its limit."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit - 1`` and
+    an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def _clipped(limit: int) -> BeforeValidator:
+    """A text longer than ``limit`` is clipped to it, not refused."""
+
+    def clip_text(value: Any) -> Any:
+        return clip(value, limit) if isinstance(value, str) else value
+
+    return BeforeValidator(clip_text)
+
+
+def _first(length: int) -> BeforeValidator:
+    """A list longer than ``length`` keeps its first ``length`` items, not refused."""
+
+    def cut(value: Any) -> Any:
+        return value[:length] if isinstance(value, list) else value
+
+    return BeforeValidator(cut)
 
 
 class ConditionType(StrEnum):
@@ -56,10 +96,12 @@ class Condition(ApiModel):
     """Condition type."""
     status: ConditionStatus
     """True, False or Unknown."""
-    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=128)
     """CamelCase machine-readable reason for the last transition."""
-    message: str = Field(default="", max_length=32_768)
-    """Human-readable explanation, with the numbers behind it."""
+    message: Annotated[str, _clipped(CONDITION_MESSAGE_LIMIT)] = Field(
+        default="", max_length=CONDITION_MESSAGE_LIMIT
+    )
+    """Human-readable explanation, with the numbers behind it (at most 1024 characters)."""
     last_transition_time: datetime
     """When the status last changed (not when it was last checked)."""
     observed_generation: int = Field(default=0, ge=0)
@@ -71,7 +113,7 @@ class UnknownSignal(ApiModel):
 
     signal: str = Field(max_length=128)
     """The signal's status field name, e.g. tokenHitRate."""
-    reason: str = Field(max_length=1024)
+    reason: Annotated[str, _clipped(SIGNAL_REASON_LIMIT)] = Field(max_length=SIGNAL_REASON_LIMIT)
     """Why it is unknown (series absent, NaN, too few samples, Prometheus unreachable...)."""
 
 
@@ -80,7 +122,7 @@ class QualifiedSignal(ApiModel):
 
     signal: str = Field(max_length=128)
     """The signal's status field name, e.g. ttftP95Seconds."""
-    reads: str = Field(max_length=256)
+    reads: Annotated[str, _clipped(256)] = Field(max_length=256)
     """How to read it: "> 400 s" when it is past the histogram's last finite bucket (the
     number in the field is only a lower bound), or "1,200 s (bucket 640–2,560 s)" when the
     bucket it was interpolated in is wider than twice its lower bound."""
@@ -97,7 +139,7 @@ class ObservedSignals(ApiModel):
     """Prompt tokens actually computed per request (not served from cache)."""
     ttft_p95_seconds: float | None = Field(default=None, ge=0)
     """Time to first token, 95th percentile, in seconds."""
-    ttft_p95: str | None = Field(default=None, max_length=64)
+    ttft_p95: Annotated[str | None, _clipped(64)] = Field(default=None, max_length=64)
     """TTFT p95 as it should be read, for ``kubectl get``: ``0.58s``; ``>400s`` when the
     number in ttftP95Seconds is only a lower bound (past the histogram's last finite
     bucket); ``1.3s(1–2.5s)`` when its bucket is wide."""
@@ -125,12 +167,16 @@ class ObservedSignals(ApiModel):
     """The engine's current batch ceiling as found in the container args."""
     observed_at: datetime | None = None
     """When these signals were read."""
-    prometheus: str | None = Field(default=None, max_length=2100)
+    prometheus: Annotated[str | None, _clipped(2100)] = Field(default=None, max_length=2100)
     """Where they were read: the Prometheus URL (no credentials, no query) and whether it
     is the policy's ``prometheusUrl`` or the operator's default."""
-    unknown_signals: list[UnknownSignal] = Field(default_factory=list, max_length=32)
+    unknown_signals: Annotated[list[UnknownSignal], _first(16)] = Field(
+        default_factory=list, max_length=16
+    )
     """Signals that could not be read, each with the reason."""
-    qualified_signals: list[QualifiedSignal] = Field(default_factory=list, max_length=8)
+    qualified_signals: Annotated[list[QualifiedSignal], _first(8)] = Field(
+        default_factory=list, max_length=8
+    )
     """Latency quantiles that are only a lower bound or lie in a wide bucket, as read."""
 
 
@@ -158,7 +204,9 @@ class DecisionRecord(ApiModel):
     """The leading diagnosis, e.g. Healthy, PrefixCollapse, EvictionPressure."""
     reason: str = Field(max_length=128)
     """CamelCase reason for the action taken."""
-    message: str = Field(max_length=4096)
+    message: Annotated[str, _clipped(DECISION_MESSAGE_LIMIT)] = Field(
+        max_length=DECISION_MESSAGE_LIMIT
+    )
     """What was decided and why, with the numbers."""
     min_replicas: int | None = Field(default=None, ge=0)
     """HPA minReplicas decided."""
@@ -178,7 +226,7 @@ class ActiveAlert(ApiModel):
     MetricsUnavailable."""
     since: datetime
     """When it was raised."""
-    message: str = Field(max_length=4096)
+    message: Annotated[str, _clipped(ALERT_MESSAGE_LIMIT)] = Field(max_length=ALERT_MESSAGE_LIMIT)
     """The evidence, with the numbers."""
     acknowledged: bool = False
     """A human acknowledged it (annotation cachescale.dev/acknowledge)."""
@@ -192,7 +240,7 @@ class SuspectedChange(ApiModel):
     """The drop it was looked up for: the collapse's first evaluation under the threshold."""
     checked_at: datetime
     """When the sources were read (once when the collapse is suspected, once when raised)."""
-    message: str = Field(max_length=2048)
+    message: Annotated[str, _clipped(ALERT_MESSAGE_LIMIT)] = Field(max_length=ALERT_MESSAGE_LIMIT)
     """The culprit in words, e.g. "rag-api (Deployment, namespace rag) rolled out revision
     42 (image rag-api:1.8.2 → 1.8.3) 4 minutes before the hit rate fell"."""
 
@@ -204,7 +252,9 @@ class CacheScalingPolicyStatus(ApiModel):
     """The .metadata.generation last evaluated."""
     state: str | None = Field(default=None, max_length=64)
     """One-word summary shown by kubectl get: the leading diagnosis."""
-    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    conditions: Annotated[list[Condition], _first(len(ConditionType))] = Field(
+        default_factory=list, max_length=len(ConditionType)
+    )
     """Ready, CacheHealthy, SLOMet, WithinBudget, MetricsAvailable, ScalingHeld,
     CacheIsolation."""
     signals: ObservedSignals | None = None
@@ -213,9 +263,11 @@ class CacheScalingPolicyStatus(ApiModel):
     """Learned healthy baseline."""
     last_decision: DecisionRecord | None = None
     """The most recent decision."""
-    history: list[DecisionRecord] = Field(default_factory=list, max_length=DECISION_HISTORY_LIMIT)
+    history: Annotated[list[DecisionRecord], _first(DECISION_HISTORY_LIMIT)] = Field(
+        default_factory=list, max_length=DECISION_HISTORY_LIMIT
+    )
     """Recent decisions that changed something, newest first."""
-    alerts: list[ActiveAlert] = Field(default_factory=list, max_length=8)
+    alerts: Annotated[list[ActiveAlert], _first(8)] = Field(default_factory=list, max_length=8)
     """Alerts active now (also exported as the cachescale_alert_active metric)."""
     suspected_change: SuspectedChange | None = None
     """While a collapse is suspected or alerted: what changed in the prompt sources and the

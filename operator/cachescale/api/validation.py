@@ -181,6 +181,14 @@ def plain_message(error: ErrorDetails, fields_hint: str = POLICY_FIELDS_HINT) ->
         return "required field is missing"
     if kind == "extra_forbidden":
         return f"unknown field ({fields_hint})"
+    if kind == "string_pattern_mismatch" and isinstance(given, str) and "://" in given:
+        # A URL may carry user info or a token in its query: never echoed into a status,
+        # an Event or a log line.
+        return (
+            "the URL has the wrong form (not shown: it may carry a credential); expected "
+            "http(s)://host[:port][/path] without user info, query, fragment, backslash or "
+            f"whitespace (to match {error['ctx']['pattern']})"
+        )
     if kind == "string_pattern_mismatch":
         return (
             f"{error['input']!r} has the wrong form (expected to match {error['ctx']['pattern']})"

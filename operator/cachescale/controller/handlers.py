@@ -38,8 +38,8 @@ import kopf
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.policy import ANNOTATION_PREFIX, GROUP, PLURAL, VERSION
-from cachescale.api.reasons import Problem
-from cachescale.api.spec import CacheScalingPolicySpec, MetricsSpec
+from cachescale.api.reasons import ConditionReason, Problem
+from cachescale.api.spec import MetricsSpec, TargetSpec
 from cachescale.controller.actions import restore_envelope
 from cachescale.controller.claims import (
     Claimant,
@@ -50,8 +50,9 @@ from cachescale.controller.claims import (
     refusal,
 )
 from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate_many
+from cachescale.controller.kopf_storage import BoundedDiffBaseStorage, annotation_headroom
 from cachescale.controller.kube import KubeError
-from cachescale.controller.scheduler import Due, Job, Scheduler
+from cachescale.controller.scheduler import DEFAULT_PER_NAMESPACE, Due, Job, Scheduler
 from cachescale.controller.workload import TargetError
 from cachescale.gather.grouping import Source
 
@@ -120,10 +121,19 @@ class Runtime:
     active: bool = True
     """Whether this replica acts: always when standalone; with ``--peering`` while
     kopf's rule says so (``controller/peering.py``)."""
+    max_concurrent_per_namespace: int = DEFAULT_PER_NAMESPACE
+    """Jobs of one namespace's policies running at once (``--max-concurrent-per-namespace``;
+    ``scheduler.py``, "Fair scheduling")."""
     scheduler: Scheduler[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self._job, self.executor, self.operator.metrics)
+        self.scheduler = Scheduler(
+            self._job,
+            self.executor,
+            self.operator.metrics,
+            workers=WORKERS,
+            per_namespace=self.max_concurrent_per_namespace,
+        )
 
     def guard(self, uid: str) -> Guard:
         """The policy's guard (created on first use)."""
@@ -143,6 +153,7 @@ class Runtime:
             uid,
             interval=lambda: interval_of(member.body.get("spec", {})),
             group=lambda: gather_group(member.body, default_url),
+            namespace=PolicyObject.of(body).namespace,
         )
 
     def leave(self, uid: str, departed: bool = False) -> None:
@@ -188,7 +199,7 @@ def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
@@ -359,10 +370,22 @@ def _refused_restore(runtime: Runtime, policy: PolicyObject, error: TargetError)
         log.warning("event for %s/%s not posted: %s", policy.namespace, policy.name, failure)
 
 
+RESTORE_ATTEMPTS: Final = 6
+"""Attempts at the restore on delete (``RESTORE_RETRY_SECONDS`` apart) before the policy
+goes without it: a finalizer held longer only blocks the policy's namespace."""
+RESTORE_RETRY_SECONDS: Final = 10.0
+PROGRESS_HEADROOM: Final = 4096
+"""Annotation bytes a retry needs: kopf records its progress in an annotation, and a
+policy whose annotations leave less room is not retried (the record could not be
+written, so the retry would never come)."""
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+async def restore_on_delete(body: kopf.Body, memo: Any, retry: int = 0, **kwargs: Any) -> None:
     """Put the HPA's original envelope back (unless the policy says keep, or it never
-    held its target), forget metrics."""
+    held its target), forget metrics. A failed restore is retried ``RESTORE_ATTEMPTS``
+    times in all; then the policy goes without it, with a Warning Event
+    (``RestoreAbandoned``): the finalizer always comes off."""
     runtime: Runtime = memo.runtime
     policy = PolicyObject.of(body)
     loop = asyncio.get_running_loop()
@@ -371,8 +394,30 @@ async def restore_on_delete(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     runtime.operator.metrics.forget(policy.namespace, policy.name)
     try:
         await _restore(runtime, policy, body, kwargs["claims"])
+    except Exception as error:
+        if retry + 1 < RESTORE_ATTEMPTS and annotation_headroom(body) >= PROGRESS_HEADROOM:
+            if isinstance(error, kopf.TemporaryError):
+                raise
+            raise kopf.TemporaryError(str(error), delay=RESTORE_RETRY_SECONDS) from error
+        await loop.run_in_executor(runtime.executor, _abandoned, runtime, policy, retry, error)
     finally:
         runtime.guards.pop(policy.uid, None)
+
+
+def _abandoned(runtime: Runtime, policy: PolicyObject, retry: int, error: Exception) -> None:
+    """Say, in the log and a Warning Event on the policy, that it goes without its restore
+    after ``retry + 1`` failed attempts, and why."""
+    message = f"deleted without restoring after {retry + 1} attempts: {error}"[:1024]
+    log.warning("%s/%s %s", policy.namespace, policy.name, message)
+    operator = runtime.operator
+    if operator.events is None:
+        return
+    try:
+        operator.events.record(
+            policy.ref, "Warning", ConditionReason.RESTORE_ABANDONED, message, operator.clock()
+        )
+    except KubeError as failure:
+        log.warning("event for %s/%s not posted: %s", policy.namespace, policy.name, failure)
 
 
 async def _restore(
@@ -384,25 +429,23 @@ async def _restore(
     """The restore itself, unless the HPA was never this policy's to change."""
     if refusal(body, claims, runtime.itself) is not None:
         return  # the HPA is another policy's (or the operator's own): never touched
+    # Only the target is read: a spec the model refuses may still have changed its HPA
+    # (admitted before a limit was tightened).
     try:
-        spec = CacheScalingPolicySpec.model_validate(policy.spec)
+        target = TargetSpec.model_validate(policy.spec.get("target"))
     except ValueError:
-        return  # never valid: it never changed anything
-    if not spec.restore_on_delete:
+        return  # no target it could have changed
+    if policy.spec.get("restoreOnDelete", True) is False:
         return
     loop = asyncio.get_running_loop()
     try:
         restored = await loop.run_in_executor(
-            runtime.executor, restore_envelope, runtime.operator.api, policy.namespace, spec.target
+            runtime.executor, restore_envelope, runtime.operator.api, policy.namespace, target
         )
     except KubeError as error:
-        raise kopf.TemporaryError(
-            f"restoring {spec.target.autoscaler}: {error}", delay=10
-        ) from error
+        raise kopf.TemporaryError(f"restoring {target.autoscaler}: {error}", delay=10) from error
     except TargetError as error:  # a tampered record: the HPA is left as it is
         restored = False
         await loop.run_in_executor(runtime.executor, _refused_restore, runtime, policy, error)
     if restored:
-        log.info(
-            "%s/%s deleted: %s restored", policy.namespace, policy.name, spec.target.autoscaler
-        )
+        log.info("%s/%s deleted: %s restored", policy.namespace, policy.name, target.autoscaler)

@@ -5,6 +5,9 @@ their ``lastTransitionTime`` unless their status flips; the observed signals are
 only when known (the reason for every unknown one is listed); history keeps the
 decisions that changed something, newest first; the decision engine's memory rides
 along so a restarted operator picks up where it left off.
+
+Texts and lists are not cut here: the status model cuts each at its limit as it is
+built (``api/status.py``), so every status written has a largest size.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def merge_conditions(
                 type=verdict.type,
                 status=verdict.status,
                 reason=verdict.reason,
-                message=verdict.message[:32_768],
+                message=verdict.message,
                 last_transition_time=now if flipped else old.last_transition_time,  # type: ignore[union-attr]
                 observed_generation=generation,
             )
@@ -122,7 +125,7 @@ def render(
             ActiveAlert(
                 reason=a.reason,
                 since=a.since,
-                message=a.message[:4096],
+                message=a.message,
                 acknowledged=a.acknowledged,
             )
             for a in decision.alerts
@@ -166,7 +169,7 @@ def _record(decision: Decision, now: datetime, applied: bool) -> DecisionRecord:
         time=now,
         diagnosis=decision.state.value,
         reason=decision.reason,
-        message=decision.message[:4096],
+        message=decision.message,
         min_replicas=envelope.min_replicas,
         max_replicas=envelope.max_replicas,
         max_num_seqs=decision.max_num_seqs,
@@ -190,7 +193,7 @@ def _signals(
             if value.lower_bound or value.bucket is not None:
                 qualified.append(QualifiedSignal(signal=field, reads=words.latency(value)))
         else:
-            unknown.append(UnknownSignal(signal=field, reason=str(value.reason)[:1024]))
+            unknown.append(UnknownSignal(signal=field, reason=str(value.reason)))
     if signals.ttft_p95_seconds.value is not None:
         values["ttftP95"] = words.latency_cell(signals.ttft_p95_seconds)
     warm = signals.warm_token_hit_rate(warmup_seconds)
@@ -206,7 +209,7 @@ def _signals(
             "maxNumSeqs": workload.max_num_seqs,
             "observedAt": now,
             "prometheus": prometheus,
-            "unknownSignals": [u.to_wire() for u in unknown[:32]],
+            "unknownSignals": [u.to_wire() for u in unknown],
             "qualifiedSignals": [q.to_wire() for q in qualified],
         }
     )
