@@ -200,6 +200,7 @@ CONTRACT_METRICS = {
     "cachescale_kube_requests_total",
     "cachescale_evaluation_lateness_seconds",
     "cachescale_evaluation_missed_intervals_total",
+    "cachescale_evaluation_jobs_waiting",
 }
 
 

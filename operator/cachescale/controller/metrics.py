@@ -23,16 +23,17 @@ each; a record costs 1 KiB, and the exposition is the same.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.controller.scheduler import NAMESPACE_LIMIT, WORKER_LIMIT
 from cachescale.decide import Decision
 from cachescale.snapshot import Snapshot
 
@@ -206,6 +207,16 @@ class OperatorMetrics:
             "Whole intervals that passed without a due policy's evaluation starting.",
             registry=self.registry,
         )
+        self._waiting = Gauge(
+            "cachescale_evaluation_jobs_waiting",
+            "Gather groups due and held back by a scheduler limit: each of their namespaces "
+            "runs --max-concurrent-per-namespace jobs (limit=namespace), or no worker is "
+            "free for them (limit=workers).",
+            ("limit",),
+            registry=self.registry,
+        )
+        for limit in (NAMESPACE_LIMIT, WORKER_LIMIT):  # both exported from the start, at 0
+            self._waiting.labels(limit)
 
     def started_late(self, seconds: float) -> None:
         """A policy's evaluation started ``seconds`` after its due time."""
@@ -214,6 +225,11 @@ class OperatorMetrics:
     def missed_intervals(self, count: int) -> None:
         """``count`` more whole intervals passed without a policy's evaluation starting."""
         self._missed.inc(count)
+
+    def jobs_waiting(self, by_limit: Mapping[str, int]) -> None:
+        """The groups due now and held back, by the scheduler limit that holds them."""
+        for limit in (NAMESPACE_LIMIT, WORKER_LIMIT):
+            self._waiting.labels(limit).set(by_limit.get(limit, 0))
 
     def observe(
         self,

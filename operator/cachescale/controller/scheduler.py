@@ -32,13 +32,52 @@ for the one before (a job is one Prometheus request), and 86 policies missed an 
 the last ``SETTLE_S`` is not submitted yet, and once one of its members is due, the job
 takes every member still waiting for its first start-up evaluation.
 
-At each wake the due policies are collected per group and each group is submitted as one
-job to the worker pool. A group whose previous job is still running is not submitted
-again: its due policies wait for that job to end and start late, and every whole interval
-they wait is a missed interval. So a slow Prometheus delays only its own group, and no
-policy is ever evaluated twice at once by the scheduler. The wait from a due time to the
-job's start is ``cachescale_evaluation_lateness_seconds``; missed intervals are counted
-in ``cachescale_evaluation_missed_intervals``.
+At each wake the due policies are collected per group, and each group that may start
+(below) is submitted as one job to the worker pool. A group whose previous job is still
+running is not submitted again: its due policies wait for that job to end and start late,
+and every whole interval they wait is a missed interval. So a slow Prometheus delays only
+its own group, and no policy is ever evaluated twice at once by the scheduler.
+
+Fair scheduling: a policy author is untrusted, so one namespace's slow or failing
+Prometheus must not delay another namespace's policies. The scheduler, not the executor,
+decides when a job starts: it never submits more jobs than the pool has workers, so no job
+waits in the executor's queue behind another namespace's. A job's namespaces are those of
+the policies in it; it is charged to each of them while it runs. The rule for starting a
+due group's job (``Pool``):
+
+- *per-namespace limit*: it may start while at least one of its namespaces runs fewer
+  than ``per_namespace`` jobs (``--max-concurrent-per-namespace``). A group spanning
+  namespaces (policies of several namespaces reading one Prometheus without credentials,
+  e.g. the operator's default one) is every one of its namespaces' evaluation: any of them
+  entitled to a worker lets it start, so a namespace at its limit cannot hold back another
+  namespace's policies by sharing a group with them, and charging it to all of them means
+  a namespace gains no more jobs through shared groups than the others it shares with;
+- *reserve*: the last ``reserved`` workers (a quarter of the pool, at least one) go only
+  to jobs of which a namespace has no job running, so neither one namespace nor several
+  at their limits take the whole pool;
+- *order*: among the groups that may start, those whose least busy namespace runs the
+  fewest jobs go first, then those of the namespace that started a job longest ago (round
+  robin over the namespaces waiting), then the longest waiting (per namespace, first due
+  first served): a namespace at its limit is throttled, never starved, and its policies
+  are each evaluated in turn.
+
+The invariants: a namespace never runs more than ``per_namespace`` jobs of its own
+policies alone; a job of a namespace already running one starts only while more than
+``reserved`` workers are free, so at most ``workers - reserved`` running jobs were started
+that way; and a job of a namespace running none waits for a worker only while every
+worker is busy, at least ``reserved`` of them with jobs started for namespaces that were
+running none. Whatever other namespaces' Prometheus does, that is all a victim waits for.
+A job that overruns keeps its worker (a thread cannot be stopped) but counts only against
+its own namespaces: the evaluation's deadline ends its reads (``gather/prometheus.py``),
+and until then it delays nothing outside them. There is no bound per Prometheus endpoint:
+the namespace limit already bounds a tenant however many URLs it may name (the allow list
+decides which), and a bound per endpoint would let one tenant's slow jobs on a shared
+Prometheus hold back another tenant's.
+
+The wait from a due time to the job's start is ``cachescale_evaluation_lateness_seconds``;
+missed intervals, for a busy group or one held back by the rule above, are counted in
+``cachescale_evaluation_missed_intervals``; the groups due and held back, by which limit,
+are ``cachescale_evaluation_jobs_waiting`` (``controller/metrics.py``).
 """
 
 from __future__ import annotations
@@ -50,7 +89,8 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Hashable
+from collections import Counter
+from collections.abc import Callable, Collection, Hashable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -65,6 +105,13 @@ SETTLE_S = 1.0
 """A starting group is held until no policy of it has joined for this long, or a
 thirtieth of its interval if that is shorter: kopf's listing registers hundreds of
 policies a second, so a pause this long means the list is through."""
+
+DEFAULT_PER_NAMESPACE = 4
+"""Jobs of one namespace running at once (``--max-concurrent-per-namespace``)."""
+
+RESERVED_SHARE = 4
+"""A pool of ``n`` workers keeps ``n // RESERVED_SHARE`` of them (at least one) for jobs
+of which a namespace has no job running (module doc)."""
 
 log = logging.getLogger("cachescale.operator")
 
@@ -99,14 +146,83 @@ class _Entry:
     catching_up: bool = False
     """Joined in the start-up and not evaluated yet: it rides along with its group's
     first job, whatever its own catch-up time."""
+    namespace: str | None = None
+    """The policy's namespace: its group's jobs are charged to it (None: to none)."""
+
+
+NAMESPACE_LIMIT = "namespace"
+"""A group held back because each of its namespaces runs ``per_namespace`` jobs."""
+WORKER_LIMIT = "workers"
+"""A group held back because no worker is free for it (the pool is full, or only its
+reserve is left)."""
 
 
 @dataclass
 class Round(Generic[K]):
-    """What one wake found: a job per group, and the intervals missed since last time."""
+    """What one wake found: a job per group, the intervals missed since last time, and
+    how many due groups wait, by the limit that holds them back."""
 
     jobs: dict[Hashable, list[Due[K]]] = field(default_factory=dict)
     missed: int = 0
+    waiting: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Pool:
+    """Which job may start now (module doc, "Fair scheduling"): the jobs running, in
+    all and per namespace, against the per-namespace limit and the reserve. None for
+    ``workers`` or ``per_namespace``: no such limit."""
+
+    workers: int | None = None
+    per_namespace: int | None = None
+    running: int = 0
+    by_namespace: Counter[str] = field(default_factory=Counter)
+    served: dict[str, int] = field(default_factory=dict)
+    """Per namespace, the number of the latest job started for it (a later job: a
+    higher number; a namespace never served has none)."""
+    _starts: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def reserved(self) -> int:
+        """Workers only a job of which a namespace has no job running may take."""
+        return 0 if self.workers is None else max(1, self.workers // RESERVED_SHARE)
+
+    def holds_back(self, namespaces: Collection[str]) -> str | None:
+        """Why a job of ``namespaces`` may not start now (``NAMESPACE_LIMIT`` or
+        ``WORKER_LIMIT``), or None: it may."""
+        least = self.rank(namespaces)
+        if self.per_namespace is not None and namespaces and least >= self.per_namespace:
+            return NAMESPACE_LIMIT
+        if self.workers is None:
+            return None
+        free = self.workers - self.running
+        if free <= 0 or (least > 0 and free <= self.reserved):
+            return WORKER_LIMIT
+        return None
+
+    def rank(self, namespaces: Collection[str]) -> int:
+        """Jobs running of the least busy of ``namespaces`` (0 for none)."""
+        return min((self.by_namespace[ns] for ns in namespaces), default=0)
+
+    def turn(self, namespaces: Collection[str]) -> int:
+        """When the least recently served of ``namespaces`` last started a job (-1 for
+        never, or no namespace): the lower, the sooner its turn."""
+        return min((self.served.get(ns, -1) for ns in namespaces), default=-1)
+
+    def start(self, namespaces: Collection[str]) -> None:
+        """A job of ``namespaces`` started: charged to each."""
+        self.running += 1
+        self.by_namespace.update(namespaces)
+        number = next(self._starts)
+        self.served.update((ns, number) for ns in namespaces)
+
+    def end(self, namespaces: Collection[str]) -> None:
+        """A job of ``namespaces`` ended."""
+        self.running -= 1
+        self.by_namespace.subtract(namespaces)
+        for namespace in namespaces:
+            if self.by_namespace[namespace] <= 0:
+                del self.by_namespace[namespace]
 
 
 def catch_up(latest: float, following: float, now: float) -> float:
@@ -114,6 +230,17 @@ def catch_up(latest: float, following: float, now: float) -> float:
     (``following`` is its next slot): after half the slot's age, so the slot just missed
     comes first and the catch-ups are spread, or at the next slot if that is sooner."""
     return min(now + (now - latest) / 2, following)
+
+
+def _wait(entry: _Entry, now: float) -> int:
+    """A due policy, before it starts or waits: moved to the latest slot that passed, and
+    the number of slots that passed since its due time (each a missed interval)."""
+    interval = entry.interval()
+    passed = math.floor((now - entry.due) / interval)
+    if entry.due + (passed + 1) * interval <= now:  # a slot at ``now``, lost to rounding
+        passed += 1
+    entry.due += passed * interval
+    return passed
 
 
 def _following(offset: float, interval: float, due: float, now: float) -> float:
@@ -127,11 +254,16 @@ def _following(offset: float, interval: float, due: float, now: float) -> float:
 
 
 class Schedule(Generic[K]):
-    """The bookkeeping, without I/O or a clock of its own: every call is given ``now``."""
+    """The bookkeeping, without I/O or a clock of its own: every call is given ``now``.
+    ``workers`` and ``per_namespace`` bound the jobs running (``Pool``; None: no bound)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int | None = None, per_namespace: int | None = None) -> None:
         self._entries: dict[K, _Entry] = {}
-        self._busy: set[Hashable] = set()
+        self._busy: dict[Hashable, frozenset[str]] = {}
+        """Per group with a job running: the namespaces it is charged to."""
+        self._pool = Pool(workers, per_namespace)
+        self._queued: dict[Hashable, float] = {}
+        """Per due group held back: since when it waits (its earliest due time then)."""
         self._settling: dict[Hashable, float] = {}
         """Per starting group: until when it is held (``SETTLE_S`` after its latest join)."""
 
@@ -143,16 +275,18 @@ class Schedule(Generic[K]):
         now: float,
         *,
         catching_up: bool = False,
+        namespace: str | None = None,
     ) -> None:
         """Schedule ``key`` from its group's next slot, or, ``catching_up``, from
         ``catch_up`` of its latest slot; then on its slots (``interval`` and ``group`` are
-        asked again each time they matter: spec edits take effect)."""
+        asked again each time they matter: spec edits take effect). Its group's jobs are
+        charged to ``namespace``."""
         every = interval()
         due = next_slot(phase_of(group()), every, now, inclusive=True)
         if catching_up:
             due = catch_up(due if due <= now else due - every, due, now)
             self._settling[group()] = now + min(SETTLE_S, every / 30)
-        self._entries[key] = _Entry(interval, group, due, catching_up)
+        self._entries[key] = _Entry(interval, group, due, catching_up, namespace)
 
     def remove(self, key: K) -> None:
         """Never submit ``key`` again (a job already submitted is not recalled)."""
@@ -163,32 +297,65 @@ class Schedule(Generic[K]):
         return self._entries[key].due
 
     def take(self, now: float) -> Round[K]:
-        """Every due policy of a group with no job running, one job per group, with the
-        group's members still waiting for their start-up catch-up; the groups submitted
-        are busy until ``done``. Due policies of a busy group wait, and each slot that
-        passes meanwhile is a missed interval; a settling group waits (module doc)."""
+        """Every due policy of a group with no job running that may start (``Pool``), one
+        job per group, with the group's members still waiting for their start-up
+        catch-up; the groups submitted are busy until ``done``. Due policies of a busy
+        group, or of one held back by the pool, wait, and each slot that passes meanwhile
+        is a missed interval; a settling group waits (module doc)."""
         self._settling = {g: until for g, until in self._settling.items() if until > now}
         found: Round[K] = Round()
+        due: dict[Hashable, list[tuple[K, _Entry]]] = {}
         riders: list[tuple[K, _Entry, Hashable]] = []
         for key, entry in self._entries.items():
             if entry.due > now:
                 if entry.catching_up:
                     riders.append((key, entry, entry.group()))
                 continue
-            group, interval = entry.group(), entry.interval()
-            if group in self._busy:
-                passed = math.floor((now - entry.due) / interval)
-                found.missed += passed
-                entry.due += passed * interval
-                continue
-            if group in self._settling:
-                continue
-            self._submit(found, key, entry, group, now)
+            found.missed += _wait(entry, now)
+            group = entry.group()
+            if group not in self._busy and group not in self._settling:
+                due.setdefault(group, []).append((key, entry))
         for key, entry, group in riders:
-            if group in found.jobs:
+            if group in due:
+                due[group].append((key, entry))
+        self._queued = {
+            group: self._queued.get(group, min(entry.due for _, entry in members))
+            for group, members in due.items()
+        }
+        for group in self._admit(due, found):
+            for key, entry in due.pop(group):
                 self._submit(found, key, entry, group, now)
-        self._busy.update(found.jobs)
         return found
+
+    def _admit(
+        self, due: dict[Hashable, list[tuple[K, _Entry]]], found: Round[K]
+    ) -> list[Hashable]:
+        """The due groups that start now, in the pool's order (module doc), each charged
+        to its namespaces and busy from now on; ``found.waiting`` counts the others."""
+        waiting = {
+            group: frozenset(e.namespace for _, e in members if e.namespace is not None)
+            for group, members in due.items()
+        }
+        started: list[Hashable] = []
+        while waiting:
+            if self._pool.workers is None and self._pool.per_namespace is None:
+                chosen = list(waiting)  # no limit: every group at once
+            else:
+                may = [g for g, spaces in waiting.items() if self._pool.holds_back(spaces) is None]
+                if not may:
+                    break
+                chosen = [min(may, key=lambda g: self._order(waiting[g], self._queued[g]))]
+            for group in chosen:
+                self._busy[group] = spaces = waiting.pop(group)
+                self._pool.start(spaces)
+                self._queued.pop(group)
+                started.append(group)
+        found.waiting.update(
+            limit
+            for spaces in waiting.values()
+            if (limit := self._pool.holds_back(spaces)) is not None
+        )
+        return started
 
     @staticmethod
     def _submit(found: Round[K], key: K, entry: _Entry, group: Hashable, now: float) -> None:
@@ -199,9 +366,16 @@ class Schedule(Generic[K]):
         entry.due = _following(phase_of(group), interval, at, now)
         entry.catching_up = False
 
+    def _order(self, spaces: frozenset[str], queued: float) -> tuple[int, int, float]:
+        """Which group of those that may start goes first: the lowest (module doc)."""
+        return self._pool.rank(spaces), self._pool.turn(spaces), queued
+
     def done(self, group: Hashable) -> None:
-        """The group's job ended: its due policies may be submitted again."""
-        self._busy.discard(group)
+        """The group's job ended: its due policies may be submitted again, and its
+        namespaces have one job fewer running."""
+        spaces = self._busy.pop(group, None)
+        if spaces is not None:
+            self._pool.end(spaces)
 
     def next_wake(self, now: float) -> float | None:
         """When something may next be due, or missed (None: nothing is scheduled). Right
@@ -227,10 +401,16 @@ class Punctuality(Protocol):
     def missed_intervals(self, count: int) -> None:
         """``count`` more whole intervals passed without a policy's evaluation starting."""
 
+    def jobs_waiting(self, by_limit: Mapping[str, int]) -> None:
+        """The groups due now and held back, by limit (``NAMESPACE_LIMIT``,
+        ``WORKER_LIMIT``; a limit absent holds back none)."""
+
 
 class Scheduler(Generic[K]):
     """Runs ``Schedule``: wakes when something is due, submits each group's job to
-    ``executor``, and reports lateness and missed intervals to ``observe``."""
+    ``executor``, and reports lateness, missed intervals and waiting jobs to ``observe``.
+    ``workers`` is the executor's number of threads (None: jobs queue in the executor),
+    ``per_namespace`` the jobs one namespace may run at once (None: no limit)."""
 
     def __init__(
         self,
@@ -238,8 +418,11 @@ class Scheduler(Generic[K]):
         executor: Executor,
         observe: Punctuality,
         clock: Callable[[], float] = time.time,
+        *,
+        workers: int | None = None,
+        per_namespace: int | None = None,
     ) -> None:
-        self.schedule: Schedule[K] = Schedule()
+        self.schedule: Schedule[K] = Schedule(workers, per_namespace)
         self._make_job = make_job
         self._executor = executor
         self._observe = observe
@@ -249,13 +432,18 @@ class Scheduler(Generic[K]):
         self._created_at = clock()
 
     def register(
-        self, key: K, interval: Callable[[], float], group: Callable[[], Hashable]
+        self,
+        key: K,
+        interval: Callable[[], float],
+        group: Callable[[], Hashable],
+        namespace: str | None = None,
     ) -> None:
         """Evaluate ``key`` every ``interval()`` seconds with the other members of its
-        ``group()``; caught up in the scheduler's first interval (module doc)."""
+        ``group()``, its jobs charged to ``namespace``; caught up in the scheduler's first
+        interval (module doc)."""
         now = self._clock()
         starting = now - self._created_at < interval()
-        self.schedule.add(key, interval, group, now, catching_up=starting)
+        self.schedule.add(key, interval, group, now, catching_up=starting, namespace=namespace)
         self._wake.set()
 
     def unregister(self, key: K) -> None:
@@ -279,6 +467,7 @@ class Scheduler(Generic[K]):
             found = self.schedule.take(now)
             if found.missed:
                 self._observe.missed_intervals(found.missed)
+            self._observe.jobs_waiting(found.waiting)
             for group, members in found.jobs.items():
                 self._submit(group, members)
             wake = self.schedule.next_wake(now)
