@@ -49,9 +49,10 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply
 from e2e.serving import APP, create_stack
+from e2e.tenancy import grant_enforce
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.process_fixture import run_operator
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
 
 MODEL = "faults-model"
 PODS = 2
@@ -81,6 +82,7 @@ def faults(
     kubeconfig = cluster.token_kubeconfig(
         workdir / "operator.kubeconfig", release.namespace, release.service_account
     )
+    grant_enforce(cluster, release, namespace)  # Enforce: rbac.enforceNamespaces
     _, pods = create_stack(cluster, namespace, MODEL, PODS)
     selector = {"namespace": namespace, "model_name": MODEL}
     engines = EngineFake()
@@ -90,7 +92,9 @@ def faults(
     user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
     with ExitStack() as stack:
         stack.callback(prometheus.kill)
-        operator = stack.enter_context(run_operator(workdir, kubeconfig, namespace))
+        operator = stack.enter_context(
+            run_operator(workdir, kubeconfig, namespace, LOOPBACK_PROMETHEUS)
+        )
         found = Faults(
             cluster, plane, namespace, kubeconfig, workdir, user, prometheus, stack, operator
         )

@@ -24,6 +24,7 @@ from e2e.operators import chart_flags, operator_process
 from e2e.serving import APP
 from tests.chart.chart_helpers import promtool_binary
 from tests.controller.cluster import policy as policy_body
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
 from tests.prometheus_fixture import free_port
 
 
@@ -54,6 +55,9 @@ def test_default_values_install_upgrade_uninstall_keep_the_crd(
     assert f'is installed as release "{release.name}" in namespace "{release.namespace}"' in notes
     assert "One operator pod runs standalone." in notes
     assert "every namespace" in notes
+    # Least privilege by default: Enforce nowhere, and the notes say how to allow it.
+    assert "rbac.enforceNamespaces is empty" in notes
+    assert "--set-json 'rbac.enforceNamespaces=[\"llm\"]'" in notes
     # Uninstall kept the CRD (helm.sh/resource-policy: keep), and reinstalling adopted it.
     kept = steps["crd-after-uninstall"]
     assert kept.returncode == 0, kept.stderr
@@ -87,6 +91,7 @@ def test_namespaced_rbac_install_upgrade_uninstall(
         "--set", "crds.install=false",
         "--set", "rbac.namespaced=true",
         "--set", f"watchNamespaces={{{namespace}}}",
+        "--set", f"rbac.enforceNamespaces={{{namespace}}}",
     )  # fmt: skip
     try:
         installed = cluster.helm(
@@ -155,6 +160,7 @@ def check_the_namespaced_operator(
     flags = chart_flags(get(cluster, "deployment", account, "-n", home))
     assert flags == ("--no-scanning",), "the chart's pods scan nothing they may not list"
     started = time.monotonic()
+    flags = (*flags, *LOOPBACK_PROMETHEUS)
     with operator_process(workdir / "operator", kubeconfig, (watched,), flags=flags) as operator:
         print(f"namespaced operator ready after {time.monotonic() - started:.1f}s")
         until(

@@ -36,7 +36,7 @@ from tests.controller.cluster import Clock
 from tests.controller.cluster import hpa as hpa_body
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.process_fixture import run_operator
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
 from tests.gather.gather_fakes import FakePrometheus, fake_prometheus
 
 E2E = Path(__file__).resolve().parent
@@ -133,7 +133,8 @@ def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
     )
     install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")  # can-i needs it discoverable
     assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "no"
-    with upgraded(cluster, release, "keda.enabled=true"):
+    enforce = f"rbac.enforceNamespaces={{{namespace}}}"  # Enforce is granted per namespace
+    with upgraded(cluster, release, "keda.enabled=true", enforce):
         assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "yes"
         for verb in ("create", "delete", "update"):  # patch only, as for HPAs
             assert can_i(cluster, kubeconfig, verb, "scaledobjects.keda.sh", namespace) == "no"
@@ -207,7 +208,7 @@ def hold_and_restore(
     assert {Diagnosis.PREFIX_COLLAPSE, ConditionReason.KEDA_IGNORES_NULL_VALUES} <= warnings
 
     # Delete through the real operator: kopf's finalizer, then the restore on delete.
-    with run_operator(tmp_path, kubeconfig, namespace):
+    with run_operator(tmp_path, kubeconfig, namespace, LOOPBACK_PROMETHEUS):
 
         def finalized() -> bool | None:
             found = get(cluster, "csp", APP, "-n", namespace)

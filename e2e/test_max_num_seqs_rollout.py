@@ -24,7 +24,9 @@ from e2e.harness.release import Release
 from e2e.kube_helpers import apply, events_for, get, ready_pods, until
 from e2e.operators import operator_process
 from e2e.serving import APP, Metrics, create_stack, emulated_metrics
+from e2e.tenancy import grant_enforce
 from tests.controller.cluster import policy as policy_body
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
 from tests.prometheus_fixture import fixed_fleet_scenario
 
 MODEL = "llama-3-8b"
@@ -71,10 +73,13 @@ def test_a_max_num_seqs_change_rolls_out_once_and_is_not_a_collapse(
     kubeconfig = cluster.token_kubeconfig(
         tmp_path / "operator.kubeconfig", release.namespace, release.service_account
     )
+    grant_enforce(cluster, release, namespace)  # Enforce: rbac.enforceNamespaces
     _, pods = create_stack(cluster, namespace, MODEL, PODS, max_num_seqs=512)
     with (
         emulated_metrics(tmp_path, namespace, MODEL, scenario(), pods, speed=SPEED) as metrics,
-        operator_process(tmp_path / "operator", kubeconfig, (namespace,)) as operator,
+        operator_process(
+            tmp_path / "operator", kubeconfig, (namespace,), flags=LOOPBACK_PROMETHEUS
+        ) as operator,
     ):
         body = policy_body(
             APP,

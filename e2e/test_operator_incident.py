@@ -32,8 +32,9 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, events_for, get, until
 from e2e.serving import APP, Metrics, create_stack, emulated_metrics
+from e2e.tenancy import grant_enforce
 from tests.controller.cluster import policy as policy_body
-from tests.controller.process_fixture import OperatorProcess, run_operator
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess, run_operator
 
 COLLAPSE_TIMEOUT_S = 200.0
 
@@ -90,7 +91,7 @@ class Incident:
         workdir = self.workdir / name
         workdir.mkdir()
         self.operator = self.stack.enter_context(
-            run_operator(workdir, self.kubeconfig, self.namespace)
+            run_operator(workdir, self.kubeconfig, self.namespace, LOOPBACK_PROMETHEUS)
         )
         return self.operator
 
@@ -116,6 +117,7 @@ def incident(
     kubeconfig = cluster.token_kubeconfig(
         workdir / "operator.kubeconfig", release.namespace, release.service_account
     )
+    grant_enforce(cluster, release, namespace)  # Enforce: rbac.enforceNamespaces
     with ExitStack() as stack:
         original, pods = create_stack(cluster, namespace, scenario.MODEL, scenario.PODS)
         metrics = stack.enter_context(
@@ -124,7 +126,9 @@ def incident(
                 speed=scenario.SPEED,
             )
         )  # fmt: skip
-        first = stack.enter_context(run_operator(workdir, kubeconfig, namespace))
+        first = stack.enter_context(
+            run_operator(workdir, kubeconfig, namespace, LOOPBACK_PROMETHEUS)
+        )
         user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
         incident = Incident(
             cluster, namespace, kubeconfig, workdir, metrics, original, stack, first, user

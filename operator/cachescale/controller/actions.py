@@ -8,7 +8,9 @@ built from: if someone else changed the object in between, the API server refuse
 and we re-read and rebuild (a bounded number of times). Before the first change the
 HPA's original envelope is recorded in an annotation on the HPA itself; deleting the
 policy puts it back, unless the record no longer reads as the one written
-(``workload.recorded_envelope``): then nothing is restored.
+(``workload.recorded_envelope``): then nothing is restored. A patch the API server
+forbids (HTTP 403: the chart grants ``patch`` per namespace, ``rbac.enforceNamespaces``)
+raises ``PatchForbiddenError``, whose words name the object and that chart value.
 
 A KEDA ScaledObject is patched the same way, on its own fields: ``/spec/maxReplicaCount``,
 ``/spec/minReplicaCount`` and the queue trigger's ``/spec/triggers/N/metadata/threshold``
@@ -41,7 +43,13 @@ from cachescale.controller.keda import (
     recorded_counts,
     scaled_object_path,
 )
-from cachescale.controller.kube import ConflictError, KubeApi, NotFoundError, resource_version_test
+from cachescale.controller.kube import (
+    ConflictError,
+    KubeApi,
+    KubeError,
+    NotFoundError,
+    resource_version_test,
+)
 from cachescale.controller.workload import (
     TargetError,
     apps_path,
@@ -53,6 +61,24 @@ from cachescale.controller.workload import (
 from cachescale.decide.envelope import Envelope
 
 CONFLICT_RETRIES = 3
+ENFORCE_VALUE = "rbac.enforceNamespaces"
+"""The chart value that grants the operator ``patch`` in a namespace."""
+FORBIDDEN = 403
+
+
+class PatchForbiddenError(KubeError):
+    """A patch the API server refused with 403: the operator may read the object but not
+    change it. Its words name the object and the chart value that grants the patch, never
+    the server's message (which names the operator's ServiceAccount and its verbs)."""
+
+    def __init__(self, what: str, namespace: str) -> None:
+        super().__init__(FORBIDDEN, f"the operator may not patch {what} in namespace {namespace}")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.message} (HTTP {FORBIDDEN}): the cluster owner grants it per namespace "
+            f"with the chart value {ENFORCE_VALUE}"
+        )
 
 
 def _escape(key: str) -> str:
@@ -214,8 +240,11 @@ def _with_retries(
     build: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
     path: str,
     api: KubeApi,
+    what: tuple[str, str],
 ) -> bool:
-    """Read, build a patch, apply it; on a conflict read again. True if something changed."""
+    """Read, build a patch, apply it; on a conflict read again. True if something changed.
+    ``what`` (``HorizontalPodAutoscaler vllm``, its namespace) names the object in a
+    ``PatchForbiddenError``."""
     for attempt in range(CONFLICT_RETRIES):
         ops = build(read())
         if not ops:
@@ -226,6 +255,10 @@ def _with_retries(
         except ConflictError:
             if attempt == CONFLICT_RETRIES - 1:
                 raise
+        except KubeError as error:
+            if error.status == FORBIDDEN:
+                raise PatchForbiddenError(*what) from error
+            raise
     return False  # pragma: no cover
 
 
@@ -256,7 +289,7 @@ def apply_envelope(
 
     if seen is not None and not build(seen):
         return False
-    return _with_retries(lambda: api.get(path), build, path, api)
+    return _with_retries(lambda: api.get(path), build, path, api, (target.autoscaler, namespace))
 
 
 def apply_max_num_seqs(
@@ -281,7 +314,8 @@ def apply_max_num_seqs(
         ops.append(_annotation_op(MAX_NUM_SEQS_CHANGED, now.isoformat()))
         return ops
 
-    return _with_retries(lambda: api.get(path), build, path, api)
+    what = (f"Deployment {target.deployment_name}", namespace)
+    return _with_retries(lambda: api.get(path), build, path, api, what)
 
 
 def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
@@ -299,6 +333,8 @@ def restore_envelope(api: KubeApi, namespace: str, target: TargetSpec) -> bool:
             return restore_ops(hpa, target)
 
     try:
-        return _with_retries(lambda: api.get(path), build, path, api)
+        return _with_retries(
+            lambda: api.get(path), build, path, api, (target.autoscaler, namespace)
+        )
     except NotFoundError:
         return False

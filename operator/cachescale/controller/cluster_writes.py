@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachescale.api.reasons import cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
-from cachescale.controller.actions import apply_envelope, apply_max_num_seqs
+from cachescale.controller.actions import PatchForbiddenError, apply_envelope, apply_max_num_seqs
 from cachescale.controller.kube import ConflictError, KubeError
 from cachescale.controller.workload import Target, TargetError
 from cachescale.decide import Decision
@@ -38,7 +38,8 @@ def act(
     decision: Decision,
     now: datetime,
 ) -> tuple[bool, str]:
-    """Apply the decision in Enforce mode; (anything changed, problem text)."""
+    """Apply the decision in Enforce mode; (anything changed, problem text). A patch the
+    operator may not make says how it is granted, and what to do meanwhile."""
     if spec.mode is not Mode.ENFORCE:
         return False, ""
     owner = f"{policy.namespace}/{policy.name}"
@@ -53,6 +54,8 @@ def act(
                 apply_max_num_seqs(operator.api, policy.namespace, spec.target, wanted, now)
                 or applied
             )
+    except PatchForbiddenError as error:
+        return applied, f"could not apply {decision.reason}: {error}; until then use mode: Advise"
     except (ConflictError, KubeError, TargetError) as error:
         return applied, f"could not apply {decision.reason}: {error}"
     return applied, ""
