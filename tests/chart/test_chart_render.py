@@ -208,6 +208,8 @@ def test_standalone_by_default() -> None:
         "--metrics-port=9090",
         "--health-port=8080",
         "--log-format=json",
+        "--max-concurrent-per-namespace=4",
+        "--prometheus-max-response-bytes=16777216",
         "--standalone",
     ]
     # Never two standalone operators at once, not even during a rollout.

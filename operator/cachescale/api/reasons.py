@@ -159,6 +159,9 @@ class ConditionReason(StrEnum):
     """Warning Event, and a note in the ``Ready`` message: a Prometheus trigger of the
     target ScaledObject has ``ignoreNullValues`` true (KEDA's default), so a missing
     series reads as 0 and KEDA scales to its minimum during a peak (kedacore/keda#3065)."""
+    RESTORE_ABANDONED = "RestoreAbandoned"
+    """Warning Event on a deleted policy: the restore of the autoscaler's envelope failed
+    at every attempt, and the policy went without it (its finalizer always comes off)."""
 
 
 class Problem(StrEnum):
@@ -185,14 +188,29 @@ class Problem(StrEnum):
     """A Secret named in ``spec.metrics.auth`` lacks the opt-in label: nothing is sent, and
     ``MetricsAvailable=False`` carries the same reason."""
     METRICS_URL_NOT_ALLOWED = "MetricsURLNotAllowed"
-    """``spec.metrics.prometheusUrl`` is outside ``--allowed-prometheus-url``: nothing is
-    fetched, and ``MetricsAvailable=False`` carries the same reason."""
+    """``spec.metrics.prometheusUrl`` is outside ``--allowed-prometheus-url`` (empty: no
+    policy-chosen URL is allowed), or is spelled so that it is refused whatever the list
+    (a backslash, user info...): nothing is fetched, and ``MetricsAvailable=False`` carries
+    the same reason."""
+    INSECURE_TLS_NOT_ALLOWED = "InsecureTLSNotAllowed"
+    """``spec.metrics.auth.insecureSkipVerify`` is true and the operator runs without
+    ``--allow-insecure-tls``: nothing is fetched or sent, no Secret is read, and
+    ``MetricsAvailable=False`` carries the same reason."""
     NO_PROMETHEUS_URL = "NoPrometheusURL"
     """Neither ``spec.metrics.prometheusUrl`` nor the operator's ``--default-prometheus-url``
     (chart value ``prometheus.url``) is set: nothing is read, and ``MetricsAvailable=False``
     carries the same reason."""
+    SELECTOR_OUTSIDE_NAMESPACE = "SelectorOutsideNamespace"
+    """``spec.metrics.selector`` (or a selector of ``metrics.demandQuery``) names a
+    namespace other than the policy's: nothing is fetched, and ``MetricsAvailable=False``
+    carries the same reason."""
+    DEMAND_QUERY_NOT_ALLOWED = "DemandQueryNotAllowed"
+    """``spec.metrics.demandQuery`` is set but the operator runs without
+    ``--allow-demand-query``, or the query cannot be confined to the policy's namespace:
+    nothing is fetched, and ``MetricsAvailable=False`` carries the same reason."""
     API_CONFLICT = "ApiConflict"
-    """The decision could not be applied (a conflicting writer); a Warning Event and the
+    """The decision could not be applied (a conflicting writer, or a patch the operator may
+    not make: HTTP 403, chart value ``rbac.enforceNamespaces``); a Warning Event and the
     error counter only, the status is still written."""
     INTERNAL = "Internal"
     """An unexpected exception (a bug): the error counter only."""

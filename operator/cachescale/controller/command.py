@@ -9,8 +9,13 @@ replica runs ``--standalone`` (the default); several replicas share a kopf peeri
 (``--peering NAME``) and exactly one acts. Beside kopf it serves ``/metrics``
 (Prometheus exposition) and ``/healthz`` / ``/readyz``. SIGTERM stops it gracefully:
 running evaluations finish, daemons are cancelled. ``--allowed-prometheus-url``
-(repeatable) limits where policies may make it connect (``cachescale.gather.egress``,
-``docs/security.md``); without it, anywhere, with a warning.
+(repeatable) lists where policies may make it connect (``cachescale.gather.egress``,
+``docs/security.md``); without it, a policy may not name its own Prometheus, only the
+``--default-prometheus-url`` is read. ``--allow-insecure-tls`` lets policies ask for
+unverified TLS (``auth.insecureSkipVerify``); without it they are refused. So does
+``--allow-demand-query`` for a policy's own PromQL (confined to its namespace), and
+``--prompt-source-namespace`` lists where prompt sources outside a policy's namespace
+are read.
 
 Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
 ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
@@ -27,8 +32,8 @@ import sys
 
 from cachescale.api.exit_codes import ExitCode
 from cachescale.api.label_selector import LabelSelector
-from cachescale.gather.command import prometheus_url
-from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls
+from cachescale.controller.scheduler import DEFAULT_PER_NAMESPACE
+from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls, UrlRefused, reached_url
 
 PROG = "cachescale run"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -67,6 +72,18 @@ def _priority(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """``--max-concurrent-per-namespace``, ``--prometheus-max-response-bytes``: a whole
+    number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
+
+
 def _policy_selector(text: str) -> LabelSelector:
     """``--policy-selector``: a label selector the API server accepts."""
     try:
@@ -79,9 +96,25 @@ def _allowed_url(entry: str) -> str:
     """One ``--allowed-prometheus-url`` value, checked when the flags are parsed."""
     try:
         AllowedUrls.parse([entry])
+    except ImportError:  # no operator extra: ``run`` says so, in one line
+        return entry
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
     return entry
+
+
+def _default_prometheus_url(text: str) -> str:
+    """``--default-prometheus-url``: read by the rules a policy's URL is read by
+    (``gather/egress.py``), and kept normalized: what the operator connects to."""
+    try:
+        return reached_url(text)
+    except ImportError:  # no operator extra: ``run`` says so, in one line
+        return text
+    except UrlRefused as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Prometheus URL the operator accepts: {error}; write "
+            "http(s)://host[:port][/path], e.g. http://prometheus.monitoring:9090"
+        ) from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -163,17 +196,81 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_allowed_url,
         metavar="URL",
         help=(
-            "a Prometheus URL prefix policies may use, or a regex as "
-            f"{REGEX_PREFIX}<regex> matched against the whole URL (repeatable; a policy "
-            "outside them is refused with MetricsURLNotAllowed; default: any URL)"
+            "a Prometheus URL prefix policies may name in spec.metrics.prometheusUrl, or a "
+            f"regex as {REGEX_PREFIX}<regex> matched against the whole normalized URL "
+            "(scheme://host:port/path) (repeatable; a policy outside them is refused with "
+            "MetricsURLNotAllowed and nothing is fetched). Default: none, so a policy may not "
+            f"name its own Prometheus and reads --default-prometheus-url; {REGEX_PREFIX}.* "
+            "allows any URL (SSRF: docs/security.md)"
+        ),
+    )
+    parser.add_argument(
+        "--allow-insecure-tls",
+        action="store_true",
+        help=(
+            "let a policy turn off TLS verification (spec.metrics.auth.insecureSkipVerify); "
+            "without it such a policy is refused with InsecureTLSNotAllowed and nothing is "
+            "fetched or sent"
+        ),
+    )
+    parser.add_argument(
+        "--allow-demand-query",
+        action="store_true",
+        help=(
+            "let a policy send its own PromQL (spec.metrics.demandQuery), with every vector "
+            "selector in it forced to the policy's namespace; without it such a policy is "
+            "refused with DemandQueryNotAllowed and nothing is fetched"
+        ),
+    )
+    parser.add_argument(
+        "--prompt-source-namespace",
+        action="append",
+        default=[],
+        type=_object_name,
+        metavar="NS",
+        help=(
+            "a namespace other than its own in which a policy's spec.cache.promptSources are "
+            "read (repeatable; chart value rbac.changeCorrelation.namespaces). Default: none, "
+            "so a prompt source elsewhere is reported as not read and nothing is listed there"
+        ),
+    )
+    parser.add_argument(
+        "--correlate-configmaps",
+        action="store_true",
+        help=(
+            "list ConfigMap metadata (who wrote them, when) when looking for what changed "
+            "before a prefix-cache collapse; needs list on configmaps (chart value "
+            "rbac.changeCorrelation.configMaps). Default: no ConfigMap is listed, and a "
+            "ConfigMap prompt source is reported as not read"
         ),
     )
     parser.add_argument(
         "--default-prometheus-url",
-        type=prometheus_url,
+        type=_default_prometheus_url,
         metavar="URL",
         help="the Prometheus a policy reads when it gives no spec.metrics.prometheusUrl "
         "(chart value prometheus.url; the allow list does not apply to it)",
+    )
+    parser.add_argument(
+        "--max-concurrent-per-namespace",
+        type=_positive,
+        default=DEFAULT_PER_NAMESPACE,
+        metavar="N",
+        help=(
+            "evaluation jobs of one namespace's policies running at once: one namespace's "
+            "slow Prometheus cannot take the workers other namespaces' policies need "
+            f"(default: {DEFAULT_PER_NAMESPACE}; docs/security.md, Fair scheduling)"
+        ),
+    )
+    parser.add_argument(
+        "--prometheus-max-response-bytes",
+        type=_positive,
+        metavar="N",
+        help=(
+            "the most bytes one Prometheus answer may have, as received and as decoded: a "
+            "larger one is not read further and the policy reports PrometheusResponseTooLarge "
+            "(chart value prometheus.maxResponseBytes; default: 16777216, 16 MiB)"
+        ),
     )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", action="store_true", help="debug logging")

@@ -7,7 +7,7 @@ target (``TargetNotFound``, ``TargetMismatch``, ``HPAManagedByKEDA``), a target 
 policy holds or the operator itself (``TargetClaimed``, ``TargetIsOperator``), a Prometheus that
 cannot be read (the decision then freezes: ``MetricsUnavailable``), a Prometheus URL or a
 credentials Secret the operator may not use (``MetricsURLNotAllowed``,
-``CredentialsNotAllowed``: refused before anything is fetched or sent, by
+``InsecureTLSNotAllowed``, ``CredentialsNotAllowed``: refused before anything is fetched or sent, by
 ``prometheus_access.py``; see ``docs/security.md``), an API conflict while acting
 (``ApiConflict``) — and never in an exception that would stop the loop of this or any
 other policy. A suspected or raised collapse also names what changed before it
@@ -65,6 +65,7 @@ from cachescale.gather.egress import AllowedUrls
 from cachescale.gather.grouped import GroupedGatherer, PolicyRead
 from cachescale.gather.grouped import Outcome as GroupedOutcome
 from cachescale.gather.prometheus import (
+    MAX_RESPONSE_BYTES,
     PrometheusClient,
     PrometheusConfig,
     PrometheusError,
@@ -135,10 +136,27 @@ class Operator:
     events: EventRecorder | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
     allowed_urls: AllowedUrls | None = None
-    """``--allowed-prometheus-url``: where policies may make it connect (None: anywhere)."""
+    """``--allowed-prometheus-url``: where policies may make it connect (empty: nowhere
+    but the default; None: anywhere, for tests only: ``cachescale run`` always sets it)."""
+    allow_insecure_tls: bool = False
+    """``--allow-insecure-tls``: whether a policy may ask for unverified TLS
+    (``auth.insecureSkipVerify``); without it such a policy is refused."""
+    allow_demand_query: bool = False
+    """``--allow-demand-query``: whether a policy's ``metrics.demandQuery`` is sent (each
+    selector forced to the policy's namespace, ``gather/demand_scope.py``); without it
+    such a policy is refused."""
+    prompt_source_namespaces: frozenset[str] = frozenset()
+    """``--prompt-source-namespace``: where, besides its own namespace, a policy's
+    ``promptSources`` are read (``changes.py``); elsewhere they are reported, not read."""
+    correlate_configmaps: bool = False
+    """``--correlate-configmaps``: whether change correlation lists ConfigMaps (metadata
+    only); without it none is listed and a ConfigMap prompt source is reported, not read."""
     default_prometheus_url: str | None = None
     """``--default-prometheus-url``: read when a policy gives no ``prometheusUrl``. The
     cluster owner chose it, so the allow list does not apply to it."""
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    """``--prometheus-max-response-bytes``: the cap on every Prometheus answer, set on
+    every client it makes (``prometheus``)."""
     # The parts of an evaluation that may be replaced from outside (the tests count
     # queries and slow decisions down through them); the defaults are the real ones.
     new_client: Callable[[PrometheusConfig], PrometheusClient] = PrometheusClient
@@ -178,7 +196,9 @@ class Operator:
 
     def prometheus(self, config: PrometheusConfig) -> PrometheusClient:
         """One client per distinct Prometheus endpoint and credentials, shared by the
-        policies that read it (connections are pooled per client)."""
+        policies that read it (connections are pooled per client), each capped at
+        ``max_response_bytes``."""
+        config = replace(config, max_response_bytes=self.max_response_bytes)
         key = hashlib.sha256(
             json.dumps(
                 [config.url, config.bearer_token, config.ca_file, config.verify_tls]
@@ -353,7 +373,14 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         decision = replace(decision, memory=unapplied)
     # After acting, so its list calls never delay what was decided; only the words change.
     decision, suspected = correlate(
-        operator.api, spec, policy.namespace, previous.suspected_change, decision, now
+        operator.api,
+        spec,
+        policy.namespace,
+        previous.suspected_change,
+        decision,
+        now,
+        operator.prompt_source_namespaces,
+        operator.correlate_configmaps,
     )
     status = render(
         previous,

@@ -51,7 +51,8 @@ from cachescale.controller.kopf_startup import bounded_session, quiet_redundant_
 from cachescale.controller.kube import KubeApi, api_client_or_reason
 from cachescale.controller.metrics import OperatorMetrics
 from cachescale.controller.peering import PeeringFollower, peering_objects, watch_peering
-from cachescale.gather.egress import AllowedUrls
+from cachescale.gather.egress import ALLOWS_ANY, AllowedUrls
+from cachescale.gather.prometheus import MAX_RESPONSE_BYTES
 
 log = logging.getLogger("cachescale.operator")
 
@@ -84,22 +85,28 @@ def serve(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
-    allowed = args.allowed_prometheus_url
-    if not allowed:
-        log.warning(
-            "no --allowed-prometheus-url: any policy author can make the operator connect "
-            "to any address (docs/security.md)"
-        )
+    allowed = AllowedUrls.parse(args.allowed_prometheus_url)
+    _warn_about_egress(allowed, args.allow_insecure_tls)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     metrics = OperatorMetrics()
     operator = Operator(
         KubeApi(api_client, on_request=metrics.kube_request),
         metrics=metrics,
-        allowed_urls=AllowedUrls.parse(allowed) if allowed else None,
+        allowed_urls=allowed,
+        allow_insecure_tls=args.allow_insecure_tls,
+        allow_demand_query=args.allow_demand_query,
+        prompt_source_namespaces=frozenset(args.prompt_source_namespace),
+        correlate_configmaps=args.correlate_configmaps,
         default_prometheus_url=args.default_prometheus_url,
+        max_response_bytes=args.prometheus_max_response_bytes or MAX_RESPONSE_BYTES,
     )
     itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
-    runtime = Runtime(operator, itself=itself, scanning=not args.no_scanning)
+    runtime = Runtime(
+        operator,
+        itself=itself,
+        scanning=not args.no_scanning,
+        max_concurrent_per_namespace=args.max_concurrent_per_namespace,
+    )
     try:
         if args.metrics_port:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
@@ -114,6 +121,32 @@ def serve(args: argparse.Namespace) -> int:
     except _PortTakenError as error:
         return refused(str(error))
     return ExitCode.OK
+
+
+def _warn_about_egress(allowed: AllowedUrls, insecure_tls: bool) -> None:
+    """Say at start what policy authors may make the operator connect to, when it is more
+    than the cluster owner's listed URLs (``docs/security.md``)."""
+    if not allowed.entries:
+        log.info(
+            "no --allowed-prometheus-url: policies may not name their own Prometheus "
+            "(only --default-prometheus-url is read)"
+        )
+    if any(ALLOWS_ANY.fullmatch(entry) for entry in allowed.entries):
+        log.warning(
+            "--allowed-prometheus-url re:.* allows any URL: any policy author can make the "
+            "operator connect to any address it reaches (docs/security.md)"
+        )
+    elif allowed.patterns:
+        log.warning(
+            "--allowed-prometheus-url has regular expressions (%s): each admits every URL it "
+            "matches, so anchor hosts and ports and escape dots (docs/security.md)",
+            ", ".join(allowed.patterns),
+        )
+    if insecure_tls:
+        log.warning(
+            "--allow-insecure-tls: policies may have the operator send their credentials "
+            "over unverified TLS (spec.metrics.auth.insecureSkipVerify)"
+        )
 
 
 class _PortTakenError(Exception):
