@@ -328,3 +328,39 @@ def test_a_300_mb_answer_costs_the_reader_little_memory() -> None:
     assert isinstance(peak, int)
     assert peak - before < 4 * MAX_RESPONSE_BYTES  # the cap, its copy, and slack
     assert peak < 400 * MIB
+
+
+def test_large_answers_are_parsed_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each parse costs many times its bytes: two at once must not happen for large
+    bodies (small ones are not held up)."""
+    from cachescale.gather import prometheus
+
+    parsing, most = 0, 0
+    count = threading.Lock()
+    real_loads = json.loads
+
+    def slow_loads(body: bytes) -> object:
+        nonlocal parsing, most
+        with count:
+            parsing += 1
+            most = max(most, parsing)
+        time.sleep(0.05)
+        with count:
+            parsing -= 1
+        return real_loads(body)
+
+    monkeypatch.setattr(prometheus.json, "loads", slow_loads)
+    large = json.dumps({"data": {"result": [], "pad": " " * prometheus.LARGE_BODY_BYTES}})
+    small = json.dumps({"data": {"result": []}})
+    client = PrometheusClient(PrometheusConfig(url="http://127.0.0.1:9"))
+
+    def parse_all(body: str) -> int:
+        threads = [threading.Thread(target=client._result, args=(body.encode(),)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return most
+
+    assert parse_all(large) == 1
+    assert parse_all(small) > 1

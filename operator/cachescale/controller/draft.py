@@ -348,7 +348,8 @@ def render(
         + (
             "\n  # No prometheusUrl: the operator's default (chart value prometheus.url) is read."
             if args.operator_default_prometheus
-            else ""
+            else "\n  # The operator reads this prometheusUrl only if its admin lists it"
+            "\n  # (chart value allowedPrometheusUrls); --operator-default-prometheus writes none."
         ),
     }
     out = []

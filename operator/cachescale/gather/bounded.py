@@ -154,21 +154,9 @@ class _WatchedHTTPConnection(HTTPConnection):
             self.query.connected(self)
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    """``_WatchedHTTPConnection`` over TLS."""
-
-    query: Abandonable | None = None
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        self.query = _running()
-        if self.query is not None:
-            self.query.attach(self)
-        super().request(*args, **kwargs)
-
-    def connect(self) -> None:
-        super().connect()
-        if self.query is not None:
-            self.query.connected(self)
+class _WatchedHTTPSConnection(_WatchedHTTPConnection, HTTPSConnection):
+    """``_WatchedHTTPConnection`` over TLS (its methods come first in the MRO, then
+    ``HTTPSConnection``'s)."""
 
 
 def _detach(connection: object) -> None:

@@ -98,6 +98,10 @@ class Series(NamedTuple):
     value: float
 
 
+LARGE_BODY_BYTES = 1 << 20
+"""Bodies of at least this many bytes are parsed one at a time (``_LARGE_PARSE``)."""
+_LARGE_PARSE = threading.Lock()
+
 POOL_CONNECTIONS = 64
 """Kept-alive connections per client: the groups and evaluations that share it query at
 once (urllib3's default of 10 would churn)."""
@@ -365,9 +369,16 @@ class PrometheusClient:
             return None
 
     def _result(self, body: bytes) -> object:
-        """``data.result`` of an answer's body."""
+        """``data.result`` of an answer's body. A large body is parsed one at a time in
+        the process (``LARGE_BODY_BYTES``): parsing holds the GIL anyway, and a parse
+        costs many times its bytes, so several at once could pass the pod's memory limit
+        where each alone is within the byte cap."""
         try:
-            result: object = json.loads(body)["data"]["result"]
+            if len(body) < LARGE_BODY_BYTES:
+                result: object = json.loads(body)["data"]["result"]
+            else:
+                with _LARGE_PARSE:
+                    result = json.loads(body)["data"]["result"]
         except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError
             raise PrometheusBadResponse(self._url, "the body is not JSON") from error
         except (KeyError, TypeError) as error:
