@@ -39,13 +39,23 @@ def proc_status(operator: OperatorProcess, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{operator.process.pid}/status")
 
 
-def sockets(operator: OperatorProcess) -> int:
-    """The operator's open socket descriptors."""
-    fds = Path(f"/proc/{operator.process.pid}/fd")
-    count = 0
-    for fd in fds.iterdir():
+def sockets(operator: OperatorProcess, port: int) -> int:
+    """The operator's open TCP connections to ``port`` on loopback (its fds' socket
+    inodes matched in ``/proc/net/tcp``): the API server's connections come and go with
+    watches and Events, so only the hostile server's are counted."""
+    inodes = set()
+    for fd in Path(f"/proc/{operator.process.pid}/fd").iterdir():
         with suppress(OSError):  # closed meanwhile
-            count += fd.readlink().as_posix().startswith("socket:")
+            link = fd.readlink().as_posix()
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        rows = Path(f"/proc/{operator.process.pid}/net/{table}").read_text().splitlines()[1:]
+        for row in rows:
+            fields = row.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            count += remote_port == port and fields[9] in inodes
     return count
 
 
@@ -119,18 +129,20 @@ def test_an_endless_trickle_leaves_no_thread_or_connection_behind(
         start_policy(cluster, namespace, server.url)
         until(lambda: server.accepted >= 2 or None, "a second evaluation's query", 60)
         # From here on every pool the operator keeps has its threads: count what grows.
-        threads, socks = proc_status(operator, "Threads"), sockets(operator)
+        threads, socks = proc_status(operator, "Threads"), sockets(operator, server.port)
         first = server.accepted
         until(lambda: server.accepted >= first + 5 or None, "five more evaluations", 150)
-        grown = proc_status(operator, "Threads") - threads, sockets(operator) - socks
+        grown = proc_status(operator, "Threads") - threads, sockets(operator, server.port) - socks
         most_open = server.open_connections
         deleted = cluster.kubectl("delete", "csp", APP, "-n", namespace, "--wait=false")
         assert deleted.returncode == 0, deleted.stderr
         time.sleep(DEADLINE_S + 2)
-        after = proc_status(operator, "Threads") - threads, sockets(operator) - socks
+        after = proc_status(operator, "Threads") - threads, sockets(operator, server.port) - socks
+        still_connected = sockets(operator, server.port)
         left_open = server.settle(0, 1.0)
     print(f"threads/sockets grown over five evaluations {grown}, after delete {after}")
     assert most_open <= 1  # only the evaluation in flight, never one per evaluation
     assert left_open == 0
     assert max(grown) <= 1
     assert max(after) <= 0
+    assert still_connected == 0

@@ -156,6 +156,11 @@ class HostileServer:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
+    def port(self) -> int:
+        """The loopback port it listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    @property
     def open_connections(self) -> int:
         """Connections accepted and not yet closed."""
         with self._lock:
