@@ -75,6 +75,25 @@ def refusal(cluster: FakeCluster) -> tuple[str, str]:
     return metrics["reason"], metrics["message"]
 
 
+def secret_reads(cluster: FakeCluster) -> list[object]:
+    """The operator's GETs of any Secret."""
+    return [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+
+
+def refused_before_reading(
+    cluster: FakeCluster, prometheus: FakePrometheus, outcome_reason: str, reason: Problem
+) -> str:
+    """The policy was refused with ``reason`` before any fetch or Secret read, with one
+    Warning Event: its message."""
+    assert prometheus.queries == []
+    assert not secret_reads(cluster)
+    assert outcome_reason == reason
+    said, message = refusal(cluster)
+    assert said == reason
+    assert [(e["type"], e["reason"]) for e in events(cluster)] == [("Warning", reason)]
+    return message
+
+
 def test_an_unlabelled_secret_is_never_sent_and_the_status_says_how_to_opt_in(
     cluster: FakeCluster,
     engines: EngineFake,
@@ -129,15 +148,12 @@ def test_a_url_outside_the_allow_list_is_refused_before_any_fetch_or_secret_read
     put_secret(cluster, labelled=True)
     operator = allow_only(cluster, clock, "http://prometheus.monitoring:9090", "re:https://.*")
     (outcome,) = run(operator, cluster, clock)
-    assert prometheus.queries == []
-    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
-    assert outcome.reason == Problem.METRICS_URL_NOT_ALLOWED
-    reason, message = refusal(cluster)
-    assert reason == Problem.METRICS_URL_NOT_ALLOWED
+    message = refused_before_reading(
+        cluster, prometheus, outcome.reason, Problem.METRICS_URL_NOT_ALLOWED
+    )
     assert message.startswith(f"prometheusUrl {prometheus.url} is outside")
     assert "--allowed-prometheus-url" in message
     assert "allowedPrometheusUrls" in message
-    assert [(e["type"], e["reason"]) for e in events(cluster)] == [("Warning", reason)]
 
 
 def test_a_url_inside_the_allow_list_is_read(
@@ -322,7 +338,7 @@ def test_a_backslash_url_naming_the_allowed_host_is_refused_and_nothing_reaches_
     (outcome,) = run(operator, cluster, clock)
     assert prometheus.queries == []
     assert prometheus.headers == []
-    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+    assert not secret_reads(cluster)
     assert outcome.reason in (Problem.INVALID_SPEC, Problem.METRICS_URL_NOT_ALLOWED)
     assert conditions(cluster)["Ready"] == ("False", outcome.reason)
     spec = with_raw_url(policy(prometheus_url=prometheus.url)["spec"], hostile)
@@ -333,7 +349,7 @@ def test_a_backslash_url_naming_the_allowed_host_is_refused_and_nothing_reaches_
     assert message.startswith("prometheusUrl is refused because it contains a backslash")
     assert "prom.monitoring" not in message  # never the host it only pretends to be
     assert prometheus.queries == []
-    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
+    assert not secret_reads(cluster)
 
 
 def test_an_empty_allow_list_refuses_every_policy_url_and_says_how_to_change_it(
@@ -410,14 +426,11 @@ def test_insecure_tls_is_refused_before_any_secret_read_or_fetch(
     put_secret(cluster, labelled=True)
     assert not operator.allow_insecure_tls  # the default
     (outcome,) = run(operator, cluster, clock)
-    assert prometheus.queries == []
-    assert not [r for r in cluster.requests("get") if "/secrets/" in str(r.url.path)]
-    assert outcome.reason == Problem.INSECURE_TLS_NOT_ALLOWED
-    reason, message = refusal(cluster)
-    assert reason == Problem.INSECURE_TLS_NOT_ALLOWED
+    message = refused_before_reading(
+        cluster, prometheus, outcome.reason, Problem.INSECURE_TLS_NOT_ALLOWED
+    )
     assert "prometheus.allowInsecureSkipVerify" in message
     assert "--allow-insecure-tls" in message
-    assert [(e["type"], e["reason"]) for e in events(cluster)] == [("Warning", reason)]
 
 
 def test_insecure_tls_is_used_when_the_cluster_owner_allows_it(

@@ -34,6 +34,7 @@ from cachescale.controller.scheduler import (
     next_slot,
     phase_of,
 )
+from tests.controller.test_scheduler import Punctual
 
 WORKERS = 16
 LIMIT = 4
@@ -251,22 +252,6 @@ def test_the_flag_refuses_a_limit_that_is_not_a_positive_whole_number(value: str
         build_parser().parse_args(["run", "--max-concurrent-per-namespace", value])
     assert exit_.value.code == 2
     assert build_parser().parse_args(["run"]).max_concurrent_per_namespace == DEFAULT_PER_NAMESPACE
-
-
-@dataclass
-class Punctual:
-    late: list[float] = field(default_factory=list)
-    missed: int = 0
-    waiting: list[dict[str, int]] = field(default_factory=list)
-
-    def started_late(self, seconds: float) -> None:
-        self.late.append(seconds)
-
-    def missed_intervals(self, count: int) -> None:
-        self.missed += count
-
-    def jobs_waiting(self, by_limit: Mapping[str, int]) -> None:
-        self.waiting.append(dict(by_limit))
 
 
 def test_the_scheduler_never_submits_more_jobs_than_workers_nor_past_the_limit() -> None:
