@@ -27,17 +27,10 @@ from kmock._internal.rendering import Response
 
 from cachescale.api.reasons import ConditionReason, Diagnosis
 from cachescale.api.spec import PromptSourceKind
-from cachescale.controller.changes import (
-    Change,
-    Place,
-    Scan,
-    argument_changes,
-    describe,
-    template_diff,
-    value_hash,
-)
+from cachescale.controller.changes import Change, Place, Scan, describe
 from cachescale.controller.evaluation import Operator
 from cachescale.controller.kube import METADATA_ONLY
+from cachescale.controller.template_diff import argument_changes, template_diff, value_hash
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.test_controller_evaluation import POLICIES, SETTLE, run, stack
