@@ -55,6 +55,7 @@ from typing import Any
 
 from bench.provenance import provenance
 from cachescale.api.spec import CollapseAction
+from cachescale.commands.simulate import seed_flag
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.present import COLLAPSED_HIT_SHARE, change_s
 from cachescale.sim.scenario import (
@@ -64,7 +65,6 @@ from cachescale.sim.scenario import (
     load_builtin,
     load_file,
 )
-from cachescale.sim.simulate import seed_flag
 from tests.sim.closed_loop import LoopRun, LoopSummary, p95_limit, run_all
 
 AUTOSCALERS = ("hpa", "cachescale")

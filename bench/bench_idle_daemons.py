@@ -1,6 +1,6 @@
 """What N idle kopf daemons cost, against the scheduler's bookkeeping for N policies.
 
-Why: the operator keeps one kopf daemon per policy (``controller/handlers.py``) that only
+Why: the operator keeps one kopf daemon per policy (``controller/runtime/handlers.py``) that only
 registers the policy with the scheduler and waits, so that kopf's peering pause, deletion
 and relabelling still stop it. This measures that choice (docs/decisions.md,
 "Scheduling evaluations"):
@@ -65,7 +65,7 @@ def operate(daemons: bool) -> None:
     import kopf
 
     from cachescale.api.policy import GROUP, PLURAL, VERSION
-    from cachescale.controller.handlers import configure, kubeconfig_login
+    from cachescale.controller.runtime.handlers import configure, kubeconfig_login
 
     started = [0]
     registry = kopf.OperatorRegistry()  # not the operator's handlers, imported with configure
@@ -145,7 +145,7 @@ def _constant(value: Hashable) -> Callable[[], Hashable]:
 
 def measure_schedule(count: int) -> dict[str, float]:
     """The scheduler's bookkeeping for ``count`` policies in 20 groups."""
-    from cachescale.controller.scheduler import Schedule
+    from cachescale.controller.reconcile.scheduler import Schedule
 
     tracemalloc.start()
     schedule: Schedule[str] = Schedule()

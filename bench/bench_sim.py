@@ -59,7 +59,7 @@ from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import DEFAULT_SCENARIO, FLEET_EVENTS, load_builtin
-from cachescale.sim.workload import Workload
+from cachescale.sim.traffic import Workload
 
 STREAM_MINUTES = 30
 REPLICAS = 16
@@ -161,7 +161,7 @@ def engine_lookups() -> dict[str, float]:
 
 def end_to_end() -> dict[str, float]:
     """The default scenario through ``simulate``, as ``cachescale simulate --json``."""
-    from cachescale.sim.simulate import SimulationRequest, simulate
+    from cachescale.commands.simulate import SimulationRequest, simulate
 
     request = SimulationRequest.from_cli(None, None, "hpa", None, None)
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Change correlation's reads on a real API server (``controller/changes.py``).
+"""Change correlation's reads on a real API server (``controller/target/changes.py``).
 
 The kmock tests (tests/controller/test_controller_changes.py) drive a whole collapse; what
 they cannot show is how a real API server answers: ReplicaSets numbered by the real
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from cachescale.api.spec import PromptSourceKind
-from cachescale.controller.changes import Place, describe, scan
-from cachescale.controller.kube import METADATA_ONLY, KubeApi, load_config
+from cachescale.controller.kube.client import METADATA_ONLY, KubeApi, load_config
+from cachescale.controller.target.changes import Place, describe, scan
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, until

@@ -17,7 +17,7 @@ import yaml
 
 from cachescale.api.status import CacheScalingPolicyStatus
 from cachescale.api.validation import validate_yaml
-from cachescale.controller.status import render
+from cachescale.controller.reconcile.status import render
 from cachescale.decide import decide
 from e2e.harness.cluster import REPO, Cluster
 from e2e.harness.release import Release

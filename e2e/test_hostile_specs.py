@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.validation import check_text
-from cachescale.controller.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
+from cachescale.controller.target.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
 from e2e.harness.api import ApiError
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release

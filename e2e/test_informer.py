@@ -1,4 +1,4 @@
-"""The target informers (``controller/informer.py``) on a real API server.
+"""The target informers (``controller/kube/informer.py``) on a real API server.
 
 Informers for one namespace and cluster-wide list a real Deployment (its pods made by the
 real controllers and the node stand-in) and its HPA, then follow an HPA edit, a pod
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from cachescale.controller import informer as inf
-from cachescale.controller.kube import KubeApi, load_config
+from cachescale.controller.kube import informer as inf
+from cachescale.controller.kube.client import KubeApi, load_config
 from e2e.harness.cluster import Cluster
 from e2e.kube_helpers import PAUSE, apply, until
 from e2e.serving import APP, create_stack

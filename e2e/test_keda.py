@@ -26,8 +26,9 @@ import pytest
 
 from cachescale.api.policy import MANAGED_BY, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import ConditionReason, Diagnosis, Hold
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.kube import KubeApi, load_config
+from cachescale.controller.kube.client import KubeApi, load_config
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, events_for, get, until

@@ -1,7 +1,7 @@
-"""Watches, not reads, on a real API server (``controller/indexes.py``).
+"""Watches, not reads, on a real API server (``controller/kube/indexes.py``).
 
 The operator runs as the chart's ServiceAccount (its RBAC must let its informers list and
-watch Deployments, HPAs and pods: ``controller/informer.py``), scoped to one namespace,
+watch Deployments, HPAs and pods: ``controller/kube/informer.py``), scoped to one namespace,
 on a real Deployment with Ready pods and its HPA. The policy is in Advise mode and its
 Prometheus does not answer, so every evaluation reads the target, freezes and writes its
 status, whose ``lastDecision.maxReplicas`` is the HPA's ``maxReplicas`` as the evaluation
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from cachescale.api.spec import TargetSpec
-from cachescale.controller import indexes as ix
-from cachescale.controller.kube import KubeApi, load_config
-from cachescale.controller.workload import _selector, read_target
+from cachescale.controller.kube import indexes as ix
+from cachescale.controller.kube.client import KubeApi, load_config
+from cachescale.controller.target.workload import _selector, read_target
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import PAUSE, apply, get, until

@@ -2,7 +2,7 @@
 
 A hostile tenant's policy in tenant-a names, as a prompt source, a Deployment in tenant-b
 whose args carry a database password. The operator's look (``scan`` and ``describe``
-from ``controller/changes.py``) runs as the chart's ServiceAccount, whose cluster-wide
+from ``controller/target/changes.py``) runs as the chart's ServiceAccount, whose cluster-wide
 role could list ReplicaSets in tenant-b: what stops the read is the operator's own wall
 (``--prompt-source-namespace``, none opened by default). Every list the look makes is
 recorded: none names tenant-b, the words say tenant-b was not read and which chart value
@@ -22,8 +22,8 @@ from typing import Any, cast
 import pytest
 
 from cachescale.api.spec import PromptSourceKind
-from cachescale.controller.changes import Change, Place, describe, scan
-from cachescale.controller.kube import KubeApi, load_config
+from cachescale.controller.kube.client import KubeApi, load_config
+from cachescale.controller.target.changes import Change, Place, describe, scan
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, until

@@ -15,7 +15,7 @@ runs as the chart's ServiceAccount with the chart's flags:
   finalizer and a status, and is gone within ``GONE_WITHIN_S`` of its deletion;
 - a small policy whose author filled its annotations (150 KB: the API server allows
   256 KiB), so that kopf's diff base, which holds them, cannot be written beside them: it
-  too is gone within ``GONE_WITHIN_S`` (before ``controller/kopf_storage.py`` its
+  too is gone within ``GONE_WITHIN_S`` (before ``controller/runtime/kopf_storage.py`` its
   finalizer stayed, as with the 960 KB policy).
 """
 
@@ -92,7 +92,7 @@ def test_oversized_policies_are_refused_naming_the_field(
 def kopf_stock_patch(cluster: Cluster, namespace: str, name: str, workdir: Path) -> str:
     """What the API server says to the PATCH kopf's own annotation storage would send once
     the delete handler is done (its diff base, the finalizer removed): the "before" of
-    ``controller/kopf_storage.py``."""
+    ``controller/runtime/kopf_storage.py``."""
     found = get(cluster, "csp", name, "-n", namespace)
     body = kopf.Body(cast(kopf.RawBody, found))
     stock = kopf.AnnotationsDiffBaseStorage(

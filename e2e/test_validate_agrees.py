@@ -200,7 +200,7 @@ def test_validate_rejects_whatever_the_api_server_rejects(
     for case in cases:
         (tmp_path / f"{case.name}.yaml").write_text(case.text, encoding="utf-8")
     command = subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", "validate", str(tmp_path)],
+        [sys.executable, "-m", "cachescale.commands.main", "validate", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,9 +18,9 @@ OPERATOR_EXTRA = ("kopf", "kubernetes", "aiohttp", "requests", "urllib3")
 
 
 def heavy_modules_imported(calls: list[list[str]], watched: tuple[str, ...]) -> list[str]:
-    """The ``watched`` modules in ``sys.modules`` after ``cachescale.cli.main(call)`` for
+    """The ``watched`` modules in ``sys.modules`` after ``cachescale.commands.main.main(call)`` for
     every call, in order (each call must succeed)."""
-    probe = "import json, sys; from cachescale.cli import main; " + "".join(
+    probe = "import json, sys; from cachescale.commands.main import main; " + "".join(
         f"main({call!r}); " for call in calls
     )
     probe += f"print(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))"

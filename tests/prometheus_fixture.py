@@ -33,10 +33,10 @@ import pytest
 import yaml
 from prometheus_client import disable_created_metrics
 
+from cachescale.commands.simulate import build_autoscaler
 from cachescale.emulator.runtime import Emulator, EmulatorSettings, EngineKind
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
-from cachescale.sim.simulate import build_autoscaler
 from tests.polling import wait_for
 
 PROMETHEUS = Path("/usr/bin/prometheus")

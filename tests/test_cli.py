@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cachescale.api.crd import render_crd_yaml
-from cachescale.api.exit_codes import ExitCode
-from cachescale.cli import main
+from cachescale.commands.main import main
+from cachescale.exit_codes import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 INVALID = sorted((REPO / "examples" / "invalid").glob("*.yaml"))
@@ -100,7 +100,7 @@ def test_usage_errors_exit_2(argv: list[str]) -> None:
 
 def test_installed_entry_point_runs() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", "--help"],
+        [sys.executable, "-m", "cachescale.commands.main", "--help"],
         capture_output=True,
         text=True,
         check=False,

@@ -2,7 +2,7 @@
 
 Each case runs the real ``cachescale`` in a subprocess (what a user's shell sees, the
 interpreter's last words included) and checks three things: the exit code is the one
-``api/exit_codes.py`` and README.md's "Exit codes" table give for that kind of mistake (2:
+``exit_codes.py`` and README.md's "Exit codes" table give for that kind of mistake (2:
 the command line itself is wrong; 1: what it points at is; 3: Prometheus cannot be
 reached), stderr is exactly one line naming the flag or the file, and no "Traceback"
 appears anywhere. No case reaches a cluster or a listening Prometheus, and none gets past
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cachescale.api.exit_codes import ExitCode
+from cachescale.exit_codes import ExitCode
 from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -518,7 +518,7 @@ def test_bad_input_is_one_line_and_a_documented_code(
 ) -> None:
     args = [arg.replace("{tmp}", str(prepared)) for arg in argv]
     finished = subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", *args],
+        [sys.executable, "-m", "cachescale.commands.main", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -549,7 +549,7 @@ def cpu_seconds(pid: int) -> float:
 
 def test_ctrl_c_in_a_simulation_is_exit_130_without_a_traceback() -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "cachescale.cli", "simulate", "--scenario", "rag-rechunk"],
+        [sys.executable, "-m", "cachescale.commands.main", "simulate", "--scenario", "rag-rechunk"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cachescale.api.exit_codes import ExitCode
+from cachescale.exit_codes import ExitCode
 from tests.gather.gather_fakes import FakePrometheus, fake_prometheus
 from tests.prometheus_fixture import fixed_fleet_scenario
 
@@ -31,7 +31,7 @@ def into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
     os.close(read_end)
     try:
         return subprocess.run(
-            [sys.executable, "-m", "cachescale.cli", *argv],
+            [sys.executable, "-m", "cachescale.commands.main", *argv],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -89,7 +89,8 @@ def _emulate_then_leave(tmp_path: Path, lines_read: int, *flags: str) -> list[st
     scenario.write_text(yaml.safe_dump(fixed_fleet_scenario(replicas=1, duration_s=20)))
     file_sd = tmp_path / "targets.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cachescale.cli", "emulate", "--scenario-file", str(scenario),
+        [sys.executable, "-m", "cachescale.commands.main", "emulate",
+         "--scenario-file", str(scenario),
          "--write-file-sd", str(file_sd), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.api.exit_codes import ExitCode
-from cachescale.cli import main
-from cachescale.sim.simulate import SimulationRequest
+from cachescale.commands.main import main
+from cachescale.commands.simulate import SimulationRequest
+from cachescale.exit_codes import ExitCode
 
 
 def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +107,7 @@ def test_a_bad_flag_value_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     # A flag value is wrong on the command line itself: exit 2, as argparse's own errors
-    # (api/exit_codes.py draws the line between 2 and 1).
+    # (exit_codes.py draws the line between 2 and 1).
     with pytest.raises(SystemExit) as raised:
         main(["simulate", *argv])
     assert raised.value.code == ExitCode.USAGE

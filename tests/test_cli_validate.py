@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.api.exit_codes import ExitCode
-from cachescale.cli import main
+from cachescale.commands.main import main
+from cachescale.exit_codes import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = (REPO / "examples" / "policy-vllm.yaml").read_text(encoding="utf-8")

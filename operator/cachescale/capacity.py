@@ -43,7 +43,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
 
 
 def free_kv_bytes(gpu_memory_bytes: int, gpu_memory_utilization: float, weight_bytes: int) -> int:
-    """Memory left for the KV cache: ``gpu_mem × gpu_memory_utilization − weights``.
+    """LearnedState left for the KV cache: ``gpu_mem × gpu_memory_utilization − weights``.
 
     Per GPU group: with tensor parallelism pass the total memory and total weights of
     the replica. Activations and CUDA-graph memory, which vLLM also subtracts after its

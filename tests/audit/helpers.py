@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """``cachescale audit ARGS`` in a subprocess, from ``cwd`` (the repository root)."""
     return subprocess.run(
-        [sys.executable, "-m", "cachescale.cli", "audit", *args],
+        [sys.executable, "-m", "cachescale.commands.main", "audit", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import CorpusError, parse_corpus
 from cachescale.audit.replay import replay
+from cachescale.exit_codes import ExitCode
 from tests.audit.helpers import cli
 
 GOOD = '{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1, 2, 3]}'

@@ -12,8 +12,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.chat import ChatTemplateError, load_chat_template
+from cachescale.exit_codes import ExitCode
 from tests.audit.helpers import cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chat_template.jinja"

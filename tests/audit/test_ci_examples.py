@@ -70,7 +70,7 @@ def test_the_shell_gate_fails_a_regressed_change_and_writes_the_comment(tmp_path
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "cachescale").write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" -m cachescale.cli "$@"\n', encoding="utf-8"
+        f'#!/bin/sh\nexec "{sys.executable}" -m cachescale.commands.main "$@"\n', encoding="utf-8"
     )
     (bin_dir / "cachescale").chmod(0o755)
     env = os.environ | {

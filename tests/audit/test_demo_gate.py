@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from cachescale.audit.command import DEMO_CASES
 from cachescale.audit.compare import Thresholds, compare, render_json, render_markdown
 from cachescale.audit.corpus import parse_corpus
 from cachescale.audit.demo import VARIANTS, build_case
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
+from cachescale.commands.audit import DEMO_CASES
 
 EXPECTED_CAUSE = {
     "rechunk-retrieval-first": "not-append-only",

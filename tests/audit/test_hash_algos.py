@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from cachescale.api.exit_codes import ExitCode
-from cachescale.audit import command
 from cachescale.audit.demo import build_case
 from cachescale.audit.hashing import HASH_ALGOS, HASH_SEED, chain_hasher
 from cachescale.audit.replay import replay
+from cachescale.commands import audit as command
+from cachescale.exit_codes import ExitCode
 from cachescale.sim.hashing import hash_blocks
 from tests.audit.helpers import cli, corpus, results_by_setting
 

@@ -31,7 +31,7 @@ from cachescale.audit.live import (
     parse_samples,
     read_counters,
 )
-from cachescale.cli import main
+from cachescale.commands.main import main
 from cachescale.gather.promql import detection_query
 from cachescale.gather.selector import QueryScope, Selector
 from tests.polling import wait_for

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import parse_corpus
 from cachescale.audit.demo import build_case
 from cachescale.audit.radix import RadixTree
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
+from cachescale.exit_codes import ExitCode
 from tests.audit.helpers import cli, corpus, results_by_setting, two_conversations
 
 A32 = list(range(1, 33))

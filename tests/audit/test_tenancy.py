@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
+from cachescale.exit_codes import ExitCode
 from tests.audit.helpers import cli, corpus
 
 SYSTEM = list(range(1000, 1040))  # 2 full blocks of 16, and 8 tokens more

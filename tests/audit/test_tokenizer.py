@@ -11,8 +11,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.tokenizer import TokenizerError, load_tokenizer
+from cachescale.exit_codes import ExitCode
 from tests.audit.helpers import cli
 
 REPO = Path(__file__).resolve().parents[2]

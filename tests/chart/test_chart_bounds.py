@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cachescale.cli import build_parser
+from cachescale.commands.main import build_parser
 from cachescale.gather.prometheus import MAX_RESPONSE_BYTES
 from tests.chart.chart_helpers import one, render, render_error
 

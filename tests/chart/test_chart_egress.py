@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cachescale.cli import build_parser
+from cachescale.commands.main import build_parser
 from tests.chart.chart_helpers import CHART, by_kind, helm, one, render, render_error
 
 ALLOWED = ["http://prometheus-operated.monitoring:9090", r"re:https://thanos-[a-z]+\.obs:10902"]

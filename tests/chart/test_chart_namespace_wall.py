@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachescale.cli import build_parser
+from cachescale.commands.main import build_parser
 from tests.chart.chart_helpers import one, render, render_error
 
 

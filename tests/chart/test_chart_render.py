@@ -10,7 +10,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from cachescale.controller.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
+from cachescale.controller.target.claims import DEPLOYMENT_ENV, NAMESPACE_ENV
 from tests.chart.chart_helpers import (
     CHART,
     CHART_CRD_COPY,
@@ -234,7 +234,7 @@ def test_replicas_elect_a_leader_through_kopf_peering() -> None:
 
 
 def test_the_operator_is_told_which_deployment_is_its_own() -> None:
-    """No policy may target the operator (cachescale/controller/claims.py): it learns its
+    """No policy may target the operator (cachescale/controller/target/claims.py): it learns its
     namespace from the downward API and its Deployment's name from the chart."""
     env = {e["name"]: e for e in container()["env"]}
     assert env[NAMESPACE_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}

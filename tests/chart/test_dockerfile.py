@@ -143,7 +143,13 @@ def test_chart_image_is_this_image_at_the_app_version() -> None:
 def test_chart_flags_are_the_operator_flags() -> None:
     """Once ``cachescale run`` exists, every flag the chart passes must be one it accepts."""
     result = subprocess.run(
-        [sys.executable, "-c", "from cachescale.cli import main; main()", "run", "--help"],
+        [
+            sys.executable,
+            "-c",
+            "from cachescale.commands.main import main; main()",
+            "run",
+            "--help",
+        ],
         capture_output=True,
         text=True,
         check=False,

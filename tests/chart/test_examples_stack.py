@@ -80,7 +80,13 @@ def test_kubernetes_objects_are_valid(kind: str) -> None:
 def test_policy_is_valid_for_cachescale_and_the_crd() -> None:
     path = STACK / "50-cachescalingpolicy.yaml"
     result = subprocess.run(
-        [sys.executable, "-c", "from cachescale.cli import main; main()", "validate", str(path)],
+        [
+            sys.executable,
+            "-c",
+            "from cachescale.commands.main import main; main()",
+            "validate",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from cachescale.cli import main
-from cachescale.controller.keda import notes, scaled_object_view
+from cachescale.commands.main import main
+from cachescale.controller.target.keda import notes, scaled_object_view
 from tests.chart.chart_helpers import REPO, STACK, one, validation_errors
 
 STACK_KEDA = REPO / "examples" / "stack-keda"

@@ -22,7 +22,7 @@ from typing import Any
 import kmock
 from kubernetes import client
 
-from cachescale.controller.kube import KubeApi
+from cachescale.controller.kube.client import KubeApi
 
 DEPLOYMENTS = "apps/v1/deployments"
 HPAS = "autoscaling/v2/horizontalpodautoscalers"

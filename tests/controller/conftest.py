@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cachescale.controller.evaluation import Operator
+from cachescale.controller.reconcile.context import Operator
 from tests.controller.cluster import Clock, FakeCluster, fake_cluster
 from tests.controller.engine_fake import EngineFake
 from tests.gather.gather_fakes import FakePrometheus, fake_prometheus

@@ -90,7 +90,7 @@ def prepare_for_kopf(cluster: FakeCluster) -> None:
       discovery: kopf's namespace and resource observers wait for both;
     - the Namespace object the operator is scoped to;
     - the verbs of the Deployments, HPAs and pods, which kopf lists and watches into the
-      operator's target indexes (``controller/indexes.py``), as a real API server lists them.
+      operator's target indexes (``controller/kube/indexes.py``), as a real API server lists them.
     """
     resources = cluster.emulator.resources
     policies = resources[POLICIES]
@@ -152,7 +152,11 @@ def cachescale_command() -> list[str]:
     found = shutil.which("cachescale")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from cachescale.cli import main; sys.exit(main())"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from cachescale.commands.main import main; sys.exit(main())",
+    ]
 
 
 class OperatorProcess:

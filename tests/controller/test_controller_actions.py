@@ -12,13 +12,13 @@ import pytest
 from cachescale.api.policy import MANAGED_BY, MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import Engine, TargetSpec
-from cachescale.controller.actions import (
+from cachescale.controller.target.actions import (
     apply_envelope,
     apply_max_num_seqs,
     restore_envelope,
 )
-from cachescale.controller.engine_flags import FlagError, find_flag
-from cachescale.controller.workload import TargetError
+from cachescale.controller.target.engine_flags import FlagError, find_flag
+from cachescale.controller.target.workload import TargetError
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, FakeCluster, deployment, hpa
 

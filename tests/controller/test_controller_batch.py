@@ -20,14 +20,9 @@ import pytest
 
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.controller.claims import Refusal
-from cachescale.controller.evaluation import (
-    Operator,
-    Outcome,
-    PolicyObject,
-    evaluate,
-    evaluate_many,
-)
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import Outcome, evaluate, evaluate_many
+from cachescale.controller.target.claims import Refusal
 from cachescale.decide import Decision, decide
 from cachescale.gather.deadline import Deadline
 from cachescale.gather.egress import AllowedUrls

@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import pytest
 
-from cachescale.cli import build_parser
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.kube import KubeApi
+from cachescale.commands.main import build_parser
+from cachescale.controller.kube.client import KubeApi
+from cachescale.controller.reconcile.context import Operator
 from cachescale.gather.prometheus import MAX_RESPONSE_BYTES, PrometheusClient, PrometheusConfig
 
 FLAG = "--prometheus-max-response-bytes"

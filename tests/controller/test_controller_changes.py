@@ -1,5 +1,5 @@
 """Change correlation on the fake API: what changed in the hour before a collapse is named
-in the alert, its Event and ``status.suspectedChange`` (``controller/changes.py``).
+in the alert, its Event and ``status.suspectedChange`` (``controller/target/changes.py``).
 
 Each test settles a healthy policy, puts the changed objects in the fake cluster with
 timestamps relative to the drop, then drops the hit rate: the first evaluation suspects
@@ -27,10 +27,10 @@ from kmock._internal.rendering import Response
 
 from cachescale.api.reasons import ConditionReason, Diagnosis
 from cachescale.api.spec import PromptSourceKind
-from cachescale.controller.changes import Change, Place, Scan, describe
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.kube import METADATA_ONLY
-from cachescale.controller.template_diff import argument_changes, template_diff, value_hash
+from cachescale.controller.kube.client import METADATA_ONLY
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.target.changes import Change, Place, Scan, describe
+from cachescale.controller.target.template_diff import argument_changes, template_diff, value_hash
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.test_controller_evaluation import POLICIES, SETTLE, run, stack

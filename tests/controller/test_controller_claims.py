@@ -1,4 +1,4 @@
-"""One policy per HPA, never the operator itself (cachescale/controller/claims.py).
+"""One policy per HPA, never the operator itself (cachescale/controller/target/claims.py).
 
 The rule on its own (any order of the same policies gives the same holder), then what a
 refused policy does against the fake API server: it reports, posts one Warning Event and
@@ -17,7 +17,10 @@ import pytest
 
 from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
-from cachescale.controller.claims import (
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
+from cachescale.controller.runtime.handlers import Runtime, restore_on_delete
+from cachescale.controller.target.claims import (
     DEPLOYMENT_ENV,
     NAMESPACE_ENV,
     Claimant,
@@ -27,8 +30,6 @@ from cachescale.controller.claims import (
     index_entry,
     refusal,
 )
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.handlers import Runtime, restore_on_delete
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
 from tests.controller.test_controller_evaluation import (

@@ -26,9 +26,9 @@ import pytest
 from cachescale.api.policy import PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.cli import build_parser
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.prometheus_access import (
+from cachescale.commands.main import build_parser
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.reconcile.prometheus_access import (
     EgressRefused,
     prometheus_config,
     prometheus_source,
@@ -533,7 +533,7 @@ def test_the_insecure_tls_flag_is_off_unless_given() -> None:
 def test_the_operator_warns_at_start_when_policies_may_reach_more_than_listed(
     entries: list[str], insecure: bool, warned: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from cachescale.controller.serve import _warn_about_egress
+    from cachescale.controller.runtime.serve import _warn_about_egress
 
     with caplog.at_level(logging.INFO, "cachescale.operator"):
         _warn_about_egress(AllowedUrls.parse(entries), insecure)

@@ -17,7 +17,8 @@ import pytest
 
 from cachescale.api.policy import ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
-from cachescale.controller.evaluation import Operator, Outcome, PolicyObject, evaluate
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import Outcome, evaluate
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.snapshot import FetchFailure
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy

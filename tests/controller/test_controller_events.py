@@ -1,4 +1,4 @@
-"""Events without flooding (``controller/events.py``): an identical event is not repeated
+"""Events without flooding (``controller/reconcile/events.py``): an identical event is not repeated
 within the repeat window, and the memory of recent events is pruned, but not on every
 event (that cost time in the number remembered: quadratic over a first round of 10,000
 policies)."""
@@ -8,8 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from cachescale.controller.events import PRUNE_EVERY_S, REPEAT_AFTER_S, EventRecorder, PolicyRef
-from cachescale.controller.kube import KubeApi
+from cachescale.controller.kube.client import KubeApi
+from cachescale.controller.reconcile.events import (
+    PRUNE_EVERY_S,
+    REPEAT_AFTER_S,
+    EventRecorder,
+    PolicyRef,
+)
 
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""The watch-fed indexes (``controller/indexes.py``): what each projection keeps, label
+"""The watch-fed indexes (``controller/kube/indexes.py``): what each projection keeps, label
 selectors matched in memory as the API server matches them, and reads served from the
 indexes equal to the same reads sent to the API server (kmock), for every field
 ``read_target`` and a whole evaluation use, with no read sent; a kind with no index (not
@@ -23,11 +23,12 @@ import pytest
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.api.spec import TargetSpec
-from cachescale.controller import indexes as ix
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.kube import KubeApi, NotFoundError
-from cachescale.controller.metrics import OperatorMetrics
-from cachescale.controller.workload import Target, TargetError, _selector, read_target
+from cachescale.controller.kube import indexes as ix
+from cachescale.controller.kube.client import KubeApi, NotFoundError
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
+from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.target.workload import Target, TargetError, _selector, read_target
 from tests.controller.cluster import (
     DEPLOYMENTS,
     HPAS,

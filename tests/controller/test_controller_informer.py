@@ -1,4 +1,4 @@
-"""The informers (``controller/informer.py``): a store's changes and reads, an informer's
+"""The informers (``controller/kube/informer.py``): a store's changes and reads, an informer's
 list and watch against a scripted API (pages, events, 410 Gone as an answer and as an
 event, other failures, a list that fails and the fallback to the API server meanwhile),
 its thread stopped by closing its watch, and the kopf startup handler against kmock:
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from cachescale.controller import indexes as ix
-from cachescale.controller import informer as inf
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.kube import MERGE_PATCH, GoneError, KubeError, NotFoundError
+from cachescale.controller.kube import indexes as ix
+from cachescale.controller.kube import informer as inf
+from cachescale.controller.kube.client import MERGE_PATCH, GoneError, KubeError, NotFoundError
+from cachescale.controller.reconcile.context import Operator
 from tests.controller.cluster import (
     DEPLOYMENTS,
     HPAS,

@@ -13,16 +13,17 @@ import pytest
 from cachescale.api.policy import MANAGED_BY, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import ConditionReason, Diagnosis, Hold, Problem
 from cachescale.api.spec import TargetSpec
-from cachescale.controller.actions import apply_envelope, restore_envelope, scaled_object_ops
-from cachescale.controller.claims import claim_key, index_entry, refusal
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.keda import (
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
+from cachescale.controller.target.actions import apply_envelope, restore_envelope, scaled_object_ops
+from cachescale.controller.target.claims import claim_key, index_entry, refusal
+from cachescale.controller.target.keda import (
     ScaledObjectError,
     notes,
     read_scaled_object,
     scaled_object_view,
 )
-from cachescale.controller.workload import TargetError
+from cachescale.controller.target.workload import TargetError
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.controller.engine_fake import EngineFake, EngineNumbers

@@ -17,8 +17,14 @@ import kmock
 import pytest
 from kubernetes import client
 
-from cachescale.controller import kube
-from cachescale.controller.kube import UNREACHABLE, GoneError, KubeApi, KubeError, load_config
+from cachescale.controller.kube import client as kube
+from cachescale.controller.kube.client import (
+    UNREACHABLE,
+    GoneError,
+    KubeApi,
+    KubeError,
+    load_config,
+)
 from tests.controller.cluster import NAMESPACE, PODS, Clock, FakeCluster, pods
 from tests.gather.gather_fakes import closed_port_url
 from tests.polling import wait_for
@@ -62,7 +68,7 @@ def test_the_client_keeps_a_connection_per_sending_thread(tmp_path: Path) -> Non
 
 def test_a_refused_watch_is_a_typed_error(cluster: FakeCluster) -> None:
     """A watch answered 410 (its resourceVersion too old) is :class:`GoneError`: the
-    informer lists again (``controller/informer.py``)."""
+    informer lists again (``controller/kube/informer.py``)."""
     cluster.react(cluster.emulator["watch", kmock.resource(PODS)][:1], 410)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     with pytest.raises(GoneError):

@@ -8,9 +8,9 @@ import tracemalloc
 
 from prometheus_client import generate_latest
 
-from cachescale.controller.metrics import OperatorMetrics
+from cachescale.controller.reconcile.metrics import OperatorMetrics
 from cachescale.decide import decide
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 from tests.decide.decide_builders import learned, signals, snapshot, spec
 
 HIT_RATE = "cachescale_token_hit_rate{"
@@ -53,7 +53,7 @@ def test_no_baseline_is_absent_not_zero() -> None:
     # A policy that has not learned what healthy looks like exports no baseline series.
     metrics = OperatorMetrics()
     state = snapshot(signals())
-    decision = decide(spec(), state, Memory(), state.signals.observed_at)
+    decision = decide(spec(), state, LearnedState(), state.signals.observed_at)
     assert decision.memory.baseline.token_hit_rate is None
     metrics.observe("llm", "vllm", spec(), state, decision)
     text = exposition(metrics)

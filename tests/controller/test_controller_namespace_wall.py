@@ -16,7 +16,7 @@ import promql_parser as pp
 import pytest
 
 from cachescale.api.reasons import Problem
-from cachescale.controller.evaluation import Operator
+from cachescale.controller.reconcile.context import Operator
 from tests.controller.cluster import NAMESPACE, POLICIES, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake
 from tests.controller.test_controller_evaluation import conditions, events, run, stack

@@ -2,7 +2,8 @@
 ``rbac.enforceNamespaces``, and none by default): a policy in Enforce mode says, in one
 line of its ``ApiConflict`` Warning Event, what it could not patch, which chart value
 grants it and what to do meanwhile, and never the API server's own message (which names
-the operator's ServiceAccount and verbs) (``controller/actions.py``, ``PatchForbiddenError``)."""
+the operator's ServiceAccount and verbs)
+(``controller/target/actions.py``, ``PatchForbiddenError``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from kmock._internal.rendering import Response
 
 from cachescale.api.reasons import Problem
 from cachescale.api.spec import TargetSpec
-from cachescale.controller.actions import (
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.target.actions import (
     PatchForbiddenError,
     apply_envelope,
     apply_max_num_seqs,
     restore_envelope,
 )
-from cachescale.controller.evaluation import Operator
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa
 from tests.controller.engine_fake import EngineFake

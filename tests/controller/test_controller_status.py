@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cachescale.api.status import CacheScalingPolicyStatus
-from cachescale.controller.status import render
+from cachescale.controller.reconcile.status import render
 from cachescale.decide import decide
 from cachescale.snapshot import Measured, Unit
 from tests.decide.decide_builders import T0, learned, signals, snapshot, spec

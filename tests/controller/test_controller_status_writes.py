@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from cachescale.api.reasons import Diagnosis
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.kube import KubeError
-from cachescale.controller.status_writes import (
+from cachescale.controller.kube.client import KubeError
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
+from cachescale.controller.reconcile.status_writes import (
     STATUS_REFRESH_SECONDS,
     StatusWrites,
     normalised,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.controller.draft import proposed_budget, proposed_slo, selector_candidates
-from cachescale.controller.draft_target import DraftError, EngineContainer, engine_container
+from cachescale.commands.init import proposed_budget, proposed_slo, selector_candidates
+from cachescale.controller.target.draft_target import DraftError, EngineContainer, engine_container
 
 
 def deployment(*containers: dict[str, Any]) -> dict[str, Any]:

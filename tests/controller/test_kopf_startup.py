@@ -1,5 +1,5 @@
 """kopf's ``ToggleSet.make_toggle`` and ``drop_toggle`` with the redundant wake-ups
-removed (``controller/kopf_startup.py``): the same behaviour, without waking every waiter
+removed (``controller/runtime/kopf_startup.py``): the same behaviour, without waking every waiter
 each time an object's toggle is added or dropped while the set's state stays the same.
 And kopf's session with bounded connections: a burst of requests shares them, with the
 credentials kopf would send."""
@@ -12,7 +12,7 @@ import kopf
 from aiohttp import web
 from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
 
-from cachescale.controller.kopf_startup import (
+from cachescale.controller.runtime.kopf_startup import (
     KOPF_REQUESTS,
     bounded_session,
     quiet_redundant_wakeups,

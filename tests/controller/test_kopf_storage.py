@@ -1,7 +1,7 @@
 """A policy's finalizer always comes off: kopf's diff base never makes its annotations too
 large to write, and a restore that keeps failing is given up after a few attempts.
 
-``controller/kopf_storage.py`` and ``handlers.restore_on_delete``; the real API server's
+``controller/runtime/kopf_storage.py`` and ``handlers.restore_on_delete``; the real API server's
 side of it is ``e2e/test_tenancy_size_limits.py``.
 """
 
@@ -16,21 +16,21 @@ import pytest
 
 from cachescale.api.policy import ANNOTATION_PREFIX, ORIGINAL_ENVELOPE
 from cachescale.api.reasons import ConditionReason
-from cachescale.controller import handlers
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import (
+from cachescale.controller.kube.client import KubeError
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.runtime import handlers
+from cachescale.controller.runtime.handlers import (
     RESTORE_ATTEMPTS,
     Runtime,
     configure,
     restore_on_delete,
 )
-from cachescale.controller.kopf_storage import (
+from cachescale.controller.runtime.kopf_storage import (
     ANNOTATION_BUDGET,
     ANNOTATIONS_LIMIT,
     BoundedDiffBaseStorage,
     annotation_headroom,
 )
-from cachescale.controller.kube import KubeError
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
 from tests.controller.test_controller_evaluation import HPAS, POLICIES, run, stack

@@ -35,7 +35,7 @@ import pytest
 
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
-from cachescale.controller.kube import NotFoundError
+from cachescale.controller.kube.client import NotFoundError
 from e2e.harness.cluster import why_no_cluster
 from tests.controller.cluster import (
     NAMESPACE,
@@ -425,7 +425,7 @@ def check_collapse(watch: Watch) -> int:
     assert warnings[0]["message"] == alerts[0]["message"]
 
     # The held level, from decide/envelope.py: the budget allows far more than 40
-    # (budget_top = 40 = budget.maxReplicas, no budget hold); a confirmed collapse under
+    # (budget_max_replicas = 40 = budget.maxReplicas, no budget hold); a confirmed collapse under
     # `onCollapse: Hold` recommends max(budget.minReplicas = 2, hold_level(...)), where
     # hold_level = ceil(pre-collapse replicas × max(1, req/s now / req/s then)). The
     # pre-collapse mark is the Deployment's spec.replicas (3) at the last evaluation whose

@@ -1,4 +1,4 @@
-"""The operator's reading of kopf's peering rule (``controller/peering.py``): the same
+"""The operator's reading of kopf's peering rule (``controller/kube/peering.py``): the same
 verdict as kopf's own on the same records, and a follower that turns on time.
 
 The watch itself, and two replicas of which exactly one acts, are proven on the real API
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kopf._cogs.aiokits.aiotoggles import Toggle
 from kopf._core.engines.peering import process_peering_event
 
-from cachescale.controller.peering import PeeringFollower, peering_objects, standing
+from cachescale.controller.kube.peering import PeeringFollower, peering_objects, standing
 
 NOW = datetime.datetime(2026, 12, 2, 2, 0, tzinfo=datetime.UTC)
 ME, PRIORITY = "me", 100

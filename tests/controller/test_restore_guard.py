@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import kopf
 
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Member, Runtime, restore_on_delete
-from cachescale.controller.scheduler import Due
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.reconcile.scheduler import Due
+from cachescale.controller.runtime.handlers import Member, Runtime, restore_on_delete
 from cachescale.decide import Decision, decide
 from tests.controller.cluster import HPAS, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.gather.gather_fakes import FakePrometheus

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cachescale.controller.scheduler import (
+from cachescale.controller.reconcile.scheduler import (
     SETTLE_S,
     Due,
     Job,

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cachescale.cli import build_parser
-from cachescale.controller.scheduler import (
+from cachescale.commands.main import build_parser
+from cachescale.controller.reconcile.scheduler import (
     DEFAULT_PER_NAMESPACE,
     NAMESPACE_LIMIT,
     WORKER_LIMIT,

@@ -23,9 +23,9 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Runtime, gather_group
-from cachescale.controller.scheduler import DEFAULT_PER_NAMESPACE, next_slot, phase_of
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.reconcile.scheduler import DEFAULT_PER_NAMESPACE, next_slot, phase_of
+from cachescale.controller.runtime.handlers import Runtime, gather_group
 from tests.controller.cluster import (
     DEPLOYMENTS,
     HPAS,

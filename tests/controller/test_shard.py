@@ -19,11 +19,11 @@ from prometheus_client import generate_latest
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
-from cachescale.controller import command
-from cachescale.controller.evaluation import Operator
-from cachescale.controller.handlers import Runtime, membership
-from cachescale.controller.scheduler import Due
-from cachescale.controller.serve import shard_settings
+from cachescale.commands import run as command
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.reconcile.scheduler import Due
+from cachescale.controller.runtime.handlers import Runtime, membership
+from cachescale.controller.runtime.serve import shard_settings
 from tests.controller.cluster import FakeCluster, policy
 
 # kopf types its decorated handlers as its own protocols; these tests call them with the

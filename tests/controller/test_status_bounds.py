@@ -25,8 +25,9 @@ from cachescale.api.status import (
     SuspectedChange,
     clip,
 )
-from cachescale.controller.evaluation import Operator, PolicyObject, evaluate
-from cachescale.controller.status import render, render_problem
+from cachescale.controller.reconcile.context import Operator, PolicyObject
+from cachescale.controller.reconcile.evaluation import evaluate
+from cachescale.controller.reconcile.status import render, render_problem
 from cachescale.decide import decide
 from tests.api.test_size_limits import maximal_spec
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy

@@ -16,7 +16,7 @@ from typing import Any
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, decide
-from cachescale.decide.memory import BaselineMemory, Memory, ReplicaMark
+from cachescale.decide.learned import LearnedBaseline, LearnedState, ReplicaMark
 from cachescale.snapshot import (
     EngineSignals,
     HPAState,
@@ -159,9 +159,9 @@ def snapshot(
     return Snapshot(engine or signals(), fleet or workload(), human or HumanRequests())
 
 
-def learned(**overrides: Any) -> Memory:
+def learned(**overrides: Any) -> LearnedState:
     """A memory after an hour of healthy evaluations (baseline 0.85, 400 tokens, 32 req/s)."""
-    baseline = BaselineMemory(
+    baseline = LearnedBaseline(
         token_hit_rate=0.85,
         prefill_tokens_per_request=400.0,
         gpu_seconds_per_1k_requests=680.0,
@@ -175,13 +175,13 @@ def learned(**overrides: Any) -> Memory:
         "pre_collapse": ReplicaMark(replicas=11, requests_per_second=32.0, at=T0 - INTERVAL),
     }
     fields.update(overrides)
-    return Memory(**fields)
+    return LearnedState(**fields)
 
 
 def run(
     policy: CacheScalingPolicySpec,
     snapshots: Sequence[Snapshot],
-    memory: Memory | None = None,
+    memory: LearnedState | None = None,
     start: datetime = T0,
 ) -> list[Decision]:
     """Evaluate ``snapshots`` one interval apart, threading the memory through."""

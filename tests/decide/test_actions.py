@@ -11,9 +11,9 @@ import pytest
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
 from cachescale.api.spec import MAX_REPLICAS
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Memory, decide
+from cachescale.decide import Decision, LearnedState, decide
 from cachescale.decide.envelope import hold_level
-from cachescale.decide.memory import BaselineMemory, ReplicaMark
+from cachescale.decide.learned import LearnedBaseline, ReplicaMark
 from cachescale.decide.slo_guard import slo_needed_replicas
 from cachescale.snapshot import EngineSignals, HumanRequests, Snapshot
 from tests.decide.decide_builders import (
@@ -494,7 +494,7 @@ def test_one_change_per_cooldown_even_across_a_restart() -> None:
     first = run(policy, [pressured(128)] * 3)[-1]
     assert first.max_num_seqs == 96
     # The operator restarts: the memory comes back from its JSON form.
-    restored = Memory.model_validate_json(first.memory.model_dump_json())
+    restored = LearnedState.model_validate_json(first.memory.model_dump_json())
     later = run(policy, [pressured(96)] * 3, restored, start=T0 + 3 * INTERVAL)
     assert [d.max_num_seqs for d in later] == [96, 96, 96]
     assert "cooldown" in later[-1].notes[0]
@@ -512,7 +512,7 @@ def test_no_change_during_a_rollout() -> None:
 
 def test_a_cache_that_does_not_hit_buys_throughput() -> None:
     busy = snapshot(signals(hit=0.1, waiting_requests_per_pod=2.0), workload(max_num_seqs=32))
-    memory = learned(baseline=BaselineMemory(token_hit_rate=0.1, evaluations=100))
+    memory = learned(baseline=LearnedBaseline(token_hit_rate=0.1, evaluations=100))
     decisions = run(spec(batching=BATCHING), [busy] * 21, memory)
     assert [d.max_num_seqs for d in decisions].index(40) == 19  # 20 evaluations = 10 min
 
@@ -522,7 +522,7 @@ def test_a_cache_that_does_not_hit_buys_throughput() -> None:
     [signals(hit=0.25, waiting_requests_per_pod=2.0), signals(hit=0.1, running_requests_per_pod=5)],
 )
 def test_no_raise_when_the_cache_hits_or_the_batch_is_idle(engine: object) -> None:
-    memory = learned(baseline=BaselineMemory(token_hit_rate=0.1, evaluations=100))
+    memory = learned(baseline=LearnedBaseline(token_hit_rate=0.1, evaluations=100))
     decisions = run(spec(batching=BATCHING), [snapshot(engine, workload())] * 25, memory)  # type: ignore[arg-type]
     assert {d.max_num_seqs for d in decisions} == {32}
 
@@ -621,7 +621,7 @@ def test_a_blocked_slo_step_names_the_cooldown() -> None:
 
 def test_a_raise_for_throughput_stops_at_b_max_while_the_slo_rule_holds() -> None:
     # Baseline 0.3, warm rate 0.15: under LOW_HIT_RATE, depressed, not collapsed (0.1).
-    memory = learned(baseline=BaselineMemory(token_hit_rate=0.3, evaluations=100))
+    memory = learned(baseline=LearnedBaseline(token_hit_rate=0.3, evaluations=100))
     busy = slo_at_risk(44, hit=0.15, waiting_requests_per_pod=2.0)
     decisions = run(spec(batching=BATCHING), [busy] * 21, memory)
     assert max(d.max_num_seqs or 0 for d in decisions) == 50  # 25% more would be 55
@@ -633,7 +633,7 @@ def test_a_raise_for_throughput_stops_at_b_max_while_the_slo_rule_holds() -> Non
 # --- humans and memory ----------------------------------------------------------------
 
 
-def collapsed_memory() -> Memory:
+def collapsed_memory() -> LearnedState:
     engine = signals(hit=0.04)
     return run(spec(), [snapshot(engine)] * 3)[-1].memory
 
@@ -665,10 +665,10 @@ def test_rebaseline_accepts_the_new_hit_rate() -> None:
 
 def test_memory_round_trips_through_json_exactly() -> None:
     memory = collapsed_memory()
-    assert Memory.model_validate_json(memory.model_dump_json()) == memory
+    assert LearnedState.model_validate_json(memory.model_dump_json()) == memory
     wire = memory.to_wire()
     assert "streaks" in wire
-    assert Memory.model_validate(wire) == memory
+    assert LearnedState.model_validate(wire) == memory
 
 
 def test_hold_and_slo_guard_do_not_alternate() -> None:

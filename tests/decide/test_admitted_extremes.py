@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cachescale.api.spec import MAX_GIB, MAX_GPU_SECONDS_PER_1K
-from cachescale.decide.diagnosis import batch_ceiling, budget_replicas
+from cachescale.decide.checks import batch_ceiling, budget_replicas
 from tests.decide.decide_builders import BATCHING, run, snapshot, spec
 
 TINY = 5e-324

@@ -15,9 +15,9 @@ import pytest
 
 from cachescale.api.reasons import AlertCleared, Diagnosis, cleared
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Memory, checks, words
+from cachescale.decide import Decision, LearnedState, checks, words
+from cachescale.decide.checks import check_collapse
 from cachescale.decide.degraded import degraded_evaluations, in_band
-from cachescale.decide.diagnosis import check_collapse
 from cachescale.decide.thresholds import DEARER_PREFILL_FACTOR, DEGRADED_COST_SHARE
 from cachescale.snapshot import HumanRequests, Snapshot
 from tests.decide.decide_builders import (
@@ -231,5 +231,5 @@ def test_it_never_changes_scaling(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_without_a_baseline_nothing_is_degraded() -> None:
     # The first evaluation learns 0.56 as the baseline: nothing to fall from.
-    decisions = run(spec(), [degraded()] * SETTLE, Memory(data_since=T0 - 2 * WINDOW))
+    decisions = run(spec(), [degraded()] * SETTLE, LearnedState(data_since=T0 - 2 * WINDOW))
     assert not any(d.has(Diagnosis.CACHE_DEGRADED) for d in decisions)

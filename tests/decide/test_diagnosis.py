@@ -9,11 +9,11 @@ import pytest
 
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, Memory
-from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.decide import Decision, LearnedState
+from cachescale.decide.checks import collapse_thresholds
 from cachescale.decide.engine import read_retried
 from cachescale.decide.envelope import Envelope
-from cachescale.decide.memory import OriginalEnvelope
+from cachescale.decide.learned import OriginalEnvelope
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 from tests.decide.decide_builders import (
     BATCHING,
@@ -147,7 +147,7 @@ def test_a_first_failed_read_is_retried(
         if failure is None
         else EngineSignals.all_unknown("x", observed_at=T0, window_seconds=300, failure=failure)
     )
-    assert read_retried(read, in_a_row, Memory()) is retried
+    assert read_retried(read, in_a_row, LearnedState()) is retried
 
 
 def test_a_known_outage_is_not_retried_after_a_restart() -> None:
@@ -248,7 +248,7 @@ def test_no_warm_pod_means_the_cache_is_unknown_and_nothing_changes() -> None:
 
 
 def test_no_baseline_no_collapse() -> None:
-    decisions = run(spec(), [snapshot(signals(hit=0.04))] * 4, memory=Memory(data_since=T0))
+    decisions = run(spec(), [snapshot(signals(hit=0.04))] * 4, memory=LearnedState(data_since=T0))
     assert all(not d.has(Diagnosis.PREFIX_COLLAPSE) for d in decisions)
 
 
@@ -348,6 +348,6 @@ def test_a_slow_decline_is_caught_not_learned() -> None:
 
 
 def test_the_first_hour_is_a_plain_mean() -> None:
-    memory = Memory(data_since=T0 - timedelta(hours=1))
+    memory = LearnedState(data_since=T0 - timedelta(hours=1))
     decisions = run(spec(), [snapshot(signals(hit=h)) for h in (0.8, 0.9)], memory)
     assert decisions[-1].memory.baseline.token_hit_rate == pytest.approx(0.85)

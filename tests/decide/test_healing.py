@@ -9,7 +9,7 @@ import pytest
 from cachescale.api.reasons import Diagnosis
 from cachescale.decide import Decision
 from cachescale.decide.healing import Trend, hit_rate_trend
-from cachescale.decide.memory import CollapseEvidence, RateSample
+from cachescale.decide.learned import CollapseEvidence, RateSample
 from cachescale.decide.thresholds import RECOVERY_EVALUATIONS, TREND_POINTS, TREND_SECONDS
 from cachescale.snapshot import HumanRequests
 from tests.decide.decide_builders import INTERVAL, T0, run, signals, snapshot, spec

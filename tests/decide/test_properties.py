@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from cachescale.api.reasons import Hold
 from cachescale.api.status import ConditionType
-from cachescale.decide import Decision, Memory, decide, words
-from cachescale.decide.memory import BaselineMemory
+from cachescale.decide import Decision, LearnedState, decide, words
+from cachescale.decide.learned import LearnedBaseline
 from cachescale.decide.thresholds import STABILIZATION_SECONDS
 from cachescale.snapshot import Snapshot
 from tests.decide.decide_builders import BATCHING, INTERVAL, T0, learned, signals, spec, workload
@@ -110,11 +110,11 @@ def frozen(snapshot: Snapshot) -> bool:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     runs=st.lists(st.tuples(steps, st.integers(1, 14)), min_size=1, max_size=10),
-    start=st.sampled_from([learned(), Memory(), learned(baseline=BaselineMemory())]),
+    start=st.sampled_from([learned(), LearnedState(), learned(baseline=LearnedBaseline())]),
     seqs=st.sampled_from([16, 48, 128, 256]),
 )
 def test_invariants_hold_on_any_sequence(
-    runs: list[tuple[Step, int]], start: Memory, seqs: int
+    runs: list[tuple[Step, int]], start: LearnedState, seqs: int
 ) -> None:
     sequence = [step for step, repeat in runs for _ in range(repeat)]
     memory, previous = start, None
@@ -190,7 +190,7 @@ def test_invariants_hold_on_any_sequence(
 
         assert_quotes_are_the_decision(decision, frozen(snapshot))
 
-        restored = Memory.model_validate_json(decision.memory.model_dump_json())
+        restored = LearnedState.model_validate_json(decision.memory.model_dump_json())
         assert restored == decision.memory
         memory, previous = restored, decision
 

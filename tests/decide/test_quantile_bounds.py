@@ -15,7 +15,7 @@ import pytest
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import decide, words
-from cachescale.decide.checks import run_checks
+from cachescale.decide.diagnosis import run_checks
 from cachescale.snapshot import Measured, Unit
 from tests.decide.decide_builders import T0, learned, signals, snapshot, spec
 

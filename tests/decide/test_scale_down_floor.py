@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from cachescale.decide import Decision
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
 from tests.decide.decide_builders import INTERVAL, run_applied, signals, snapshot, spec, workload
 
@@ -170,10 +170,10 @@ def test_the_hold_doubles_up_to_four_hours_and_is_forgotten_an_hour_after_a_rele
 
 
 def test_a_floor_remembered_by_an_earlier_operator_is_held_the_hour() -> None:
-    # Memory written before floors had a hold and a release: read after an upgrade, the
+    # LearnedState written before floors had a hold and a release: read after an upgrade, the
     # floor is held, for the hour it was learned with.
     learned_at = datetime(2026, 12, 1, tzinfo=UTC)
-    memory = Memory.model_validate(
+    memory = LearnedState.model_validate(
         {"scaleDownFloor": {"replicas": 5, "at": learned_at.isoformat()}}
     )
     floor = memory.scale_down_floor

@@ -79,7 +79,7 @@ def test_bad_flags_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_an_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    # A flag value (api/exit_codes.py: wrong on the command line itself, exit 2).
+    # A flag value (exit_codes.py: wrong on the command line itself, exit 2).
     with pytest.raises(SystemExit) as exit_info:
         main(["--scenario", "no-such-scenario"])
     assert exit_info.value.code == 2

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.api.exit_codes import ExitCode
-from cachescale.gather.command import add_parser
+from cachescale.commands.signals import add_parser
+from cachescale.exit_codes import ExitCode
 from tests.gather.gather_dataset import AT, WINDOW_S, T
 from tests.gather.gather_fakes import HangAfter, closed_port_url, fake_prometheus, vector
 
@@ -82,7 +82,7 @@ def test_a_timeout_that_is_no_positive_number_is_a_usage_error(
 @pytest.mark.parametrize(
     ("extra", "code", "message"),
     [
-        # Flag values wrong on the command line itself: usage errors (api/exit_codes.py).
+        # Flag values wrong on the command line itself: usage errors (exit_codes.py).
         (["--selector", 'namespace=~"llm"'], ExitCode.USAGE, "--selector: cannot read"),
         (["--window", "30s"], ExitCode.USAGE, "--window: window 30s is shorter than 1m"),
         (["--window", "5 minutes"], ExitCode.USAGE, "--window: '5 minutes' is not a duration"),

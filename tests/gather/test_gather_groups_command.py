@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.api.spec import Engine
-from cachescale.cli import main
-from cachescale.gather.groups_command import Policy, policies_in, source_of
+from cachescale.commands.groups import Policy, policies_in, source_of
+from cachescale.commands.main import main
+from cachescale.exit_codes import ExitCode
 from cachescale.gather.promql import build_queries, detection_query
 from cachescale.gather.selector import QueryScope, Selector
 from cachescale.snapshot import MetricsGeneration
@@ -323,7 +323,7 @@ def test_the_json_is_stable_and_follows_the_files(
 
 def test_one_prometheus_is_what_the_scheduler_batches_together(tmp_path: Path) -> None:
     """The command's Source (with the window) partitions policies as ``gather_group`` does."""
-    handlers = pytest.importorskip("cachescale.controller.handlers")
+    handlers = pytest.importorskip("cachescale.controller.runtime.handlers")
     token = {"bearerTokenSecretRef": {"name": "reader", "key": "token"}}
     other = {"bearerTokenSecretRef": {"name": "reader", "key": "other"}}
     documents = [

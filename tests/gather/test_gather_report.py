@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.cli import main
+from cachescale.commands.main import main
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.report import Row, read_report, verdict, windows
 from cachescale.gather.selector import Selector

@@ -1,7 +1,7 @@
 """``cachescale report --around policy/NAME``: which moment a policy's status gives, and
 the command's answers when the policy cannot give one.
 
-The status reading is pure (``gather/report_around.py``) and checked on status objects in
+The status reading is pure (``commands/report_around.py``) and checked on status objects in
 the shape the operator writes (``api/status.py``). The command is run against kmock's
 fake API server over real HTTP, through a kubeconfig, as an on-call engineer would run it;
 the report itself, read from a real Prometheus, is in ``test_gather_report.py``.
@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from cachescale.api.exit_codes import ExitCode
 from cachescale.api.spec import Engine
-from cachescale.cli import main
-from cachescale.gather.report_around import (
+from cachescale.commands.main import main
+from cachescale.commands.report_around import (
     PolicyRef,
     collapse_centre,
     namespace_name,
     policy_ref,
     sources,
 )
+from cachescale.exit_codes import ExitCode
 from tests.controller.cluster import FakeCluster, fake_cluster
 from tests.gather.report_policy import RESOURCE, alert, kubeconfig, stored_policy
 
@@ -220,7 +220,7 @@ def test_without_the_kubernetes_client_it_says_which_extra_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # importing it raises ImportError
-    monkeypatch.delitem(sys.modules, "cachescale.controller.kube", raising=False)
+    monkeypatch.delitem(sys.modules, "cachescale.controller.kube.client", raising=False)
     assert report(str(tmp_path / "kubeconfig")) == ExitCode.INVALID
     assert one_line(capsys) == (
         "cachescale report: --around policy/NAME needs kubernetes: "

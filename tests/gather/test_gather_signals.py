@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.gather.command import cache_config_line
+from cachescale.commands.signals import cache_config_line
 from cachescale.gather.prometheus import (
     DeadlineReached,
     PrometheusClient,

@@ -30,13 +30,13 @@ from typing import Any
 
 from filelock import FileLock
 
+from cachescale.commands.simulate import build_autoscaler
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.present import SAME_LATENCY_S, SAME_LATENCY_SHARE, before_after, run_json
 from cachescale.sim.report import Signals, Windows
 from cachescale.sim.run import PolicyRecord, RunResult, TimelineSample, run_together, workload_key
 from cachescale.sim.scenario import Scenario, load_builtin
-from cachescale.sim.simulate import build_autoscaler
 
 NICENESS = 5
 """How much less CPU priority a simulation worker takes than the test process."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cachescale.decide.diagnosis import collapse_thresholds
+from cachescale.decide.checks import collapse_thresholds
 from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
 from cachescale.sim.policy_loop import scenario_policy
 from cachescale.sim.run import PolicyRecord

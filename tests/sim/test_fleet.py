@@ -5,8 +5,8 @@ from __future__ import annotations
 from cachescale.sim.fleet import Fleet, Pod, RouterKind
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
-from cachescale.sim.workload import Workload
-from cachescale.sim.workload_spec import WorkloadSpec
+from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic_spec import WorkloadSpec
 
 PROFILE = get_profile("llama3-8b-a100")
 

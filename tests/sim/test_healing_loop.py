@@ -10,9 +10,9 @@ healing time, and no human acknowledges anything (``docs/decisions.md``, "Prefix
 
 from __future__ import annotations
 
+from cachescale.commands.simulate import build_autoscaler
 from cachescale.sim.run import run
 from cachescale.sim.scenario import load_builtin
-from cachescale.sim.simulate import build_autoscaler
 
 SENSITIVE = {
     "metrics": {"window": "1m", "interval": "10s"},

@@ -8,8 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cachescale.sim.fleet import Fleet, RouterKind
 from cachescale.sim.metrics import TTFT_BUCKETS_S, BucketCounts, VllmReplicaCollector, token_buckets
 from cachescale.sim.profiles import get_profile
-from cachescale.sim.workload import Workload
-from cachescale.sim.workload_spec import WorkloadSpec
+from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic_spec import WorkloadSpec
 
 
 def scrape() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -17,8 +17,8 @@ from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
-from cachescale.sim.workload import Workload
-from cachescale.sim.workload_spec import WorkloadSpec
+from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic_spec import WorkloadSpec
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

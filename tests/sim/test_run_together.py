@@ -13,12 +13,12 @@ import json
 
 import pytest
 
+from cachescale.commands.simulate import build_autoscaler
 from cachescale.sim.fleet import Fleet
 from cachescale.sim.present import run_json
 from cachescale.sim.request import SimRequest
 from cachescale.sim.run import RunResult, run, run_together
 from cachescale.sim.scenario import Scenario, load_builtin
-from cachescale.sim.simulate import build_autoscaler
 
 
 def short(name: str, **updates: object) -> Scenario:

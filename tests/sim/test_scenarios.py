@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bench.bench_decisions import scenario_file
+from cachescale.commands.simulate import SimulationRequest, simulate
 from cachescale.sim.scenario import builtin_names, load_builtin, load_file
-from cachescale.sim.simulate import SimulationRequest, simulate
 from tests.sim.closed_loop import LoopSummary
 
 REPO = Path(__file__).resolve().parents[2]

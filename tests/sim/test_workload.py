@@ -12,8 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from cachescale.sim.hashing import NONE_HASH, extend_chain, hash_blocks
 from cachescale.sim.request import SimRequest
-from cachescale.sim.workload import Workload, ideal_hit_rate
-from cachescale.sim.workload_spec import (
+from cachescale.sim.traffic import Workload, ideal_hit_rate
+from cachescale.sim.traffic_spec import (
     ChunkSizeChange,
     LayoutChange,
     LengthDist,

@@ -1,7 +1,7 @@
 """The syntax of a Kubernetes label selector, checked before anything is sent.
 
 ``cachescale run --policy-selector`` hands its selector to the API server, which filters
-the watch of CacheScalingPolicies with it (``controller/serve.py``). A typo would
+the watch of CacheScalingPolicies with it (``controller/runtime/serve.py``). A typo would
 otherwise surface only once kopf starts, as a 400 retried in its logs, with the shard
 serving nothing. So the selector is parsed here with the grammar the API server uses
 (``k8s.io/apimachinery/pkg/labels``): comma-separated requirements, each one of

@@ -178,7 +178,7 @@ class Problem(StrEnum):
     """The HPA named by ``hpaName`` belongs to a KEDA ScaledObject: name that ScaledObject
     in ``scaledObjectName`` instead."""
     TARGET_CLAIMED = "TargetClaimed"
-    """An older policy names the same HPA and manages it (``controller/claims.py``): this
+    """An older policy names the same HPA and manages it (``controller/target/claims.py``): this
     one reads, patches and restores nothing."""
     TARGET_IS_OPERATOR = "TargetIsOperator"
     """``spec.target`` names the operator's own Deployment: nothing is read or changed."""

@@ -66,7 +66,7 @@ MIN_INTERVAL_SECONDS = 10.0
 MAX_WINDOW = "24h"
 MAX_EVALUATIONS_PER_WINDOW = 360
 """At most this many evaluations in one window: the status keeps a mark per evaluation of
-the last window (``Memory.recent_replicas``), so the ratio bounds the status's size."""
+the last window (``LearnedState.recent_replicas``), so the ratio bounds the status's size."""
 TOO_MANY_EVALUATIONS = (
     f"window must be at most {MAX_EVALUATIONS_PER_WINDOW} intervals (the status keeps a mark "
     "per evaluation of the window): lengthen the interval or shorten the window"

@@ -53,11 +53,11 @@ from cachescale.api.engine_metrics import (
     VLLM_PREFIX_CACHE_HITS,
     VLLM_PREFIX_CACHE_QUERIES,
 )
-from cachescale.api.exit_codes import ExitCode
 from cachescale.audit.corpus import Corpus, Record
 from cachescale.audit.explain import Outcome
 from cachescale.audit.replay import Replay, split_passes
 from cachescale.audit.result import build_result
+from cachescale.exit_codes import ExitCode
 from cachescale.sim.hashing import hash_blocks
 
 #: Seconds one HTTP request may take (a long prompt's prefill on a busy engine included).

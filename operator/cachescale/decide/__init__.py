@@ -7,16 +7,16 @@ reads is ``cachescale.snapshot.Snapshot``; every reason it writes is in
 ``cachescale.api.reasons``; every tuning threshold is in ``thresholds.py``.
 """
 
+from cachescale.decide.checks import Finding
 from cachescale.decide.decision import Decision
-from cachescale.decide.diagnosis import Finding
 from cachescale.decide.engine import decide
 from cachescale.decide.envelope import Envelope
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 
 __all__ = [
     "Decision",
     "Envelope",
     "Finding",
-    "Memory",
+    "LearnedState",
     "decide",
 ]

@@ -17,14 +17,14 @@ from datetime import datetime
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
-from cachescale.decide.actions import collapse_action, sacrifice_words, sacrificed
 from cachescale.decide.batching import BatchPlan
+from cachescale.decide.checks import CollapseCheck, Finding, likely_cause
 from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
-from cachescale.decide.diagnosis import CollapseCheck, Finding, likely_cause
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.healing import healed_words
-from cachescale.decide.memory import AlertMemory, Memory
+from cachescale.decide.learned import LearnedAlert, LearnedState
+from cachescale.decide.messages import collapse_action, sacrifice_words, sacrificed
 from cachescale.decide.thresholds import RECOVERY_EVALUATIONS
 from cachescale.snapshot import Snapshot
 
@@ -56,7 +56,7 @@ class AlertRules:
 def alert_rules(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     findings: tuple[Finding, ...],
     plan: EnvelopePlan,
     batch: BatchPlan,
@@ -179,7 +179,7 @@ def _top_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
 
 
 def reconcile_alerts(
-    active: list[AlertMemory],
+    active: list[LearnedAlert],
     wanted: dict[Diagnosis, str],
     quiet: set[Diagnosis],
     now: datetime,
@@ -187,7 +187,7 @@ def reconcile_alerts(
     *,
     keep_counters: bool = False,
     clear_messages: Mapping[Diagnosis, str] | None = None,
-) -> tuple[tuple[AlertMemory, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:
+) -> tuple[tuple[LearnedAlert, ...], tuple[AlertChange, ...], tuple[AlertChange, ...]]:
     """Raise new alerts, refresh kept ones, clear the ones quiet long enough.
 
     ``wanted``: raise or keep, with a fresh message. ``quiet``: the condition is absent
@@ -197,7 +197,7 @@ def reconcile_alerts(
     ``clear_messages``: the clearing Event's words, where not ``cleared: <last message>``.
     """
     clear_messages = clear_messages or {}
-    result: list[AlertMemory] = []
+    result: list[LearnedAlert] = []
     raised: list[AlertChange] = []
     cleared: list[AlertChange] = []
     for alert in active:
@@ -211,6 +211,6 @@ def reconcile_alerts(
         message = wanted.pop(alert.reason, alert.message)
         result.append(alert.model_copy(update={"message": message, "quiet_evaluations": quiet_for}))
     for reason, message in wanted.items():
-        result.append(AlertMemory(reason=reason, since=now, message=message))
+        result.append(LearnedAlert(reason=reason, since=now, message=message))
         raised.append(AlertChange(reason, message))
     return tuple(result), tuple(raised), tuple(cleared)

@@ -28,7 +28,7 @@ from datetime import datetime
 
 from cachescale.api.reasons import Action
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     BATCH_NEAR_CEILING,
     DEPRESSED_HIT_SHARE,
@@ -77,7 +77,7 @@ class BatchFacts:
 def plan_max_num_seqs(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     facts: BatchFacts,
 ) -> BatchPlan:
@@ -101,7 +101,7 @@ def plan_max_num_seqs(
 def _wanted(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     facts: BatchFacts,
     current: int,
 ) -> tuple[int, Action | None, str]:
@@ -173,7 +173,7 @@ def _toward(ceiling: int, current: int, low: int) -> int:
 
 
 def _for_the_slo(
-    memory: Memory, facts: BatchFacts, current: int, low: int
+    memory: LearnedState, facts: BatchFacts, current: int, low: int
 ) -> tuple[int | None, str]:
     """The SLO rule: ``(step, why)`` toward B_max while the SLO stays breached and the
     warm hit rate is depressed, else ``(None, why not)``. The why not is empty when there
@@ -217,7 +217,7 @@ def _busy(snapshot: Snapshot, current: int) -> bool:
 
 
 def _blocked(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, now: datetime
 ) -> str | None:
     last = memory.last_max_num_seqs_change_at
     cooldown = spec.batching.cooldown_seconds

@@ -6,7 +6,7 @@ read from the configuration the engines export, so it is given even without the 
 signals). A condition that fails names the diagnosis as its reason; Unknown means the
 decision cannot tell (no warm pods, no baseline yet, a collapse still building, unknown
 cost, an unread cache configuration), never a guess. Transition times are the status
-writer's (``controller/status.py``): these are only the verdicts.
+writer's (``controller/reconcile/status.py``): these are only the verdicts.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from cachescale.api.reasons import (
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import words
-from cachescale.decide.checks import CheckResults
-from cachescale.decide.diagnosis import Finding
+from cachescale.decide.checks import Finding
+from cachescale.decide.diagnosis import CheckResults
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.isolation import check_isolation
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 from cachescale.snapshot import Snapshot
 
 
@@ -65,7 +65,7 @@ def frozen_conditions(
 def conditions(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     results: CheckResults,
     findings: tuple[Finding, ...],
     plan: EnvelopePlan,
@@ -101,7 +101,7 @@ def _cache_condition(
     spec: CacheScalingPolicySpec,
     by: dict[Diagnosis, Finding],
     results: CheckResults,
-    memory: Memory,
+    memory: LearnedState,
 ) -> ConditionVerdict:
     kind = ConditionType.CACHE_HEALTHY
     for diagnosis in (

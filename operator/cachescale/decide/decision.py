@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.decide.alerts import AlertChange
+from cachescale.decide.checks import Finding
 from cachescale.decide.conditions import ConditionVerdict
 from cachescale.decide.demand import Demand, ExtraCost
-from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import Envelope
-from cachescale.decide.memory import AlertMemory, Memory
+from cachescale.decide.learned import LearnedAlert, LearnedState
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +31,11 @@ class Decision:
     reason: Action
     """What the evaluation did (the Event's reason when it is applied)."""
     message: str
-    alerts: tuple[AlertMemory, ...]
+    alerts: tuple[LearnedAlert, ...]
     raised: tuple[AlertChange, ...]
     cleared: tuple[AlertChange, ...]
     conditions: tuple[ConditionVerdict, ...]
-    memory: Memory
+    memory: LearnedState
     budget_max_replicas: int | None = None
     hpa_wanted_replicas: int | None = None
     """What the HPA's own metric asks for at the current target (an estimate)."""

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
+from cachescale.decide.checks import CollapseCheck, Finding, prefill_grew
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
-from cachescale.decide.diagnosis import CollapseCheck, Finding, prefill_grew
-from cachescale.decide.memory import Memory
+from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     DEARER_PREFILL_FACTOR,
     DEGRADED_CLEAR_SHARE,
@@ -79,7 +79,7 @@ class DegradedInputs:
 
 
 def check_degraded(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, inputs: DegradedInputs
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, inputs: DegradedInputs
 ) -> Finding | None:
     """``CacheDegraded`` with its evidence, or None when it does not hold."""
     collapse = inputs.collapse
@@ -103,7 +103,7 @@ def check_degraded(
     return Finding(Diagnosis.CACHE_DEGRADED, _evidence(collapse, snapshot, memory, inputs, extra))
 
 
-def _material(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> bool:
+def _material(snapshot: Snapshot, memory: LearnedState, extra: ExtraCost | None) -> bool:
     """Worth a page: the cost over the baseline is at least ``DEGRADED_COST_SHARE`` of it,
     or each request prefills ``DEARER_PREFILL_FACTOR`` × the baseline's tokens. The second
     counts on its own because a fleet with headroom (or decode-heavy requests) absorbs
@@ -121,7 +121,7 @@ def _material(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> bo
 def _evidence(
     collapse: CollapseCheck,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     inputs: DegradedInputs,
     extra: ExtraCost | None,
 ) -> str:
@@ -146,7 +146,7 @@ def _evidence(
     return f"{text}; {_cost_words(snapshot, memory, extra)}"
 
 
-def _cost_words(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> str:
+def _cost_words(snapshot: Snapshot, memory: LearnedState, extra: ExtraCost | None) -> str:
     """What it costs: the extra GPU-s/1k and GPU-hours per day, or that the windowed cost
     does not show it (yet)."""
     if extra is not None:
@@ -161,7 +161,7 @@ def _cost_words(snapshot: Snapshot, memory: Memory, extra: ExtraCost | None) -> 
     )
 
 
-def degraded_cause(snapshot: Snapshot, memory: Memory) -> str:
+def degraded_cause(snapshot: Snapshot, memory: LearnedState) -> str:
     """What to check, named from the evidence (more prefill per request: the prompts)."""
     if prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR):
         return (

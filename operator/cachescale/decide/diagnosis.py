@@ -1,290 +1,301 @@
-"""Diagnosis: what is going on, named from the evidence (``docs/decisions.md``, §2).
+"""The checks of one evaluation: measure the signals against the policy, then name findings.
 
-Several diagnoses can hold at once (a collapse usually puts the SLO at risk too); each
-comes with its evidence in words and numbers, and ``PRECEDENCE`` picks the one that leads
-the state shown by ``kubectl get``. The measurements that decide them are written here
-once (``checks.py`` chains them into findings):
-
-- a *collapse* is the warm-pod token hit rate under ``threshold`` (a relative and an
-  absolute drop from the baseline, both required) for ``collapseWindows`` consecutive
-  evaluations, without the signature of eviction pressure. Pods younger than
-  ``podWarmupSeconds`` never count: a cold pod is expected to miss.
-- *eviction pressure* is preemptions (≥ 1 per 100 requests) or a full KV pool (≥ 95%)
-  while the running batch is near or above the cache-friendly ceiling B_max.
-- the collapse's clearing threshold sits halfway back to the baseline, so a hit rate
-  hovering at the threshold cannot raise and clear the alert on alternate evaluations.
+Two stages. ``run_checks`` measures once — the collapse and eviction checks, the SLO, the
+budget, the cold pods — into ``CheckResults``; ``next_streaks`` counts how long each
+symptom has held. Then ``CHECKS``, an ordered chain of named checks (the shape of
+cert-manager's certificate policy chain), each reading the same ``Facts`` and returning a
+``Finding`` or None. ``findings`` runs the chain, falls back to ``Healthy`` when nothing
+was found, and orders the result by ``PRECEDENCE``. A new diagnosis is one more check in
+the chain, one member in ``cachescale.api.reasons.Diagnosis`` and a section in
+``docs/decisions.md``.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachescale.api.reasons import Diagnosis
-from cachescale.api.spec import CacheScalingPolicySpec, CacheSpec
-from cachescale.capacity import (
-    GIB,
-    cache_friendly_batch_ceiling,
-    free_kv_bytes,
-    kv_bytes_per_token,
-)
+from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
-from cachescale.decide.demand import SERVED_ONLY, demand
-from cachescale.decide.memory import BaselineMemory, Memory
-from cachescale.decide.thresholds import (
-    BATCH_NEAR_CEILING,
-    FLAT_DEMAND,
-    KV_USAGE_FULL,
-    PREEMPTIONS_PER_REQUEST_PRESSURE,
-    PREFILL_UP_FACTOR,
-    QUEUED_PER_POD,
+from cachescale.decide.checks import (
+    PRECEDENCE,
+    CollapseCheck,
+    EvictionCheck,
+    Finding,
+    batch_ceiling,
+    budget_replicas,
+    check_collapse,
+    check_eviction,
+    collapse_evidence,
+    prefill_grew,
 )
-from cachescale.snapshot import Measured, Snapshot
-
-PRECEDENCE = tuple(Diagnosis)
-"""Which diagnosis leads when several hold: ``Diagnosis``'s declaration order. Missing
-data first (nothing else can be trusted), then the cache failures this operator exists
-for, then the SLO and the budget, then the expected or benign states."""
+from cachescale.decide.degraded import DegradedInputs, check_degraded, in_band
+from cachescale.decide.demand import demand
+from cachescale.decide.healing import trend_words
+from cachescale.decide.learned import LearnedState, Streaks
+from cachescale.decide.thresholds import (
+    COST_STEADY_FACTOR,
+    DEARER_PREFILL_FACTOR,
+    DEMAND_GROWTH_FACTOR,
+    LOW_HIT_RATE,
+    RECOVERY_EVALUATIONS,
+    SLO_COMFORTABLE_SHARE,
+)
+from cachescale.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    """One diagnosis and the evidence for it, in words a human can act on."""
+class CheckResults:
+    """The signals measured against the policy, once per evaluation."""
 
-    diagnosis: Diagnosis
-    evidence: str
-
-
-@dataclass(frozen=True, slots=True)
-class CollapseCheck:
-    """The warm-pod hit rate against the baseline's collapse and clearing thresholds."""
-
-    warm_hit_rate: Measured
-    warm_pods: int
-    baseline: float | None
-    threshold: float | None
-    clear_threshold: float | None
-
-    @property
-    def below(self) -> bool:
-        """Under the collapse threshold (False when anything is unknown)."""
-        value = self.warm_hit_rate.value
-        return value is not None and self.threshold is not None and value < self.threshold
-
-    @property
-    def recovered(self) -> bool:
-        """Back above the clearing threshold (False when anything is unknown)."""
-        value = self.warm_hit_rate.value
-        return (
-            value is not None and self.clear_threshold is not None and value >= self.clear_threshold
-        )
+    collapse: CollapseCheck
+    eviction: EvictionCheck
+    ceiling: int | None
+    """B_max, when known."""
+    budget_max: int | None
+    """Most replicas the budget allows now."""
+    slo_breach: bool
+    slo_comfortable: bool
+    over_budget: bool
+    cold_pods: int
 
 
-def collapse_thresholds(cache: CacheSpec, baseline: float) -> tuple[float, float]:
-    """``(collapse, clear)`` hit-rate thresholds for a baseline hit rate.
-
-    Both drops must be exceeded, so the collapse threshold is the lower of the two.
-    """
-    threshold = min(
-        baseline * (1 - cache.collapse_relative_drop), baseline - cache.collapse_absolute_drop
+def run_checks(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState
+) -> CheckResults:
+    """Measure this evaluation's signals against the policy and the learned baseline."""
+    signals = snapshot.signals
+    ceiling = batch_ceiling(spec, snapshot)
+    p95 = signals.ttft_p95_seconds.value
+    p99 = signals.ttft_p99_seconds.value
+    # A quantile past the histogram's last bucket (a lower bound) counts as above the SLO.
+    breach = p95 is not None and (
+        p95 > spec.slo.ttft_p95_seconds or signals.ttft_p95_seconds.lower_bound
     )
-    return threshold, (threshold + baseline) / 2
-
-
-def check_collapse(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory
-) -> CollapseCheck:
-    """Compare the warm pods' pooled hit rate with the learned baseline."""
+    if spec.slo.ttft_p99_seconds is not None and p99 is not None:
+        breach = breach or p99 > spec.slo.ttft_p99_seconds or signals.ttft_p99_seconds.lower_bound
+    cost = signals.gpu_seconds_per_1k_requests.value
     warmup = float(spec.cache.pod_warmup_seconds)
-    warm = snapshot.signals.warm_token_hit_rate(warmup)
-    baseline = memory.baseline.token_hit_rate
-    threshold = clear = None
-    if baseline is not None:
-        threshold, clear = collapse_thresholds(spec.cache, baseline)
-    return CollapseCheck(
-        warm_hit_rate=warm,
-        warm_pods=snapshot.workload.warm_replicas(warmup),
-        baseline=baseline,
-        threshold=threshold,
-        clear_threshold=clear,
+    ages = snapshot.workload.pod_ages_seconds
+    collapse = check_collapse(spec, snapshot, memory)
+    eviction = check_eviction(snapshot, ceiling)
+    return CheckResults(
+        collapse=collapse,
+        eviction=eviction,
+        ceiling=ceiling,
+        budget_max=budget_replicas(
+            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, memory)
+        ),
+        slo_breach=breach,
+        slo_comfortable=p95 is not None
+        and not signals.ttft_p95_seconds.lower_bound
+        and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
+        over_budget=cost is not None and cost > spec.budget.gpu_seconds_per_1k_requests,
+        cold_pods=sum(1 for age in ages if age < warmup),
     )
 
 
-def batch_ceiling(spec: CacheScalingPolicySpec, snapshot: Snapshot) -> int | None:
-    """B_max from the spec's model and GPU shape and the observed context length."""
-    batching = spec.batching
-    context = snapshot.signals.context_tokens_per_request.value
-    if batching.model is None or batching.gpu is None or not context:
-        return None
-    model, gpu = batching.model, batching.gpu
-    free = free_kv_bytes(
-        max(1, _bytes(gpu.memory_gib)), gpu.gpu_memory_utilization, _bytes(model.weights_gib)
-    )
-    per_token = kv_bytes_per_token(
-        model.layers, model.kv_heads, model.head_dim, model.kv_dtype_bytes
-    )
-    return cache_friendly_batch_ceiling(
-        free, _bytes(batching.cache_reserve_gib), context, per_token
+def _requests_got_dearer(
+    collapse: CollapseCheck, eviction: EvictionCheck, snapshot: Snapshot, memory: LearnedState
+) -> bool:
+    """Evidence that each request costs more than it did (so a queue is not demand): the
+    warm hit rate under its clearing threshold (unless eviction explains it: then more
+    replicas help), or prefill per request well above its baseline. The windowed cost
+    lags both by most of a window."""
+    cache_down = collapse.clear_threshold is not None and collapse.warm_hit_rate.is_known
+    cache_down = cache_down and not collapse.recovered and not eviction.held
+    return cache_down or prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR)
+
+
+def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) -> Streaks:
+    """Each symptom's streak after this evaluation: one longer if it held, else 0."""
+
+    def count(held: bool, old: int) -> int:
+        return old + 1 if held else 0
+
+    warm_known = results.collapse.warm_hit_rate.is_known
+    # Warm pods when known (cold ones miss by nature), else the fleet.
+    hit = results.collapse.warm_hit_rate.value
+    if hit is None:
+        hit = snapshot.signals.token_hit_rate_local.value
+    collapsing = results.collapse.below and not results.eviction.held
+    degraded = in_band(results.collapse) and not results.eviction.held
+    return Streaks(
+        collapse=count(collapsing, streaks.collapse) if warm_known else streaks.collapse,
+        recovered=count(results.collapse.recovered, streaks.recovered)
+        if warm_known
+        else streaks.recovered,
+        eviction=count(results.eviction.held, streaks.eviction),
+        degraded=count(degraded, streaks.degraded) if warm_known else streaks.degraded,
+        low_hit=count(hit is not None and hit < LOW_HIT_RATE, streaks.low_hit),
+        slo_breach=count(results.slo_breach, streaks.slo_breach),
+        slo_comfortable=count(results.slo_comfortable, streaks.slo_comfortable),
+        over_budget=count(results.over_budget, streaks.over_budget),
     )
 
 
-def _bytes(gib: float) -> int:
-    """A spec's GiB (at most ``api.spec.MAX_GIB``) as whole bytes; the smallest floats the
-    spec admits round to 0 (a GPU's memory is then taken as 1 byte: positive, as the KV
-    arithmetic requires)."""
-    return int(gib * GIB)
+def collapse_active(memory: LearnedState, spec: CacheScalingPolicySpec) -> bool:
+    """Confirmed now, or confirmed earlier and not yet recovered (never without a
+    baseline: a rebaseline ends it)."""
+    if memory.baseline.token_hit_rate is None:
+        return False
+    if memory.streaks.collapse >= spec.cache.collapse_windows:
+        return True
+    alert = memory.alert(Diagnosis.PREFIX_COLLAPSE)
+    return alert is not None and memory.streaks.recovered < RECOVERY_EVALUATIONS
+
+
+# --- the chain ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class EvictionCheck:
-    """Preemptions and KV usage against the batch ceiling."""
+class Facts:
+    """What every check in the chain reads."""
 
-    held: bool
-    evidence: str
-
-
-def check_eviction(snapshot: Snapshot, ceiling: int | None) -> EvictionCheck:
-    """Pressure = (preemptions ≥ 1/100 requests or KV ≥ 95%) with the batch near the
-    ceiling (B_max when known, else the engine's own ``--max-num-seqs``)."""
-    signals = snapshot.signals
-    preemptions = signals.preemptions_per_second.value
-    rps = signals.requests_per_second.value
-    kv = signals.kv_cache_usage_ratio.value
-    running = signals.running_requests_per_pod.value
-    limit = ceiling if ceiling is not None else snapshot.workload.max_num_seqs
-    preempting = (
-        preemptions is not None
-        and rps is not None
-        and rps > 0
-        and preemptions / rps >= PREEMPTIONS_PER_REQUEST_PRESSURE
-    )
-    full = kv is not None and kv >= KV_USAGE_FULL
-    near = running is not None and limit is not None and running >= BATCH_NEAR_CEILING * limit
-    if not ((preempting or full) and near):
-        return EvictionCheck(False, "")
-    assert running is not None
-    assert limit is not None
-    parts = []
-    if preempting:
-        assert preemptions is not None
-        assert rps is not None
-        parts.append(f"{preemptions:.2g} preemptions/s ({preemptions / rps:.1%} of requests)")
-    if full:
-        assert kv is not None
-        parts.append(f"KV cache {kv:.0%} full")
-    name = "cache-friendly ceiling B_max" if ceiling is not None else "--max-num-seqs"
-    parts.append(f"running batch {running:.1f}/pod against a {name} of {limit}")
-    return EvictionCheck(True, ", ".join(parts))
+    spec: CacheScalingPolicySpec
+    snapshot: Snapshot
+    memory: LearnedState
+    """With this evaluation's streaks when it is a full evaluation."""
+    results: CheckResults
+    collapse_active: bool
 
 
-def budget_replicas(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, requests_got_dearer: bool = False
-) -> int | None:
-    """Most replicas the GPU-s/1k budget allows at the demand (``decide.demand``).
+Check = Callable[[Facts], Finding | None]
+"""One named check: a finding from the facts, or None when its diagnosis does not hold."""
 
-    ``budget × req/s / (1000 × GPUs per pod)``, floored; None when the request rate is
-    unknown or zero (no cost per request can be computed, so no cap is derived from it).
-    With the arrival rate known, that is the whole rule: arrivals are the demand even
-    while requests queue.
 
-    Without it, while requests queue (``QUEUED_PER_POD`` or more waiting per pod) the
-    finished-request rate is what the fleet manages to serve, not the demand, so the
-    formula would cap the fleet at what it already serves. Two cases: the cost per served
-    request is over budget (every request got more expensive, e.g. a collapse): the cap
-    stays at the current replicas — adding replicas cannot make requests cheaper, and
-    removing saturated ones would only serve fewer. Within budget (demand grew at a steady cost):
-    the cap is the budget's ``maxReplicas`` — the HPA scales for the demand inside the
-    budget's range (``DemandGrowth`` in ``docs/decisions.md``). ``requests_got_dearer``
-    (the cache fell, or prefill per request rose) overrules a windowed cost that has not
-    caught up yet: then the fleet is held at its replicas too.
-    """
-    signals = snapshot.signals
-    need = demand(snapshot)
-    rps = need.per_second
-    gpus = snapshot.workload.gpus_per_pod
-    if rps is None or rps <= 0 or gpus <= 0:
+def _prefix_collapse(facts: Facts) -> Finding | None:
+    if not facts.collapse_active:
         return None
-    budget = spec.budget.gpu_seconds_per_1k_requests
-    cap = math.floor(budget * rps / (1000 * gpus) + 1e-9)
-    if need.arrivals:
-        return cap
-    waiting = signals.waiting_requests_per_pod.value
-    if waiting is None or waiting >= QUEUED_PER_POD:
-        cost = signals.gpu_seconds_per_1k_requests.value
-        if cost is not None and cost <= budget and not requests_got_dearer:
-            return spec.budget.max_replicas
-        cap = max(cap, snapshot.workload.replicas)
-    return cap
+    collapse, memory = facts.results.collapse, facts.memory
+    warm = collapse.warm_hit_rate.value
+    if warm is None or collapse.baseline is None:
+        evidence = "collapse confirmed earlier; the warm-pod hit rate is not measurable now"
+        return Finding(Diagnosis.PREFIX_COLLAPSE, evidence)
+    evidence = collapse_evidence(collapse, facts.snapshot, memory, memory.streaks.collapse)
+    trend = trend_words(memory.collapse_evidence, warm)
+    return Finding(Diagnosis.PREFIX_COLLAPSE, f"{evidence}; {trend}" if trend else evidence)
 
 
-def collapse_evidence(
-    check: CollapseCheck, snapshot: Snapshot, memory: Memory, windows: int
-) -> str:
-    """The collapse message's evidence: hit rate, demand, prefill, preemptions, cause."""
-    baseline = memory.baseline
-    signals = snapshot.signals
-    assert check.warm_hit_rate.value is not None
-    assert check.baseline is not None
-    evidence = memory.collapse_evidence
-    span = (
-        f"over {windows} windows"
-        if windows
-        else f"since {evidence.started_at:%H:%M}"
-        if evidence is not None
-        else "since the collapse"
+def _eviction_pressure(facts: Facts) -> Finding | None:
+    eviction = facts.results.eviction
+    if facts.memory.streaks.eviction >= 1 and eviction.held:
+        return Finding(Diagnosis.EVICTION_PRESSURE, eviction.evidence)
+    return None
+
+
+def _cache_degraded(facts: Facts) -> Finding | None:
+    results = facts.results
+    inputs = DegradedInputs(
+        collapse=results.collapse,
+        explained=facts.collapse_active or results.eviction.held,
+        cold=bool(results.cold_pods) or facts.snapshot.workload.rollout_in_progress,
+        streak=facts.memory.streaks.degraded,
     )
+    return check_degraded(facts.spec, facts.snapshot, facts.memory, inputs)
+
+
+def _slo_at_risk(facts: Facts) -> Finding | None:
+    p95 = facts.snapshot.signals.ttft_p95_seconds
+    if not facts.results.slo_breach or not p95.is_known:
+        return None
+    return Finding(
+        Diagnosis.SLO_AT_RISK,
+        f"TTFT p95 {words.latency(p95)} above the "
+        f"{words.seconds(facts.spec.slo.ttft_p95_seconds)} SLO",
+    )
+
+
+def _over_budget(facts: Facts) -> Finding | None:
+    cost = facts.snapshot.signals.gpu_seconds_per_1k_requests.value
+    if not facts.results.over_budget or cost is None:
+        return None
+    return Finding(
+        Diagnosis.OVER_BUDGET,
+        f"{words.cost(cost)} GPU-s per 1k requests against a budget of "
+        f"{words.cost(facts.spec.budget.gpu_seconds_per_1k_requests)}",
+    )
+
+
+def _cold_fleet(facts: Facts) -> Finding | None:
+    if not facts.results.cold_pods and not facts.snapshot.workload.rollout_in_progress:
+        return None
+    return Finding(Diagnosis.COLD_FLEET, _cold_evidence(facts))
+
+
+def _cold_evidence(facts: Facts) -> str:
+    workload = facts.snapshot.workload
     text = (
-        f"token hit rate {words.ratio(check.baseline)} → {words.ratio(check.warm_hit_rate.value)}"
-        f" {span} on {check.warm_pods} warm pods"
+        f"{facts.results.cold_pods} of {workload.ready_replicas} ready pods younger than "
+        f"{facts.spec.cache.pod_warmup_seconds} s (caches still filling)"
     )
-    clauses = [_demand_clause(snapshot, memory, baseline)]
-    prefill = signals.prefill_tokens_per_request.value
-    if prefill is not None and baseline.prefill_tokens_per_request is not None:
-        verb = "rose" if prefill > baseline.prefill_tokens_per_request else "went"
-        clauses.append(
-            f"prefill tokens per request {verb} {words.tokens(baseline.prefill_tokens_per_request)}"
-            f" → {words.tokens(prefill)}"
-        )
-    preemptions = signals.preemptions_per_second.value
-    if preemptions is not None:
-        clauses.append(f"preemptions stayed at {preemptions:.2g}/s")
-    return text + " while " + " and ".join(c for c in clauses if c)
+    if workload.rollout_in_progress:
+        text += " during a rollout"
+    warm = facts.results.collapse.warm_hit_rate.value
+    if warm is not None:
+        text += f"; warm pods hit {words.ratio(warm)}"
+    return text + "; expected, not a collapse"
 
 
-def _demand_clause(snapshot: Snapshot, memory: Memory, baseline: BaselineMemory) -> str:
-    evidence = memory.collapse_evidence
-    need = demand(snapshot)
+def _demand_growth(facts: Facts) -> Finding | None:
+    baseline = facts.memory.baseline
+    need = demand(facts.snapshot)
     rps = need.per_second
-    if rps is None:
-        return ""
-    low = high = rps
-    if evidence is not None and evidence.requests_per_second_min is not None:
-        low = min(low, evidence.requests_per_second_min)
-        high = max(high, evidence.requests_per_second_max or rps)
-    base = baseline.requests_per_second
-    served = "" if need.arrivals else SERVED_ONLY
-    if base is not None and base > 0 and abs(rps / base - 1) > FLAT_DEMAND:
-        return f"req/s moved {words.rate(base)} → {words.rate(rps)}{served}"
-    return f"req/s stayed {words.spread(low, high)}{served}"
-
-
-def prefill_grew(snapshot: Snapshot, baseline: BaselineMemory, factor: float) -> bool:
-    """Prefill tokens per request are at least ``factor`` × the baseline's (False when
-    either is unknown)."""
-    prefill = snapshot.signals.prefill_tokens_per_request.value
-    base = baseline.prefill_tokens_per_request
-    return prefill is not None and base is not None and prefill >= factor * base
-
-
-def likely_cause(snapshot: Snapshot, baseline: BaselineMemory) -> str:
-    """What to check, named from the evidence (prefill up with flat demand: the prompt)."""
-    if prefill_grew(snapshot, baseline, PREFILL_UP_FACTOR):
-        return (
-            "the prompts' shared prefixes changed: check recent prompt layout, chunking, "
-            "retrieval or template changes (anything that moves variable text ahead of "
-            "shared text)"
-        )
-    return (
-        "requests stopped sharing prefixes without more prefill per request: check routing "
-        "(a router that no longer keeps sessions on their pod) and cache_salt settings"
+    cost = facts.snapshot.signals.gpu_seconds_per_1k_requests.value
+    if rps is None or baseline.requests_per_second is None:
+        return None
+    if rps < DEMAND_GROWTH_FACTOR * baseline.requests_per_second:
+        return None
+    base_cost = baseline.gpu_seconds_per_1k_requests
+    if cost is not None and base_cost is not None and cost > COST_STEADY_FACTOR * base_cost:
+        return None
+    return Finding(
+        Diagnosis.DEMAND_GROWTH,
+        f"req/s {words.rate(baseline.requests_per_second)} → {need.rate()} with the cost "
+        "per request steady: the HPA scales for it, inside the budget",
     )
+
+
+CHECKS: tuple[Check, ...] = (
+    # A collapse confirmed for collapseWindows evaluations, or alerted and not recovered.
+    _prefix_collapse,
+    # Preemptions or a full KV pool with the running batch near its ceiling.
+    _eviction_pressure,
+    # The warm hit rate held well under its baseline, above the collapse threshold, at a
+    # material cost (decide/degraded.py).
+    _cache_degraded,
+    # TTFT p95 (or p99, when the policy sets one) above the SLO.
+    _slo_at_risk,
+    # GPU-seconds per 1k requests above the budget.
+    _over_budget,
+    # Pods younger than podWarmupSeconds, or a rollout: misses are expected.
+    _cold_fleet,
+    # Requests up DEMAND_GROWTH_FACTOR over baseline at a steady cost per request.
+    _demand_growth,
+)
+"""Every check, in the order they run (``PRECEDENCE`` orders what they find)."""
+
+
+def findings(facts: Facts) -> tuple[Finding, ...]:
+    """Run every check; ``Healthy`` when none finds anything; ordered by ``PRECEDENCE``."""
+    found = [finding for check in CHECKS if (finding := check(facts)) is not None]
+    if not found:
+        found.append(Finding(Diagnosis.HEALTHY, _healthy_evidence(facts)))
+    return tuple(sorted(found, key=lambda f: PRECEDENCE.index(f.diagnosis)))
+
+
+def _healthy_evidence(facts: Facts) -> str:
+    parts = []
+    collapse = facts.results.collapse
+    warm = collapse.warm_hit_rate.value
+    if warm is not None:
+        parts.append(f"warm-pod token hit rate {words.ratio(warm)}")
+    if collapse.baseline is not None:
+        parts.append(f"baseline {words.ratio(collapse.baseline)}")
+    else:
+        parts.append("baseline still being learned")
+    p95 = facts.snapshot.signals.ttft_p95_seconds
+    if p95.is_known:
+        parts.append(f"TTFT p95 {words.latency(p95)}")
+    return ", ".join(parts)

@@ -28,20 +28,19 @@ from datetime import datetime, timedelta
 
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide.actions import action
 from cachescale.decide.alerts import AlertRules, alert_rules, reconcile_alerts
 from cachescale.decide.batching import BatchFacts, plan_max_num_seqs
-from cachescale.decide.checks import (
+from cachescale.decide.checks import Finding
+from cachescale.decide.conditions import conditions, frozen_conditions
+from cachescale.decide.decision import Decision
+from cachescale.decide.demand import demand
+from cachescale.decide.diagnosis import (
     Facts,
     collapse_active,
     findings,
     next_streaks,
     run_checks,
 )
-from cachescale.decide.conditions import conditions, frozen_conditions
-from cachescale.decide.decision import Decision
-from cachescale.decide.demand import demand
-from cachescale.decide.diagnosis import Finding
 from cachescale.decide.envelope import (
     Envelope,
     EnvelopeFacts,
@@ -52,13 +51,14 @@ from cachescale.decide.envelope import (
     original_envelope,
     plan_envelope,
 )
-from cachescale.decide.memory import (
+from cachescale.decide.learned import (
     REBASELINE_CLEARS,
-    Memory,
+    LearnedState,
     apply_human_requests,
     learn,
     track_collapse_evidence,
 )
+from cachescale.decide.messages import action
 from cachescale.decide.slo_guard import hpa_wanted_replicas
 from cachescale.decide.thresholds import READ_FAILURES_TO_FREEZE, SHORT_GAP_SHARE
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
@@ -68,7 +68,7 @@ REQUIRED_SIGNALS = ("requests_per_second", "ttft_p95_seconds", "token_hit_rate_l
 
 
 def decide(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, now: datetime
 ) -> Decision:
     """One evaluation: diagnose, reshape the envelope, manage the ceiling, alert."""
     memory, notes, rebaselined = apply_human_requests(memory, snapshot.human)
@@ -97,7 +97,7 @@ def decide(
 # --- the gates --------------------------------------------------------------------------
 
 
-def _data_since(spec: CacheScalingPolicySpec, memory: Memory, now: datetime) -> datetime:
+def _data_since(spec: CacheScalingPolicySpec, memory: LearnedState, now: datetime) -> datetime:
     """Where the trusted data starts: now for a new policy or after a long gap, unchanged
     after a gap of at most ``SHORT_GAP_SHARE`` of the window (bounded by the time since
     the last evaluation with data: the first blind one plus one interval)."""
@@ -115,7 +115,7 @@ RETRIED_FAILURES = frozenset(
 or credentials that cannot be read are not retried: they stay until someone fixes them."""
 
 
-def read_retried(signals: EngineSignals, failed_in_a_row: int, memory: Memory) -> bool:
+def read_retried(signals: EngineSignals, failed_in_a_row: int, memory: LearnedState) -> bool:
     """Whether an evaluation ends before deciding, its read retried at the next interval:
     the read failed (``RETRIED_FAILURES``) fewer than ``READ_FAILURES_TO_FREEZE`` times in
     a row, this one included, and no ``MetricsUnavailable`` is raised already (an outage
@@ -144,7 +144,7 @@ def _missing(snapshot: Snapshot) -> list[str]:
 def _frozen(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     missing: list[str],
     notes: tuple[str, ...],
@@ -195,7 +195,7 @@ def _open_top_words(spec: CacheScalingPolicySpec, envelope: Envelope, original_m
 def _waiting(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     notes: tuple[str, ...],
     reason: Action,
@@ -242,7 +242,7 @@ def _waiting(
 def _evaluate(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     notes: tuple[str, ...],
     rebaselined: bool,

@@ -39,12 +39,12 @@ from datetime import datetime
 from cachescale.api.reasons import Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
-from cachescale.decide.memory import EnvelopeMark, Memory, OriginalEnvelope, ReplicaMark
+from cachescale.decide.learned import EnvelopeMark, LearnedState, OriginalEnvelope, ReplicaMark
 from cachescale.decide.slo_guard import (
     Drain,
     MinFloor,
     collapse_floor,
-    drain_top,
+    drain_max_replicas,
     on_running_batch,
     released_floor,
     scale_down_floor,
@@ -82,7 +82,7 @@ class EnvelopePlan:
     """Why the top is below what the HPA would otherwise get, if it is."""
     slo_guard: bool
     """True when the SLO guard overrode a collapse hold or lowered the target."""
-    memory: Memory
+    memory: LearnedState
     slo_needed: int | None = None
     """Replicas the SLO needs at the current cost (``slo_needed_replicas``), while an
     incident lasts; under ``CapAtBudget`` reported, not applied."""
@@ -90,14 +90,14 @@ class EnvelopePlan:
     """The demand-alone reference: replicas the demand needs at the baseline cost."""
     drain: Drain | None = None
     """What draining a backlog within ``DRAIN_SECONDS`` needs, when the SLO estimate's
-    headroom would take longer (``drain_top``)."""
+    headroom would take longer (``drain_max_replicas``)."""
     min_floor: int | None = None
     """minReplicas raised above the user's own for the SLO."""
     min_floor_kind: MinFloor | None = None
     """Which of the SLO guard's floors that is, when there is one."""
 
 
-def original_envelope(snapshot: Snapshot, memory: Memory) -> OriginalEnvelope:
+def original_envelope(snapshot: Snapshot, memory: LearnedState) -> OriginalEnvelope:
     """The envelope before cachescale first touched the HPA (recorded once)."""
     if memory.original_envelope is not None:
         return memory.original_envelope
@@ -115,7 +115,9 @@ def frozen_envelope(snapshot: Snapshot) -> Envelope:
     return Envelope(hpa.min_replicas, hpa.max_replicas, hpa.target_average_value)
 
 
-def open_envelope(spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory) -> Envelope:
+def open_envelope(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState
+) -> Envelope:
     """The envelope on missing data: fail open. Nothing is lowered (minReplicas and the
     target stay as they are) and the top returns to the user's original maxReplicas
     (within ``budget.maxReplicas``), or stays where it is if that is higher, so a cap set
@@ -138,7 +140,7 @@ def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, curr
     return scaled_replicas(mark.replicas, growth)
 
 
-def demand_replicas(snapshot: Snapshot, memory: Memory) -> int | None:
+def demand_replicas(snapshot: Snapshot, memory: LearnedState) -> int | None:
     """The "demand alone" reference: ``ceil(baseline GPU-s/1k × demand / (1000 × GPUs))``,
     the replicas the demand needs at the healthy cost per request (None when either is
     unknown). No policy caps the fleet below it."""
@@ -167,7 +169,7 @@ class EnvelopeFacts:
 def plan_envelope(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     facts: EnvelopeFacts,
 ) -> EnvelopePlan:
@@ -175,12 +177,12 @@ def plan_envelope(
     low, high = spec.budget.min_replicas, spec.budget.max_replicas
     original = original_envelope(snapshot, memory)
     current_max = snapshot.workload.hpa.max_replicas
-    budget_top = (
+    budget_max_replicas = (
         _clamp(current_max, low, high)
         if facts.budget_max is None
         else _clamp(facts.budget_max, low, high)
     )
-    recommended, held_by, slo_guard = budget_top, None, False
+    recommended, held_by, slo_guard = budget_max_replicas, None, False
     if facts.budget_max is not None and facts.budget_max < high:
         held_by = Hold.BUDGET
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
@@ -195,7 +197,7 @@ def plan_envelope(
         memory = memory.model_copy(update={"hold_released_for_slo": released})
         if released:
             slo_guard = True
-        elif level < budget_top:
+        elif level < budget_max_replicas:
             recommended, held_by = level, Hold.COLLAPSE
     # Under every policy: never below what the demand needs at the healthy cost.
     reference = demand_replicas(snapshot, memory)
@@ -210,7 +212,7 @@ def plan_envelope(
         slo_needed = min(high, slo_needed_replicas(needed_mark, demand(snapshot).per_second))
         if spec.cache.on_collapse is not CollapseAction.CAP_AT_BUDGET and slo_needed > recommended:
             recommended, held_by, slo_guard, slo_raise = slo_needed, None, True, True
-    drain = drain_top(spec, snapshot, memory, slo_needed)
+    drain = drain_max_replicas(spec, snapshot, memory, slo_needed)
     if drain is not None and drain.replicas > recommended:
         recommended, held_by, slo_guard, slo_raise = drain.replicas, None, True, True
     else:
@@ -247,11 +249,11 @@ def plan_envelope(
 def _min_floor(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     slo_needed: int | None,
     user_min: int,
-) -> tuple[tuple[int, MinFloor] | None, Memory]:
+) -> tuple[tuple[int, MinFloor] | None, LearnedState]:
     """The highest of the SLO guard's floors on minReplicas, and which it is; without a
     breach floor, the raised one coming down (``released_floor``), no lower than the
     SLO's pods while a collapse alert lasts (``collapse_floor``). That holds a floor
@@ -283,11 +285,11 @@ def _clamp(value: int, low: int, high: int) -> int:
 def _stabilized_max(
     recommended: int,
     current: int,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     immediate: bool,
     slo_raise: bool = False,
-) -> tuple[int, Memory]:
+) -> tuple[int, LearnedState]:
     """Apply the lowering window and the reversal window to a maxReplicas recommendation
     (a raise for the SLO, like a hold's release, is never delayed)."""
     marks = [
@@ -321,7 +323,7 @@ def _stabilized_max(
     return candidate, memory.model_copy(update=update)
 
 
-def mark_unchanged(memory: Memory, current_max: int, now: datetime) -> Memory:
+def mark_unchanged(memory: LearnedState, current_max: int, now: datetime) -> LearnedState:
     """Record that maxReplicas is ``current_max`` after an evaluation that decided nothing
     from the data (a wait, or missing data): a lowering afterwards still needs a window of
     lower recommendations."""

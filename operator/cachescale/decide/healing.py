@@ -16,8 +16,8 @@ from datetime import datetime
 from enum import StrEnum
 
 from cachescale.decide import words
-from cachescale.decide.diagnosis import CollapseCheck
-from cachescale.decide.memory import AlertMemory, CollapseEvidence
+from cachescale.decide.checks import CollapseCheck
+from cachescale.decide.learned import CollapseEvidence, LearnedAlert
 from cachescale.decide.thresholds import RECOVERY_EVALUATIONS, TREND_POINTS
 
 
@@ -59,12 +59,12 @@ def trend_words(evidence: CollapseEvidence | None, current: float) -> str:
     )
 
 
-def onset(alert: AlertMemory, evidence: CollapseEvidence | None) -> datetime:
+def onset(alert: LearnedAlert, evidence: CollapseEvidence | None) -> datetime:
     """When the collapse began: its streak's first evaluation, else the alert's raise."""
     return evidence.started_at if evidence is not None else alert.since
 
 
-def healing_time(alert: AlertMemory, evidence: CollapseEvidence | None, now: datetime) -> str:
+def healing_time(alert: LearnedAlert, evidence: CollapseEvidence | None, now: datetime) -> str:
     """From the onset to the evaluation that clears the alert: ``14 min`` (whole minutes,
     rounded), or ``70 s`` under two minutes, where whole minutes would say 1 or 0."""
     seconds = (now - onset(alert, evidence)).total_seconds()
@@ -72,7 +72,7 @@ def healing_time(alert: AlertMemory, evidence: CollapseEvidence | None, now: dat
 
 
 def healed_words(
-    alert: AlertMemory, evidence: CollapseEvidence | None, check: CollapseCheck, now: datetime
+    alert: LearnedAlert, evidence: CollapseEvidence | None, check: CollapseCheck, now: datetime
 ) -> str:
     """The message of a collapse alert that clears because the hit rate came back."""
     current, clear = check.warm_hit_rate.value, check.clear_threshold

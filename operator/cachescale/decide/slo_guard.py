@@ -4,7 +4,7 @@ Except under ``CapAtBudget``, TTFT comes before the budget (``docs/decisions.md`
 "Precedence"). Breaching evaluations while the fleet falls behind give an estimate of
 the replicas the SLO needs (``slo_mark``), remembered while the incident lasts; the
 envelope's top never goes below it, a backlog its headroom would drain slowly may raise
-the top further (``drain_top``), minReplicas is floored while the breach lasts and comes
+the top further (``drain_max_replicas``), minReplicas is floored while the breach lasts and comes
 down in steps after it, no lower than its pods while a collapse alert lasts
 (``slo_floor``, ``released_floor``, ``collapse_floor``), a scale-down that broke the SLO
 is held one replica above for an hour (``scale_down_floor``), and the HPA's target is
@@ -24,9 +24,9 @@ from enum import StrEnum
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import MAX_REPLICAS, CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
-from cachescale.decide.memory import (
+from cachescale.decide.learned import (
     LearnedFloor,
-    Memory,
+    LearnedState,
     OriginalEnvelope,
     ReplicaCount,
     ReplicaMark,
@@ -99,7 +99,7 @@ def falling_behind(snapshot: Snapshot) -> bool:
     return need.per_second is not None and served is not None and need.per_second > served
 
 
-def estimate_confirmed(snapshot: Snapshot, memory: Memory) -> bool:
+def estimate_confirmed(snapshot: Snapshot, memory: LearnedState) -> bool:
     """The breach is confirmed for an SLO estimate: ``SLO_BREACH_EVALUATIONS`` breaching
     evaluations, or the first one while requests queue (``QUEUED_PER_POD`` or more
     waiting per pod) and, on a known arrival rate, arrive faster than the fleet serves
@@ -128,7 +128,7 @@ def capped_below_hpa(snapshot: Snapshot) -> bool:
 def slo_mark(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     now: datetime,
     budget_max: int | None,
     over_budget: bool,
@@ -192,8 +192,8 @@ class Drain:
         return f"to drain {self.waiting:,} waiting requests within {DRAIN_SECONDS / 60:.0f} min"
 
 
-def drain_top(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, slo_needed: int | None
+def drain_max_replicas(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, slo_needed: int | None
 ) -> Drain | None:
     """The top a backlog needs while TTFT breaches, after an SLO estimate (not under
     ``CapAtBudget``): the pods that serve the arrivals and the waiting requests within
@@ -261,7 +261,9 @@ class MinFloor(StrEnum):
     the breach measured while the PrefixCollapse alert lasts (``collapse_floor``)."""
 
 
-def slo_floor(spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None) -> int | None:
+def slo_floor(
+    spec: CacheScalingPolicySpec, memory: LearnedState, slo_needed: int | None
+) -> int | None:
     """The least minReplicas may be while TTFT breaches the SLO (not under
     ``CapAtBudget``): the pods that serve what arrives at the rate each serves now,
     ``slo_needed`` without its headroom (which is the top's, for the HPA's own metric).
@@ -283,7 +285,7 @@ def _without_headroom(slo_needed: int) -> int:
 
 
 def collapse_floor(
-    spec: CacheScalingPolicySpec, memory: Memory, slo_needed: int | None
+    spec: CacheScalingPolicySpec, memory: LearnedState, slo_needed: int | None
 ) -> int | None:
     """The least a floor coming down after the breach may reach while the PrefixCollapse
     alert lasts (not under ``CapAtBudget``): ``slo_floor``'s pods, the remembered
@@ -310,8 +312,8 @@ def collapse_floor(
 
 
 def scale_down_floor(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
-) -> tuple[int | None, Memory]:
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, now: datetime
+) -> tuple[int | None, LearnedState]:
     """minReplicas one above the count the HPA scaled down to before TTFT breached the SLO
     (not under ``CapAtBudget``).
 
@@ -388,7 +390,7 @@ def _released(floor: LearnedFloor | None, now: datetime) -> LearnedFloor | None:
 
 
 def released_floor(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: Memory, now: datetime
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, now: datetime
 ) -> tuple[int, MinFloor] | None:
     """After the breach, a floor found on the HPA comes down by ``MIN_RELEASE_STEP`` per
     evaluation. Dropped at once, it lets the HPA fall to what its metric read on the
@@ -419,7 +421,7 @@ def released_floor(
 
 
 def _ran_a_window_at(
-    replicas: int, spec: CacheScalingPolicySpec, memory: Memory, now: datetime
+    replicas: int, spec: CacheScalingPolicySpec, memory: LearnedState, now: datetime
 ) -> bool:
     """The fleet ran at ``replicas`` or fewer for the whole last window (so the windowed
     TTFT is that count's)."""
@@ -432,10 +434,10 @@ def _ran_a_window_at(
 def slo_target(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: Memory,
+    memory: LearnedState,
     original: OriginalEnvelope,
     max_replicas: int,
-) -> tuple[float | None, Memory, bool]:
+) -> tuple[float | None, LearnedState, bool]:
     """The SLO guard's lever: lower the queue target while TTFT breaches the SLO and the
     budget leaves room above the current replicas; relax it back once comfortable."""
     if original.target_average_value is None:

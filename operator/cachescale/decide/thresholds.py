@@ -102,7 +102,7 @@ headroom): ``ceil(ready × max(arrivals / served, 1) / SLO_NEEDED_UTILISATION)``
 DRAIN_SECONDS = 600.0
 """While TTFT breaches, a backlog the fleet would take longer than this to drain at its
 current surplus (served − arriving) lets maxReplicas rise above the SLO estimate to what
-drains it in this time (``slo_guard.drain_top``). The estimate's 15% headroom alone drains
+drains it in this time (``slo_guard.drain_max_replicas``). The estimate's 15% headroom alone drains
 3,000 queued requests at 3 req/s, in 17 minutes, every one of them over the SLO."""
 MIN_RELEASE_STEP = 0.1
 """After a breach, minReplicas raised for the SLO comes down by this share per evaluation

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cachescale.emulator.command import add_parser
+from cachescale.commands.emulate import add_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ that is sent: it is parsed again, every selector in it must match exactly the po
 namespace, and rendering that tree must give the same text (``confine``).
 
 Pure: text in, text out (the parser is a compiled library, no I/O). Only the operator
-calls it (``controller/signal_reads.py``), and only when the cluster owner enabled
+calls it (``controller/reconcile/signal_reads.py``), and only when the cluster owner enabled
 demand queries (``--allow-demand-query``).
 """
 

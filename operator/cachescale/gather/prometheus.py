@@ -20,7 +20,7 @@ server trickles its answer (only a DNS lookup or a TLS handshake in progress can
 and ends by its own timeout). The error (``DeadlineReached``) gives the budget and the time
 actually spent.
 
-Memory is bounded too: an answer is streamed, never read whole, and its body may not
+LearnedState is bounded too: an answer is streamed, never read whole, and its body may not
 exceed ``max_response_bytes``, as received or as decoded (a ``Content-Length`` above it is
 refused before anything is read; gzip is decoded here, so a small compressed answer cannot
 expand past it). Over the cap the read fails (``PrometheusResponseTooLarge``, naming the

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
-from cachescale.decide import Decision, Memory, decide
+from cachescale.decide import Decision, LearnedState, decide
 from cachescale.decide.engine import read_retried
 from cachescale.decide.envelope import Envelope
 from cachescale.sim.observe import ScrapedFleet
@@ -80,7 +80,7 @@ class CachescaleAutoscaler:
         self._gpus_per_pod = float(get_profile(scenario.fleet.profile).gpus_per_replica)
         self._outages = [p for p in scenario.perturbations if isinstance(p, MetricsOutage)]
         self._scraped = ScrapedFleet()
-        self._memory = Memory()
+        self._memory = LearnedState()
         self._failed_reads = 0
         spec = hpa.spec
         self._envelope = Envelope(spec.min_replicas, spec.max_replicas, spec.target_average_value)

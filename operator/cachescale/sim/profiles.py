@@ -162,7 +162,7 @@ class ReplicaProfile:
 
 
 # --- GPUs ---------------------------------------------------------------------------
-# Memory: total as reported by nvidia-smi (81920 MiB on A100-SXM4-80GB, 81559 MiB on
+# LearnedState: total as reported by nvidia-smi (81920 MiB on A100-SXM4-80GB, 81559 MiB on
 # H100 80GB HBM3). Bandwidth and dense tensor-core peaks: NVIDIA A100 datasheet
 # (80GB SXM: 2,039 GB/s, BF16 312 TFLOPS) and H100 datasheet (SXM: 3.35 TB/s,
 # BF16 989 TFLOPS, FP8 1,979 TFLOPS).

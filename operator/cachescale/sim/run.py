@@ -26,8 +26,8 @@ from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import FLEET_EVENTS, HPAMetric, RollingRestart, Scenario
-from cachescale.sim.workload import Workload
-from cachescale.sim.workload_spec import Perturbation
+from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic_spec import Perturbation
 
 HPA_SYNC_PERIOD_S = 15.0
 """Default when the scenario has no autoscaler (the timeline is still sampled)."""

@@ -24,7 +24,7 @@ from cachescale.api.validation import decode, error_lines, load_documents, yaml_
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.profiles import PROFILES
-from cachescale.sim.workload_spec import (
+from cachescale.sim.traffic_spec import (
     WorkloadChange,
     WorkloadSpec,
 )

@@ -1,0 +1,1 @@
+"""The ``cachescale`` command line: one module per subcommand, over every layer."""

@@ -1,0 +1,1 @@
+"""The Kubernetes client stack: a raw-JSON API client, informers, indexes and peering."""

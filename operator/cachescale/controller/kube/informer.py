@@ -1,0 +1,464 @@
+"""Informers: the targets' Deployments, HPAs, pods and ScaledObjects listed and watched
+into the stores that ``controller/kube/indexes.py`` serves evaluations from.
+
+Why not kopf: kopf ran its whole per-object machinery (a worker, its raw event held until
+every index was filled, the handler chain) for each of the ~40,000 objects the operator
+watches at 10,000 policies, and that, not the projections, was the operator's peak memory
+(4.4 to 5.0 GiB at start-up; bench/RESULTS.md, "LearnedState, measured"). An informer here keeps
+only each object's projection (``indexes.py``) and drops the object it came in at once.
+kopf still serves the policies: their watch, finalizers and peering.
+
+One :class:`Informer` per kind and scope (the cluster, or each ``--namespace``: the
+namespaces kopf serves the policies in; each is an exact name, as the flag takes only a
+DNS label, never one of kopf's glob patterns) runs in a thread of its own, as client-go's
+reflector does: it lists the scope page by page (``limit``, ``continue``), replaces the
+scope's objects in its :class:`Store` at once, then watches from the list's
+resourceVersion (``allowWatchBookmarks``, a server ``timeoutSeconds``) and applies each
+event: ADDED and MODIFIED put the object's entries (those of an older version go, so a
+pod no longer carries a label it lost), DELETED removes them, BOOKMARK only moves the
+resourceVersion on. A watch the server ends is opened again from the last
+resourceVersion; 410 Gone (an answer or an ERROR event) lists again; any other failure
+waits (exponential, at most :data:`MAX_BACKOFF_S`, jittered) and watches again, or lists
+again if it had never listed.
+
+At start-up (:func:`start_informers`, a kopf startup handler: kopf opens no watch before
+every startup handler returned, so no policy handler runs before it) every informer lists
+once before the operator serves anything: the stores are full before the first
+evaluation. A kind that could not be listed (RBAC, the API server down, KEDA's CRD not
+installed with ``--keda``: a 404) is logged and its informer keeps trying in the
+background; until then :class:`TargetInformers` offers no store for it, and evaluations
+read that kind from the API server, as they would without an index.
+
+A store is read from evaluation threads while its informers change it: one lock covers
+every read and change (``indexes.py`` explains the copies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import kopf
+from kubernetes.client import ApiClient
+
+from cachescale.controller.kube.client import (
+    GoneError,
+    KubeApi,
+    KubeError,
+    NotFoundError,
+    status_error,
+    with_connections,
+)
+from cachescale.controller.kube.indexes import (
+    Entries,
+    Index,
+    IndexedReads,
+    ObjectKey,
+    Projection,
+    deployment_entries,
+    hpa_entries,
+    object_key,
+    pod_entries,
+    scaled_object_entries,
+)
+
+PAGE: Final = 500
+"""Objects per list page (client-go's): a page is parsed, projected and dropped before the
+next is asked for."""
+WATCH_TIMEOUT_S: Final = 300
+"""The server ends a watch after this (``timeoutSeconds``); it is opened again at once."""
+IDLE_MARGIN_S: Final = 30.0
+"""A watch that has sent nothing for this long past its timeout is a dead connection."""
+FIRST_BACKOFF_S: Final = 1.0
+MAX_BACKOFF_S: Final = 60.0
+"""The wait after a failure doubles from the first to this, each drawn in its upper half."""
+
+log = logging.getLogger("cachescale.operator")
+
+
+# -- what is watched -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A watched kind: where its collections are, and what its store keeps of an object."""
+
+    prefix: str
+    """``/api/v1`` or ``/apis/GROUP/VERSION``."""
+    plural: str
+    entries: Callable[[Mapping[str, Any]], Entries]
+
+    def path(self, namespace: str | None) -> str:
+        """The collection of one namespace, or of the cluster (None)."""
+        if namespace is None:
+            return f"{self.prefix}/{self.plural}"
+        return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+
+
+DEPLOYMENTS: Final = Kind("/apis/apps/v1", "deployments", deployment_entries)
+HPAS: Final = Kind("/apis/autoscaling/v2", "horizontalpodautoscalers", hpa_entries)
+PODS: Final = Kind("/api/v1", "pods", pod_entries)
+SCALED_OBJECTS: Final = Kind("/apis/keda.sh/v1alpha1", "scaledobjects", scaled_object_entries)
+
+
+def target_kinds(keda: bool) -> tuple[Kind, ...]:
+    """The kinds a target is read from; ScaledObjects only with ``--keda``."""
+    return (DEPLOYMENTS, HPAS, PODS, SCALED_OBJECTS) if keda else (DEPLOYMENTS, HPAS, PODS)
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class Store(Mapping[Any, Collection[Projection]]):
+    """One kind's objects as index entries: key → the projections under it (an ``Index``).
+
+    Each object's keys are kept, so a new version of it drops the keys the old one had.
+    ``scopes`` are the namespaces (None: the cluster) its informers list; it is
+    :attr:`synced` once each has been listed."""
+
+    def __init__(self, scopes: Iterable[str | None]) -> None:
+        self._lock = threading.Lock()
+        self._index: dict[Any, dict[ObjectKey, Projection]] = {}
+        self._keys: dict[ObjectKey, tuple[Any, ...]] = {}
+        self._unlisted = set(scopes)
+
+    @property
+    def synced(self) -> bool:
+        """Whether every scope has been listed once."""
+        with self._lock:
+            return not self._unlisted
+
+    def __getitem__(self, key: Any) -> tuple[Projection, ...]:
+        with self._lock:
+            return tuple(self._index[key].values())
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            return iter(list(self._index))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._index)
+
+    def objects(self) -> int:
+        """How many objects it holds."""
+        with self._lock:
+            return len(self._keys)
+
+    def put(self, key: ObjectKey, entries: Entries) -> None:
+        """The object ``key`` is now ``entries``, whatever it was before."""
+        with self._lock:
+            self._unlink(key)
+            self._link(key, entries)
+
+    def remove(self, key: ObjectKey) -> None:
+        """The object ``key`` is gone."""
+        with self._lock:
+            self._unlink(key)
+
+    def replace(self, scope: str | None, objects: Mapping[ObjectKey, Entries]) -> None:
+        """Every object of ``scope`` (a namespace; None: all) replaced by ``objects`` at
+        once: a reader sees all of the old or all of the new. The scope is then listed."""
+        with self._lock:
+            for key in [k for k in self._keys if scope is None or k[0] == scope]:
+                self._unlink(key)
+            for key, entries in objects.items():
+                self._link(key, entries)
+            self._unlisted.discard(scope)
+
+    def _link(self, key: ObjectKey, entries: Entries) -> None:
+        for index_key, projection in entries.items():
+            self._index.setdefault(index_key, {})[key] = projection
+        self._keys[key] = tuple(entries)
+
+    def _unlink(self, key: ObjectKey) -> None:
+        for index_key in self._keys.pop(key, ()):
+            holders = self._index[index_key]
+            del holders[key]
+            if not holders:
+                del self._index[index_key]
+
+
+# -- one informer ------------------------------------------------------------------------------
+
+
+class Events(Protocol):
+    """An open watch (``kube.WatchStream``)."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """The events as they arrive, until the server ends the watch."""
+        ...
+
+    def close(self) -> None:
+        """End it from another thread."""
+        ...
+
+
+class ListWatch(Protocol):
+    """The two requests an informer sends (``kube.KubeApi``)."""
+
+    def list_page(self, path: str, query: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """One page of a collection."""
+        ...
+
+    def watch(self, path: str, query: Sequence[tuple[str, str]], idle_timeout_s: float) -> Events:
+        """A watch of a collection."""
+        ...
+
+
+def backoff_s(failures: int, draw: Callable[[], float] = random.random) -> float:
+    """The wait after ``failures`` failures in a row: doubling from
+    :data:`FIRST_BACKOFF_S`, at most :data:`MAX_BACKOFF_S`, drawn in the upper half so
+    that informers failing together do not retry together."""
+    ceiling = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2.0 ** min(failures - 1, 16))
+    return ceiling * (0.5 + 0.5 * draw())
+
+
+class Informer:
+    """One kind in one scope (a namespace, or the cluster: None), listed into its store
+    and followed by a watch, in a thread of its own (module docstring)."""
+
+    def __init__(
+        self,
+        api: ListWatch,
+        kind: Kind,
+        namespace: str | None,
+        store: Store,
+        *,
+        page: int = PAGE,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        backoff: Callable[[int], float] = backoff_s,
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.store = store
+        self.tried = threading.Event()
+        """Set once its first list has succeeded or failed."""
+        self.version: str | None = None
+        """The resourceVersion it watches from; None: it must list first."""
+        self._api = api
+        self._page = page
+        self._watch_timeout_s = watch_timeout_s
+        self._backoff = backoff
+        self._stopping = threading.Event()
+        self._stream: Events | None = None
+        self._failures = 0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        """E.g. ``pods in team-a``, ``pods cluster-wide``."""
+        where = f"in {self.namespace}" if self.namespace is not None else "cluster-wide"
+        return f"{self.kind.plural} {where}"
+
+    def start(self) -> None:
+        """Run in a daemon thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self.run, name=f"informer {self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop: the open watch is closed, and the thread ends within ``timeout_s``."""
+        self._stopping.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def run(self) -> None:
+        """List, then watch, until stopped (the module docstring's loop)."""
+        while not self._stopping.is_set():
+            self.step()
+
+    def step(self) -> None:
+        """One list (if none is in force) and one watch, or the wait after a failure."""
+        listing = self.version is None
+        try:
+            if listing:
+                self.version = self.relist()
+                listing = False
+                self.tried.set()
+            self.follow()
+            self._failures = 0
+        except GoneError as error:
+            self.version = None
+            if listing:  # a list's continue token expired: not at once again
+                self._failed(error, listing)
+            else:
+                log.info("%s: watch expired (%s); listing again", self.name, error)
+        except (KubeError, ValueError) as error:
+            self._failed(error, listing)
+        except Exception as error:  # a bug must not end the thread: stores would go stale
+            log.exception("%s: unexpected failure", self.name)
+            self._failed(error, listing)
+        finally:
+            self.tried.set()
+
+    def relist(self) -> str:
+        """List the scope page by page into the store at once; the list's resourceVersion."""
+        objects: dict[ObjectKey, Entries] = {}
+        query = [("limit", str(self._page))]
+        while True:
+            page = self._api.list_page(self.kind.path(self.namespace), query)
+            for item in page.get("items") or ():
+                objects[object_key(item)] = self.kind.entries(item)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                break
+            query = [("limit", str(self._page)), ("continue", str(meta["continue"]))]
+        recovered = self._failures > 0 or not self.store.synced
+        self.store.replace(self.namespace, objects)
+        self._failures = 0
+        (log.info if recovered else log.debug)("%s: listed %d", self.name, len(objects))
+        return str(meta.get("resourceVersion") or "")
+
+    def follow(self) -> None:
+        """One watch from :attr:`version`, applied to the store until the server ends it."""
+        query = [
+            ("resourceVersion", self.version or ""),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._watch_timeout_s)),
+        ]
+        idle = self._watch_timeout_s + IDLE_MARGIN_S
+        stream = self._api.watch(self.kind.path(self.namespace), query, idle)
+        self._stream = stream
+        try:
+            if self._stopping.is_set():  # stopped while it was being opened
+                return
+            for event in stream:
+                self.apply(event)
+        finally:
+            self._stream = None
+
+    def apply(self, event: Mapping[str, Any]) -> None:
+        """One watch event into the store; an ERROR event is raised as the error it is."""
+        kind, body = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise _status_error(body)
+        if kind in ("ADDED", "MODIFIED"):
+            self.store.put(object_key(body), self.kind.entries(body))
+        elif kind == "DELETED":
+            self.store.remove(object_key(body))
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.version = str(version)
+
+    def _failed(self, error: Exception, listing: bool) -> None:
+        self._failures += 1
+        wait = self._backoff(self._failures)
+        if listing:
+            what = f"list failed ({error})"
+            if isinstance(error, NotFoundError):
+                what = f"not served by the API server ({error})"
+            if not self.store.synced:
+                what += f"; until it lists, {self.kind.plural} are read from the API server"
+        else:
+            what = f"watch from resourceVersion {self.version} failed ({error})"
+        # The first failure in a row is told; the retries that follow it, only in debug.
+        (log.warning if self._failures == 1 else log.debug)(
+            "%s: %s; again in %.1f s", self.name, what, wait
+        )
+        self._stopping.wait(wait)
+
+
+def _status_error(status: Mapping[str, Any]) -> KubeError:
+    """The error an ERROR event carries (a ``Status``): 410 is :class:`GoneError`."""
+    code = int(status.get("code") or 500)
+    message = str(status.get("message") or status.get("reason") or f"HTTP {code}")
+    return status_error(code, message)
+
+
+# -- every target kind ------------------------------------------------------------------------
+
+
+class TargetInformers:
+    """The informers of every target kind in the operator's scope, and their stores:
+    what :class:`IndexedReads` serves from (``indexes.TargetIndexes``), offering a kind's
+    store once it is listed in every scope."""
+
+    def __init__(self, api: ListWatch, namespaces: Sequence[str], keda: bool) -> None:
+        scopes: list[str | None] = list(namespaces) or [None]
+        self._stores = {kind: Store(scopes) for kind in target_kinds(keda)}
+        self.informers = [
+            Informer(api, kind, scope, store)
+            for kind, store in self._stores.items()
+            for scope in scopes
+        ]
+
+    def start(self) -> None:
+        """Start every informer and return once each has listed once, or failed to."""
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            informer.tried.wait()
+
+    def stop(self) -> None:
+        """Stop every informer."""
+        for informer in self.informers:
+            informer.stop()
+
+    def _served(self, kind: Kind) -> Index | None:
+        store = self._stores.get(kind)
+        return store if store is not None and store.synced else None
+
+    @property
+    def deployments(self) -> Index | None:
+        """The Deployments' store, once listed."""
+        return self._served(DEPLOYMENTS)
+
+    @property
+    def hpas(self) -> Index | None:
+        """The HPAs' store, once listed."""
+        return self._served(HPAS)
+
+    @property
+    def pods(self) -> Index | None:
+        """The pods' store, once listed."""
+        return self._served(PODS)
+
+    @property
+    def scaled_objects(self) -> Index | None:
+        """The ScaledObjects' store, once listed (``--keda`` only)."""
+        return self._served(SCALED_OBJECTS)
+
+
+def target_informers(
+    api_client: ApiClient,
+    namespaces: Sequence[str],
+    keda: bool,
+    on_request: Callable[[str], None] | None = None,
+) -> TargetInformers:
+    """The operator's informers: in each of ``namespaces`` (none: cluster-wide, as kopf
+    serves the policies), on a client of their own with one connection per watch."""
+    connections = len(target_kinds(keda)) * max(1, len(namespaces))
+    api = KubeApi(with_connections(api_client, connections), on_request=on_request)
+    return TargetInformers(api, namespaces, keda)
+
+
+# -- the kopf side -------------------------------------------------------------------------------
+
+
+@kopf.on.startup(id="target_informers")
+async def start_informers(memo: Any, **_: Any) -> None:
+    """List every target kind (in worker threads: the event loop still answers the
+    probes), start following them, and serve the evaluations' reads from the stores.
+    ``memo.informers`` is set by ``controller/runtime/serve.py``."""
+    informers: TargetInformers | None = getattr(memo, "informers", None)
+    if informers is None:
+        return
+    await asyncio.to_thread(informers.start)
+    operator = memo.runtime.operator
+    operator.indexed_reads = IndexedReads(operator.api, informers)
+
+
+@kopf.on.cleanup(id="target_informers")
+async def stop_informers(memo: Any, **_: Any) -> None:
+    """Stop following the targets (their watches are closed)."""
+    informers: TargetInformers | None = getattr(memo, "informers", None)
+    if informers is not None:
+        await asyncio.to_thread(informers.stop)

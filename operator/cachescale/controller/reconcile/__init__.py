@@ -1,0 +1,2 @@
+"""The reconcile loop: when a policy is evaluated, gather → decide → act, and what it
+leaves behind."""

@@ -1,0 +1,226 @@
+"""What ``kubectl describe csp`` shows: the status rendered from one evaluation.
+
+Pure: previous status + decision (or a problem) in, the new status out. Conditions keep
+their ``lastTransitionTime`` unless their status flips; the observed signals are written
+only when known (the reason for every unknown one is listed); history keeps the
+decisions that changed something, newest first; the decision engine's memory rides
+along so a restarted operator picks up where it left off.
+
+Texts and lists are not cut here: the status model cuts each at its limit as it is
+built (``api/status.py``), so every status written has a largest size.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cachescale.api.reasons import ConditionReason, Problem
+from cachescale.api.status import (
+    DECISION_HISTORY_LIMIT,
+    ActiveAlert,
+    Baseline,
+    CacheScalingPolicyStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    DecisionRecord,
+    ObservedSignals,
+    QualifiedSignal,
+    SuspectedChange,
+    UnknownSignal,
+)
+from cachescale.decide import Decision, words
+from cachescale.decide.conditions import ConditionVerdict
+from cachescale.snapshot import Snapshot, Unit
+
+STATUS_FIELDS = {
+    "token_hit_rate_local": "tokenHitRate",
+    "request_full_hit_share": "requestHitShare",
+    "prefill_tokens_per_request": "prefillTokensPerRequest",
+    "ttft_p95_seconds": "ttftP95Seconds",
+    "ttft_p99_seconds": "ttftP99Seconds",
+    "gpu_seconds_per_1k_requests": "gpuSecondsPer1kRequests",
+    "requests_per_second": "requestsPerSecond",
+    "arrivals_per_second": "arrivalsPerSecond",
+    "preemptions_per_second": "preemptionsPerSecond",
+    "kv_cache_usage_ratio": "kvCacheUsageRatio",
+}
+"""Engine signals shown in status (snapshot field → status field)."""
+
+
+def merge_conditions(
+    previous: list[Condition], verdicts: list[ConditionVerdict], generation: int, now: datetime
+) -> list[Condition]:
+    """New conditions; a condition's transition time moves only when its status flips."""
+    before = {c.type: c for c in previous}
+    merged = []
+    for verdict in verdicts:
+        old = before.get(verdict.type)
+        flipped = old is None or old.status != verdict.status
+        merged.append(
+            Condition(
+                type=verdict.type,
+                status=verdict.status,
+                reason=verdict.reason,
+                message=verdict.message,
+                last_transition_time=now if flipped else old.last_transition_time,  # type: ignore[union-attr]
+                observed_generation=generation,
+            )
+        )
+    kept = [c for c in previous if c.type not in {v.type for v in verdicts}]
+    return sorted(merged + kept, key=lambda c: list(ConditionType).index(c.type))
+
+
+def render(
+    previous: CacheScalingPolicyStatus,
+    decision: Decision,
+    snapshot: Snapshot,
+    *,
+    generation: int,
+    now: datetime,
+    applied: bool,
+    warmup_seconds: float,
+    prometheus: str | None = None,
+    autoscaler_notes: tuple[str, ...] = (),
+    autoscaler_fallback: str | None = None,
+    suspected_change: SuspectedChange | None = None,
+) -> dict[str, Any]:
+    """The status after an evaluation that reached a decision (``prometheus``: where the
+    signals were read, ``prometheus_access.prometheus_source``). ``autoscaler_notes`` (how
+    a KEDA ScaledObject is managed, and its traps) are appended to the ``Ready`` message,
+    which ``kubectl describe`` shows; ``autoscaler_fallback`` (KEDA's Fallback condition is
+    True) turns ``MetricsAvailable`` False with that message. ``suspected_change``: what
+    changed before a building or alerted collapse (``controller/target/changes.py``)."""
+    ready = ConditionVerdict(
+        ConditionType.READY,
+        ConditionStatus.TRUE,
+        ConditionReason.EVALUATED,
+        "; ".join(["the last evaluation completed", *autoscaler_notes]),
+    )
+    verdicts = list(decision.conditions)
+    if autoscaler_fallback is not None:
+        verdicts = [v for v in verdicts if v.type is not ConditionType.METRICS_AVAILABLE]
+        verdicts.append(
+            ConditionVerdict(
+                ConditionType.METRICS_AVAILABLE,
+                ConditionStatus.FALSE,
+                ConditionReason.KEDA_FALLBACK,
+                autoscaler_fallback,
+            )
+        )
+    record = _record(decision, now, applied)
+    history = previous.history
+    if applied:
+        history = [record, *history][:DECISION_HISTORY_LIMIT]
+    status = CacheScalingPolicyStatus(
+        observed_generation=generation,
+        state=decision.state.value,
+        conditions=merge_conditions(previous.conditions, [ready, *verdicts], generation, now),
+        signals=_signals(snapshot, now, warmup_seconds, prometheus),
+        baseline=_baseline(decision),
+        last_decision=record,
+        history=history,
+        alerts=[
+            ActiveAlert(
+                reason=a.reason,
+                since=a.since,
+                message=a.message,
+                acknowledged=a.acknowledged,
+            )
+            for a in decision.alerts
+        ],
+        suspected_change=suspected_change,
+        memory=decision.memory.model_dump(mode="json", by_alias=True),
+    )
+    return status.to_wire()
+
+
+def render_problem(
+    previous: CacheScalingPolicyStatus,
+    reason: Problem,
+    message: str,
+    *,
+    generation: int,
+    now: datetime,
+    also: tuple[ConditionType, ...] = (),
+) -> dict[str, Any]:
+    """The status when no decision could be made (invalid spec, target missing...):
+    Ready=False with the reason, and so are the conditions in ``also`` (e.g.
+    MetricsAvailable when Prometheus may not be read); everything else (memory included)
+    is kept."""
+    verdicts = [
+        ConditionVerdict(kind, ConditionStatus.FALSE, reason, message)
+        for kind in (ConditionType.READY, *also)
+    ]
+    status = previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "state": reason,
+            "conditions": merge_conditions(previous.conditions, verdicts, generation, now),
+        }
+    )
+    return status.to_wire()
+
+
+def _record(decision: Decision, now: datetime, applied: bool) -> DecisionRecord:
+    envelope = decision.envelope
+    return DecisionRecord(
+        time=now,
+        diagnosis=decision.state.value,
+        reason=decision.reason,
+        message=decision.message,
+        min_replicas=envelope.min_replicas,
+        max_replicas=envelope.max_replicas,
+        max_num_seqs=decision.max_num_seqs,
+        applied=applied,
+    )
+
+
+def _signals(
+    snapshot: Snapshot, now: datetime, warmup_seconds: float, prometheus: str | None
+) -> ObservedSignals:
+    signals = snapshot.signals
+    measured = signals.signals()
+    values: dict[str, Any] = {}
+    unknown = []
+    qualified = []
+    for name, field in STATUS_FIELDS.items():
+        value = measured[name]
+        if value.value is not None:
+            bounded = min(value.value, 1.0) if value.unit is Unit.RATIO else value.value
+            values[field] = max(0.0, bounded)
+            if value.lower_bound or value.bucket is not None:
+                qualified.append(QualifiedSignal(signal=field, reads=words.latency(value)))
+        else:
+            unknown.append(UnknownSignal(signal=field, reason=str(value.reason)))
+    if signals.ttft_p95_seconds.value is not None:
+        values["ttftP95"] = words.latency_cell(signals.ttft_p95_seconds)
+    warm = signals.warm_token_hit_rate(warmup_seconds)
+    if warm.value is not None:  # rate() extrapolation can put a young pod's ratio above 1
+        values["tokenHitRate"] = min(1.0, max(0.0, warm.value))
+    workload = snapshot.workload
+    return ObservedSignals.model_validate(
+        {
+            **values,
+            "replicas": workload.replicas,
+            "readyReplicas": workload.ready_replicas,
+            "warmReplicas": workload.warm_replicas(warmup_seconds),
+            "maxNumSeqs": workload.max_num_seqs,
+            "observedAt": now,
+            "prometheus": prometheus,
+            "unknownSignals": [u.to_wire() for u in unknown],
+            "qualifiedSignals": [q.to_wire() for q in qualified],
+        }
+    )
+
+
+def _baseline(decision: Decision) -> Baseline:
+    learned = decision.memory.baseline
+    return Baseline(
+        token_hit_rate=learned.token_hit_rate,
+        prefill_tokens_per_request=learned.prefill_tokens_per_request,
+        gpu_seconds_per_1k_requests=learned.gpu_seconds_per_1k_requests,
+        requests_per_second=learned.requests_per_second,
+        updated_at=learned.updated_at,
+    )

@@ -1,0 +1,298 @@
+"""When a policy's status is worth a PATCH: only when something a reader or a restart
+would notice changed, and at least every ``STATUS_REFRESH_SECONDS``, at a moment of
+its own (``refresh_due``).
+
+A fleet of policies evaluated every interval would otherwise rewrite every status every
+interval, though most evaluations end where the last one did. So the operator keeps, in
+memory and per policy, what it last wrote (the watch's own copy of it once that comes
+back: one status per policy, not two) and when, and skips the write when the new
+status equals it once both are *normalised*. The next evaluation then continues from the
+status it rendered, not the stored one, so what is skipped is not lost in this process
+(``latest``). Normalised means:
+
+- the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
+  ``lastDecision.time``, the baseline's ``updatedAt``;
+- each displayed number is compared as it is displayed (``DISPLAY``: the same ``words``
+  formatting ``kubectl describe`` and the messages use), so moving by less than its
+  display precision is no change;
+- the decision memory (``status.memory``, what a restarted operator resumes from) is
+  compared in full, except for steady progress: the baseline's running average (compared
+  at display precision, its count of evaluations dropped), the time stamps of marks that
+  are re-stamped every evaluation (``RESTAMPED_MARKS``), the
+  recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
+  values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
+  other is no change), and the length of a streak that is running (a streak that starts
+  or ends is a change).
+
+Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
+suspected change and everything else in memory compare exactly. A restarted process (or
+a policy it has not written yet) starts from the stored status, as the watch delivered
+it, as if it had written it at its ``signals.observedAt``: its first evaluation writes
+only what changed since, or when that stamp is older than the refresh time, so a restart
+of an operator serving thousands of policies is not a burst of writes. A write that
+failed forgets the last one, so the next evaluation writes whatever it has (also once an
+API outage ends); and a stored status that no longer matches the last write (edited by
+hand, or written by another process) is rewritten. The trade, documented in
+``docs/reliability.md``: a restart can replay at most ``STATUS_REFRESH_SECONDS`` of that
+steady progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from threading import Lock
+from typing import Any
+
+from cachescale.controller.reconcile.scheduler import next_slot, phase_of
+from cachescale.decide import words
+
+STATUS_REFRESH_SECONDS = 300.0
+"""The longest a status goes unwritten while nothing changes: readers see a fresh
+``signals.observedAt`` at least this often, and a restart loses at most this much of the
+steady progress the comparison ignores."""
+
+DISPLAY: Mapping[str, Callable[[float], str]] = {
+    "tokenHitRate": words.ratio,
+    "requestHitShare": words.ratio,
+    "kvCacheUsageRatio": words.ratio,
+    "prefillTokensPerRequest": words.tokens,
+    "ttftP95Seconds": words.seconds,
+    "ttftP99Seconds": words.seconds,
+    "gpuSecondsPer1kRequests": words.cost,
+    "requestsPerSecond": words.rate,
+    "arrivalsPerSecond": words.rate,
+    "preemptionsPerSecond": words.rate,
+}
+"""The display precision of each number the status shows (``status.signals``,
+``status.baseline``, and the baseline and marks in ``status.memory``), as the text it is
+shown as: ratios to 0.01, tokens and GPU-s/1k to 1, seconds to 0.01 under 10 s, rates to
+two significant digits under 10/s and to 1 above."""
+
+
+def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` (wire form) without what changes every evaluation and with each number
+    as displayed: two statuses equal here differ in nothing worth a write."""
+    out = dict(status)
+    if isinstance(out.get("signals"), Mapping):
+        signals = _displayed(out["signals"])
+        signals.pop("observedAt", None)
+        out["signals"] = signals
+    if isinstance(out.get("lastDecision"), Mapping):
+        out["lastDecision"] = {k: v for k, v in out["lastDecision"].items() if k != "time"}
+    if isinstance(out.get("baseline"), Mapping):
+        baseline = _displayed(out["baseline"])
+        baseline.pop("updatedAt", None)
+        out["baseline"] = baseline
+    if isinstance(out.get("memory"), Mapping):
+        out["memory"] = _memory(out["memory"])
+    return out
+
+
+def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(memory)
+    if isinstance(out.get("baseline"), Mapping):
+        baseline = _displayed(out["baseline"])
+        baseline.pop("updatedAt", None)
+        baseline.pop("evaluations", None)
+        out["baseline"] = baseline
+    if isinstance(out.get("streaks"), Mapping):
+        out["streaks"] = {k: bool(v) for k, v in out["streaks"].items()}
+    for name in RESTAMPED_MARKS:
+        if isinstance(out.get(name), Mapping):
+            mark = _displayed(out[name])
+            mark.pop("at", None)
+            out[name] = mark
+    for name, key in RECENT_MARKS.items():
+        if isinstance(out.get(name), list):
+            out[name] = _distinct_run(
+                [m.get(key) if isinstance(m, Mapping) else m for m in out[name]]
+            )
+    return out
+
+
+RESTAMPED_MARKS = ("preCollapse", "scaleDownFloor")
+"""LearnedState marks whose time is re-stamped every evaluation while they hold; compared
+without it."""
+
+RECENT_MARKS = {
+    "maxReplicasMarks": "maxReplicas",
+    "recentReplicas": "replicas",
+    "comfortableReplicas": "replicas",
+}
+"""LearnedState lists of one mark per evaluation over the last window, and the value each is
+compared by: a run of equal values growing at one end and expiring at the other is no
+change."""
+
+
+def _distinct_run(values: list[Any]) -> list[Any]:
+    """``values`` with each run of equal neighbours as one."""
+    return [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
+
+
+def _displayed(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each field of ``DISPLAY`` as its displayed text."""
+    out = dict(values)
+    for name, show in DISPLAY.items():
+        value = out.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = show(float(value))
+    return out
+
+
+@dataclass(frozen=True)
+class _Written:
+    normalised: dict[str, Any]
+    """The last status written, normalised."""
+    at: datetime
+    """When it was written."""
+    latest: Mapping[str, Any]
+    """The last status rendered, written or not: the next evaluation's previous status."""
+    written: Mapping[str, Any]
+    """The last status written, as written: a stored status equal to it is known to be
+    unchanged without normalising it (the watch delivers it back at every evaluation)."""
+
+    def holds(self, stored: Mapping[str, Any] | None) -> bool:
+        """Whether ``stored`` is still the status written, once both are normalised."""
+        if stored is None:
+            return False
+        return stored is self.written or normalised(stored) == self.normalised
+
+
+@dataclass
+class StatusWrites:
+    """The last status written per policy (by uid) and when; thread-safe, since
+    evaluations run in worker threads."""
+
+    refresh_seconds: float = STATUS_REFRESH_SECONDS
+    _last: dict[str, _Written] = field(default_factory=dict)
+    _unsure: set[str] = field(default_factory=set)
+    """Policies whose last write failed: what the API server holds is unknown."""
+    _lock: Lock = field(default_factory=Lock)
+
+    def due(
+        self,
+        uid: str,
+        status: Mapping[str, Any],
+        stored: Mapping[str, Any] | None,
+        now: datetime,
+    ) -> str | None:
+        """Why ``status`` must be written, or None: the last write failed (or nothing is
+        known), the refresh time is up, the stored status (``stored``, as the watch
+        delivered it) is no longer the one written, or ``status`` differs from it once
+        normalised (the fields that differ). With nothing written by this process yet,
+        the stored status counts as written at its ``observedAt``."""
+        with self._lock:
+            last = self._last.get(uid)
+            if last is None and uid not in self._unsure:
+                last = self._adopt(uid, stored)
+            elif last is not None:
+                last = self._share(uid, last, stored)
+        if last is None:
+            return "no write known"
+        if now >= refresh_due(uid, last.at, self.refresh_seconds):
+            return "refresh"
+        if not last.holds(stored):
+            return "stored status changed"
+        changed = _differing(normalised(status), last.normalised)
+        return f"changed: {', '.join(changed)}" if changed else None
+
+    def _adopt(self, uid: str, stored: Mapping[str, Any] | None) -> _Written | None:
+        """The stored status as this process's last write, when it says when it was
+        observed (under the lock)."""
+        observed = _observed_at(stored)
+        if stored is None or observed is None:
+            return None
+        adopted = self._last[uid] = _Written(normalised(stored), observed, stored, stored)
+        return adopted
+
+    def _share(self, uid: str, last: _Written, stored: Mapping[str, Any] | None) -> _Written:
+        """``last``, holding ``stored`` itself as the status written once the watch has
+        delivered an equal copy (under the lock). The member's body keeps that copy
+        anyway: keeping ours too cost a whole status per policy (15 KiB parsed, a third of
+        a steady policy), and the next evaluations know it unchanged by identity."""
+        if stored is None or stored is last.written or stored != last.written:
+            return last
+        latest = stored if last.latest is last.written else last.latest
+        shared = self._last[uid] = _Written(normalised(stored), last.at, latest, stored)
+        return shared
+
+    def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
+        """``status`` was written at ``now`` (call only after the API accepted it)."""
+        with self._lock:
+            self._last[uid] = _Written(normalised(status), now, status, status)
+            self._unsure.discard(uid)
+
+    def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
+        """``status`` was not written (``due`` said so): it is still what the next
+        evaluation continues from, its streaks and averages one evaluation further."""
+        with self._lock:
+            last = self._last.get(uid)
+            if last is not None:
+                self._last[uid] = _Written(last.normalised, last.at, status, last.written)
+
+    def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The last status rendered for the policy, when the stored one (``stored``) is
+        still the last written; None otherwise (nothing kept, or changed by someone else:
+        the stored one is then the truth)."""
+        with self._lock:
+            last = self._last.get(uid)
+            if last is not None:
+                last = self._share(uid, last, stored)
+        if last is None or not last.holds(stored):
+            return None
+        return last.latest
+
+    def failed(self, uid: str) -> None:
+        """A write failed: what the API server holds is unknown, so the next evaluation
+        writes whatever it has."""
+        with self._lock:
+            self._last.pop(uid, None)
+            self._unsure.add(uid)
+
+    def forget(self, uid: str) -> None:
+        """The policy is gone: drop what was kept for it."""
+        with self._lock:
+            self._last.pop(uid, None)
+            self._unsure.discard(uid)
+
+
+def refresh_due(uid: str, written_at: datetime, refresh_seconds: float) -> datetime:
+    """When a status written at ``written_at`` is refreshed if nothing changes: at the
+    policy's own slot, the first moment after the write on its phase (from its uid, as
+    the scheduler phases a group: ``scheduler.phase_of``), so never more than
+    ``refresh_seconds`` after it. Statuses written together (an operator's first start,
+    anything that changes every policy at once) are then refreshed spread over the whole
+    period, not together again every ``refresh_seconds``; the price is one refresh sooner
+    than needed after a write made for a change."""
+    due = next_slot(phase_of(uid), refresh_seconds, written_at.timestamp())
+    return datetime.fromtimestamp(due, tz=UTC)
+
+
+def _differing(new: Mapping[str, Any], old: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The fields (dotted, down to the first level that is not a mapping) in which two
+    normalised statuses differ."""
+    out: list[str] = []
+    for key in sorted(set(new) | set(old)):
+        a, b = new.get(key), old.get(key)
+        if a == b:
+            continue
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += _differing(a, b, f"{prefix}{key}.")
+        else:
+            out.append(prefix + key)
+    return out
+
+
+def _observed_at(status: Mapping[str, Any] | None) -> datetime | None:
+    """``signals.observedAt`` of a stored status, if it has a readable one."""
+    signals = status.get("signals") if isinstance(status, Mapping) else None
+    stamp = signals.get("observedAt") if isinstance(signals, Mapping) else None
+    try:
+        observed = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+    if observed is not None and observed.tzinfo is None:
+        return observed.replace(tzinfo=UTC)
+    return observed

@@ -1,0 +1,2 @@
+"""The kopf side of the operator: handlers, the running process, kopf's patched start-up
+and bookkeeping."""

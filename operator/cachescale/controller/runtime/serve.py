@@ -1,0 +1,268 @@
+"""The running operator behind ``cachescale run``: kopf, the probes and ``/metrics``.
+
+Split from ``commands/run.py`` (the flags) so that building the CLI's parser
+imports no operator dependency: ``cachescale simulate``, ``validate`` and ``emulate`` run
+from a plain ``pip install cachescale``, and only ``run`` needs the ``operator`` extra.
+The kubeconfig and the two ports are checked before kopf starts (exit 1, one line).
+
+A shard (``--policy-selector``) is served by a server-side label selector on the policy
+watch, not by filters on the handlers: the API server sends only the shard's policies,
+so a shard's watch traffic, memory and claims index grow with its own share of the fleet;
+and kopf never sees another shard's policies, which matters because with handler filters
+it would strip the shared finalizer from every policy its filters skip, letting a policy
+be deleted before the shard that serves it restored the HPA. A policy relabelled out of a
+shard leaves its watch (the API server sends a deletion): it is unregistered there
+(``handlers.membership``), without a restore, and joins the shard it now matches.
+The claim rule (``controller/target/claims.py``) sees only the shard's own policies: policies
+naming one HPA must fall in one shard (always so when sharding by namespace).
+Targets are read from watch-fed indexes (``controller/kube/indexes.py``) that the operator's
+own informers fill (``controller/kube/informer.py``, started by a kopf startup handler), in
+the same namespaces as the policies; ScaledObjects only with ``--keda``. With
+``--peering`` the operator picks its kopf identity and priority here, gives both to kopf,
+and follows the peering objects with them (``controller/kube/peering.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import kopf
+from aiohttp import web
+from kubernetes.client import ApiClient
+from prometheus_client import disable_created_metrics, start_http_server
+
+from cachescale.api.label_selector import LabelSelector
+from cachescale.api.policy import GROUP, PLURAL, VERSION
+from cachescale.controller.kube.client import KubeApi, api_client_or_reason
+from cachescale.controller.kube.peering import PeeringFollower, peering_objects, watch_peering
+from cachescale.controller.reconcile.context import Operator
+from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.runtime.handlers import PHASE_WORKERS, WORKERS, Runtime
+from cachescale.controller.runtime.kopf_startup import bounded_session, quiet_redundant_wakeups
+from cachescale.controller.runtime.launch import PRIORITIES, refused
+from cachescale.controller.target.claims import OperatorIdentity
+from cachescale.exit_codes import ExitCode
+from cachescale.gather.egress import ALLOWS_ANY, AllowedUrls
+from cachescale.gather.prometheus import MAX_RESPONSE_BYTES
+
+log = logging.getLogger("cachescale.operator")
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Start the operator and block until it stops."""
+    from cachescale.controller.kube.informer import target_informers  # registers their start
+    from cachescale.controller.runtime.handlers import kubeconfig_login  # registers the handlers
+
+    api_client = api_client_or_reason(args.kubeconfig, connections=WORKERS + PHASE_WORKERS)
+    if isinstance(api_client, str):
+        return refused(api_client)
+
+    path, watches = args.kubeconfig, kopf_watches(args)
+
+    @kopf.on.login(id="bounded-session")
+    async def _login(
+        logger: kopf.Logger, settings: kopf.OperatorSettings, **_: object
+    ) -> kopf.AiohttpSession | None:
+        """``--kubeconfig``, or what kopf's own login finds (in-cluster, $KUBECONFIG), in
+        a session with bounded connections (``controller/runtime/kopf_startup.py``)."""
+        info = (
+            await asyncio.to_thread(kubeconfig_login, path)
+            if path
+            else await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
+        )
+        return None if info is None else bounded_session(info, watches)
+
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    allowed = AllowedUrls.parse(args.allowed_prometheus_url)
+    _warn_about_egress(allowed, args.allow_insecure_tls)
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+    metrics = OperatorMetrics()
+    operator = Operator(
+        KubeApi(api_client, on_request=metrics.kube_request),
+        metrics=metrics,
+        allowed_urls=allowed,
+        allow_insecure_tls=args.allow_insecure_tls,
+        allow_demand_query=args.allow_demand_query,
+        prompt_source_namespaces=frozenset(args.prompt_source_namespace),
+        correlate_configmaps=args.correlate_configmaps,
+        default_prometheus_url=args.default_prometheus_url,
+        max_response_bytes=args.prometheus_max_response_bytes or MAX_RESPONSE_BYTES,
+    )
+    itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
+    runtime = Runtime(
+        operator,
+        itself=itself,
+        scanning=not args.no_scanning,
+        max_concurrent_per_namespace=args.max_concurrent_per_namespace,
+    )
+    try:
+        if args.metrics_port:
+            start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
+    except OSError as error:  # the port is taken
+        return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
+    informers = target_informers(
+        api_client, args.namespace, args.keda, on_request=metrics.kube_request
+    )
+    quiet_redundant_wakeups()
+    try:
+        asyncio.run(_main(args, kopf.Memo(runtime=runtime, informers=informers), api_client))
+    except _PortTakenError as error:
+        return refused(str(error))
+    return ExitCode.OK
+
+
+def _warn_about_egress(allowed: AllowedUrls, insecure_tls: bool) -> None:
+    """Say at start what policy authors may make the operator connect to, when it is more
+    than the cluster owner's listed URLs (``docs/security.md``)."""
+    if not allowed.entries:
+        log.info(
+            "no --allowed-prometheus-url: policies may not name their own Prometheus "
+            "(only --default-prometheus-url is read)"
+        )
+    if any(ALLOWS_ANY.fullmatch(entry) for entry in allowed.entries):
+        log.warning(
+            "--allowed-prometheus-url re:.* allows any URL: any policy author can make the "
+            "operator connect to any address it reaches (docs/security.md)"
+        )
+    elif allowed.patterns:
+        log.warning(
+            "--allowed-prometheus-url has regular expressions (%s): each admits every URL it "
+            "matches, so anchor hosts and ports and escape dots (docs/security.md)",
+            ", ".join(allowed.patterns),
+        )
+    if insecure_tls:
+        log.warning(
+            "--allow-insecure-tls: policies may have the operator send their credentials "
+            "over unverified TLS (spec.metrics.auth.insecureSkipVerify)"
+        )
+
+
+class _PortTakenError(Exception):
+    """The health port could not be bound (raised before kopf starts)."""
+
+
+async def _main(args: argparse.Namespace, memo: kopf.Memo, api_client: ApiClient) -> None:
+    runtime: Runtime = memo.runtime
+    try:
+        health = await _serve_health(args.health_port, runtime) if args.health_port else None
+    except OSError as error:
+        raise _PortTakenError(f"--health-port {args.health_port}: {error.strerror}") from None
+    identity = own_identity()
+    # Peers with equal priorities all pause: chosen at random, distinct ones let one act.
+    priority = args.priority if args.priority is not None else random.randint(*PRIORITIES)
+    try:
+        with _following_peers(args, runtime, api_client, identity, priority):
+            await kopf.operator(
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
+                priority=priority,
+                settings=shard_settings(args.policy_selector),
+                memo=memo,
+            )
+    finally:
+        if health is not None:
+            await health.cleanup()
+
+
+def kopf_watches(args: argparse.Namespace) -> int:
+    """The watch streams kopf keeps open, each on a connection of its own: the policies
+    and, with ``--peering``, the peering object, per served namespace (or cluster-wide);
+    namespaces and CRDs unless ``--no-scanning``."""
+    scopes = len(args.namespace or ()) or 1
+    return scopes * (2 if args.peering else 1) + (0 if args.no_scanning else 2)
+
+
+def own_identity() -> str:
+    """This replica's name among its peers: the pod (its hostname in a cluster), the
+    process, and a random suffix so that a restarted process is a new peer."""
+    pod = os.environ.get("POD_ID") or socket.gethostname()
+    return f"{pod}/{os.getpid()}/{secrets.token_hex(3)}"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` called from another thread: run on ``loop``."""
+
+    def post(*args: object) -> None:
+        loop.call_soon_threadsafe(fn, *args)
+
+    return post
+
+
+@contextmanager
+def _following_peers(
+    args: argparse.Namespace,
+    runtime: Runtime,
+    api_client: ApiClient,
+    identity: str,
+    priority: int,
+) -> Iterator[None]:
+    """With ``--peering``: not active until kopf's rule says so on every peering object,
+    watched in threads until the operator stops. Standalone: always active."""
+    if args.peering is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    objects = peering_objects(args.peering, args.namespace)
+    follower = PeeringFollower(list(objects), identity, priority, runtime.turn)
+    runtime.turn(False)
+    stopping = threading.Event()
+    for key in objects:
+        threading.Thread(
+            target=watch_peering,
+            args=(api_client, key, _on_loop(loop, follower.seen), stopping),
+            kwargs={"on_request": runtime.operator.metrics.kube_request},
+            name=f"peering {key[0] or 'cluster'}",
+            daemon=True,
+        ).start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        follower.stop()
+
+
+def shard_settings(shard: LabelSelector | None) -> kopf.OperatorSettings:
+    """kopf's settings before startup: the policy watch (its list too) carries the
+    ``--policy-selector`` as ``labelSelector``; nothing else kopf watches does (namespaces,
+    CRDs, the peering object)."""
+    settings = kopf.OperatorSettings()
+    if shard is not None:
+        settings.watching.label_selectors[GROUP, VERSION, PLURAL] = str(shard)
+    return settings
+
+
+async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
+    """``/healthz``: the event loop answers; ``/readyz``: startup finished (standby peers
+    included, so a rollout of several replicas never waits on the one that acts)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if runtime.ready.is_set():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="starting\n")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()  # probes come from the kubelet
+    log.info("health on :%d, metrics ready", port)
+    return runner
