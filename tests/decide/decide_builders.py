@@ -4,6 +4,8 @@ A healthy fleet: 11 ready 2-GPU pods, all warm, serving 32 req/s at a 0.85 token
 TTFT p95 0.5 s, 680 GPU-s/1k against a 780 budget; the baseline already learned.
 Every test states only what differs from that. ``run`` evaluates a sequence of snapshots
 as the operator would, one interval apart; ``condition`` reads one status condition.
+``slo_first``, ``capped_at_budget`` and ``short_fleet`` are the SLO guard's situations
+that several test files share.
 """
 
 from __future__ import annotations
@@ -211,3 +213,94 @@ def run_applied(policy: CacheScalingPolicySpec, snapshots: Sequence[Snapshot]) -
 def condition(decision: Decision, kind: ConditionType) -> tuple[ConditionStatus, str]:
     verdict = next(c for c in decision.conditions if c.type is kind)
     return verdict.status, verdict.reason
+
+
+# --- scenarios shared by the envelope, SLO guard, floor and alert tests -----------------
+
+
+def slo_first(
+    on_collapse: str,
+    p95s: list[float],
+    served: float = 28.0,
+    applied: bool = False,
+    waiting: float = 3.0,
+    running: float = 40.0,
+    ready: int = 12,
+    metric: str = "vllm:num_requests_running",
+    cold_pods: int = 0,
+    arrivals: float | None = 32.0,
+) -> list[Decision]:
+    """A collapse on 12 settled pods capped by the budget (780 × 32 / 2000 = 12) that
+    serve 28 of the 32 arriving req/s (``waiting`` per pod), with TTFT p95 going through
+    ``p95s``. ``applied``: each evaluation reads the HPA as the one before left it."""
+
+    def at(p95: float) -> Snapshot:
+        engine = signals(
+            hit=0.04,
+            ttft_p95_seconds=p95,
+            requests_per_second=served,
+            arrivals_per_second=arrivals,
+            waiting_requests_per_pod=waiting,
+            gpu_seconds_per_1k_requests=1100.0,
+            prefill_tokens_per_request=2000,
+            running_requests_per_pod=running,
+        )
+        fleet = workload(replicas=12, ready=ready, cold_pods=cold_pods, hpa=(4, 12, 24.0))
+        fleet = replace(fleet, hpa=replace(fleet.hpa, metric_name=metric))
+        return snapshot(engine, fleet)
+
+    policy = spec(cache={"onCollapse": on_collapse})
+    states = [at(p95) for p95 in p95s]
+    return run_applied(policy, states) if applied else run(policy, states)
+
+
+def dearer_cache_without_a_queue(
+    running_per_pod: float, ttft_p95_seconds: float = 2.5
+) -> EngineSignals:
+    """No collapse, a dearer cache (800 GPU-s/1k against the 780 budget): all 32 arriving
+    req/s served with no queue, at ``ttft_p95_seconds`` (by default over the 1 s SLO)."""
+    return signals(
+        ttft_p95_seconds=ttft_p95_seconds,
+        arrivals_per_second=32.0,
+        waiting_requests_per_pod=0.2,
+        running_requests_per_pod=running_per_pod,
+        gpu_seconds_per_1k_requests=800.0,
+    )
+
+
+def capped_at_budget(running_per_pod: float, on_collapse: str = "Hold") -> list[Decision]:
+    """``dearer_cache_without_a_queue`` for two evaluations on 12 pods, capped at the
+    budget's 12 (780 × 32 / 2000)."""
+    engine = dearer_cache_without_a_queue(running_per_pod)
+    policy = spec(cache={"onCollapse": on_collapse})
+    return run(policy, [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 2)
+
+
+def short_fleet(
+    *,
+    waiting: float = 3.0,
+    served: float = 28.0,
+    arrivals: float | None = 32.0,
+    ready: int = 12,
+    running: float = 40.0,
+    hpa_max: int = 12,
+    metric: str = "vllm:num_requests_running",
+    p95: float = 2.5,
+) -> Snapshot:
+    """12 settled pods, ``ready`` of them ready, serving ``served`` of the ``arrivals``
+    req/s with ``waiting`` requests per pod and ``running`` in each batch, at a TTFT p95 of
+    ``p95``; the HPA scales 4..``hpa_max`` on ``metric`` at a target of 24."""
+    engine = signals(
+        ttft_p95_seconds=p95,
+        requests_per_second=served,
+        arrivals_per_second=arrivals,
+        waiting_requests_per_pod=waiting,
+        running_requests_per_pod=running,
+    )
+    fleet = workload(replicas=12, ready=ready, hpa=(4, hpa_max, 24.0))
+    return snapshot(engine, replace(fleet, hpa=replace(fleet.hpa, metric_name=metric)))
+
+
+def collapse_run(hits: Sequence[float], **kwargs: float | None) -> list[Decision]:
+    """The default policy through one evaluation per warm hit rate in ``hits``."""
+    return run(spec(), [snapshot(signals(hit=hit, **kwargs)) for hit in hits])

@@ -15,7 +15,7 @@ import pytest
 
 from cachescale.api.reasons import AlertCleared, Diagnosis, cleared
 from cachescale.api.status import ConditionStatus, ConditionType
-from cachescale.decide import Decision, LearnedState, checks, words
+from cachescale.decide import Decision, LearnedState, diagnosis, words
 from cachescale.decide.checks import check_collapse
 from cachescale.decide.degraded import degraded_evaluations, in_band
 from cachescale.decide.thresholds import DEARER_PREFILL_FACTOR, DEGRADED_COST_SHARE
@@ -220,9 +220,9 @@ def test_it_never_changes_scaling(monkeypatch: pytest.MonkeyPatch) -> None:
     for policy in policies:
         named = run(policy, states)
         assert named[-1].has(Diagnosis.CACHE_DEGRADED)
-        without = tuple(c for c in checks.CHECKS if c.__name__ != "_cache_degraded")
+        without = tuple(c for c in diagnosis.CHECKS if c.__name__ != "_cache_degraded")
         with monkeypatch.context() as patch:
-            patch.setattr(checks, "CHECKS", without)
+            patch.setattr(diagnosis, "CHECKS", without)
             plain = run(policy, states, learned())
         assert not plain[-1].has(Diagnosis.CACHE_DEGRADED)
         for a, b in zip(named, plain, strict=True):

@@ -131,8 +131,8 @@ def test_invariants_hold_on_any_sequence(
         assert 3 <= envelope.min_replicas <= envelope.max_replicas <= 30
         if frozen(snapshot):
             original = memory.original_envelope
-            top = max(current.max_replicas, original.max_replicas if original else 0)
-            assert current.max_replicas <= envelope.max_replicas <= min(30, top) or (
+            reopened = max(current.max_replicas, original.max_replicas if original else 0)
+            assert current.max_replicas <= envelope.max_replicas <= min(30, reopened) or (
                 envelope.max_replicas == current.max_replicas
             )
             assert envelope.min_replicas == current.min_replicas

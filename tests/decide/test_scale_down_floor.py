@@ -1,4 +1,4 @@
-"""The floor learned from a scale-down that broke the SLO (``slo_guard.scale_down_floor``):
+"""The floor learned from a scale-down that broke the SLO (``slo_floors.scale_down_floor``):
 an HPA that scales down into saturation, breaches, and scales back up is held one above
 the count it breached at, for an hour after the last breach, and twice as long as the
 last time when it is learned again within an hour of its release."""

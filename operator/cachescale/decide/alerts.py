@@ -4,7 +4,7 @@ An alert is a diagnosis that needs a human: a confirmed collapse, eviction press
 ceiling could not fix, a degraded cache that costs enough to matter, an SLO at risk with
 replicas at the cap, a sustained budget overrun, missing metrics (``docs/decisions.md``,
 "Alerts at a glance"). ``alert_rules`` says what this evaluation wants raised, kept or
-cleared; ``reconcile_alerts`` applies it to the alerts in memory and returns what changed,
+cleared; ``reconcile_alerts`` applies it to the active alerts and returns what changed,
 so each raise or clear is one Event.
 """
 
@@ -56,7 +56,7 @@ class AlertRules:
 def alert_rules(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     findings: tuple[Finding, ...],
     plan: EnvelopePlan,
     batch: BatchPlan,
@@ -69,14 +69,14 @@ def alert_rules(
     collapse alert the hit rate recovered from clears as healed (``decide.healing``)."""
     by = {f.diagnosis: f for f in findings}
     windows = spec.cache.collapse_windows
-    streaks = memory.streaks
+    streaks = learned.streaks
     wanted: dict[Diagnosis, str] = {}
     clear_now = {Diagnosis.METRICS_UNAVAILABLE}
     clear_messages: dict[Diagnosis, str] = {}
     clearing: set[Diagnosis] = set()
     extra = extra_cost(
         snapshot.signals.gpu_seconds_per_1k_requests.value,
-        memory.baseline.gpu_seconds_per_1k_requests,
+        learned.baseline.gpu_seconds_per_1k_requests,
         demand(snapshot),
     )
     costs = f"; {extra.words()}" if extra is not None else ""
@@ -85,16 +85,16 @@ def alert_rules(
     if collapse is not None:
         wanted[Diagnosis.PREFIX_COLLAPSE] = (
             f"{collapse.evidence}{costs}; {collapse_action(spec, plan, hpa_wanted, p95)}; "
-            f"likely cause: {likely_cause(snapshot, memory.baseline)}"
+            f"likely cause: {likely_cause(snapshot, learned.baseline)}"
         )
-    elif memory.baseline.token_hit_rate is None:  # a rebaseline accepted the new rate
+    elif learned.baseline.token_hit_rate is None:  # a rebaseline accepted the new rate
         clear_now.add(Diagnosis.PREFIX_COLLAPSE)
     elif streaks.recovered >= RECOVERY_EVALUATIONS:
         clear_now.add(Diagnosis.PREFIX_COLLAPSE)
-        alert = memory.alert(Diagnosis.PREFIX_COLLAPSE)
+        alert = learned.alert(Diagnosis.PREFIX_COLLAPSE)
         if alert is not None:
             clear_messages[Diagnosis.PREFIX_COLLAPSE] = healed_words(
-                alert, memory.collapse_evidence, collapse_check, now
+                alert, learned.collapse_evidence, collapse_check, now
             )
     eviction = by.get(Diagnosis.EVICTION_PRESSURE)
     if eviction is not None and streaks.eviction >= windows and batch.reason is None:
@@ -106,9 +106,9 @@ def alert_rules(
     if degraded is not None:
         wanted[Diagnosis.CACHE_DEGRADED] = (
             f"{degraded.evidence}; {DEGRADED_ACTION}; likely cause: "
-            f"{degraded_cause(snapshot, memory)}"
+            f"{degraded_cause(snapshot, learned)}"
         )
-    elif collapse is not None or memory.baseline.token_hit_rate is None:
+    elif collapse is not None or learned.baseline.token_hit_rate is None:
         # A collapse supersedes it; a rebaseline accepts the new rate.
         clear_now.add(Diagnosis.CACHE_DEGRADED)
     elif not streaks.collapse:  # a collapse building keeps it until it supersedes it
@@ -116,40 +116,40 @@ def alert_rules(
     over = by.get(Diagnosis.OVER_BUDGET)
     if over is not None and streaks.over_budget >= windows:
         wanted[Diagnosis.OVER_BUDGET] = (
-            f"{over.evidence}{costs}; maxReplicas {_top_words(spec, plan)}"
+            f"{over.evidence}{costs}; maxReplicas {_max_replicas_words(spec, plan)}"
         )
     elif over is None:
         clearing.add(Diagnosis.OVER_BUDGET)
     slo = by.get(Diagnosis.SLO_AT_RISK)
     at_cap = snapshot.workload.replicas >= plan.envelope.max_replicas
-    top = plan.envelope.max_replicas
+    max_replicas = plan.envelope.max_replicas
     if slo is not None and streaks.slo_breach >= windows and at_cap:
         if sacrificed(spec, plan):
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas capped at the budget's {top}: "
+                f"{slo.evidence} with replicas capped at the budget's {max_replicas}: "
                 f"{sacrifice_words(spec, plan, p95)}"
             )
-        elif top >= spec.budget.max_replicas:
+        elif max_replicas >= spec.budget.max_replicas:
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at budget.maxReplicas {top}, the hard cap: "
+                f"{slo.evidence} with replicas at budget.maxReplicas {max_replicas}, the hard cap: "
                 "meeting the SLO needs a larger maxReplicas or cheaper requests"
             )
-        elif plan.drain is not None and top >= plan.drain.replicas:
+        elif plan.drain is not None and max_replicas >= plan.drain.replicas:
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at {top}, {plan.drain.purpose()} (the SLO "
+                f"{slo.evidence} with replicas at {max_replicas}, {plan.drain.purpose()} (the SLO "
                 f"needs {plan.slo_needed} once they are served; the budget allows "
                 f"{plan.budget_max})"
             )
-        elif plan.slo_needed is not None and top >= plan.slo_needed:
+        elif plan.slo_needed is not None and max_replicas >= plan.slo_needed:
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at {top}, what the SLO needed at the last "
+                f"{slo.evidence} with replicas at {max_replicas}, what the SLO needed at the last "
                 f"estimate (the budget allows {plan.budget_max}); the estimate is raised "
                 "while requests keep arriving faster than they are served, or the HPA "
                 "asks for more replicas than the envelope allows"
             )
         elif (starting := snapshot.workload.replicas - snapshot.workload.ready_replicas) > 0:
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at the {top} the budget of "
+                f"{slo.evidence} with replicas at the {max_replicas} the budget of "
                 f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows "
                 f"while {starting} of them start: no need beyond it is measured yet "
                 "(requests arrive no faster than the ready pods serve them, or what those "
@@ -157,7 +157,7 @@ def alert_rules(
             )
         else:
             wanted[Diagnosis.SLO_AT_RISK] = (
-                f"{slo.evidence} with replicas at the {top} the budget of "
+                f"{slo.evidence} with replicas at the {max_replicas} the budget of "
                 f"{words.cost(spec.budget.gpu_seconds_per_1k_requests)} GPU-s/1k allows: "
                 "meeting the SLO needs a larger budget or cheaper requests"
             )
@@ -166,16 +166,16 @@ def alert_rules(
     return AlertRules(wanted, clearing, frozenset(clear_now), extra, clear_messages)
 
 
-def _top_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
-    """What the top of the envelope is, and why, for the OverBudget message."""
-    top = plan.envelope.max_replicas
-    if plan.drain is not None and top >= plan.drain.replicas and plan.slo_guard:
-        return f"{top}, {plan.drain.purpose()} (SLO first)"
-    if plan.slo_needed is not None and top >= plan.slo_needed and plan.slo_guard:
-        return f"{top}, what the SLO needs at the current cost (SLO first)"
+def _max_replicas_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:
+    """What maxReplicas is, and why, for the OverBudget message."""
+    max_replicas = plan.envelope.max_replicas
+    if plan.drain is not None and max_replicas >= plan.drain.replicas and plan.slo_guard:
+        return f"{max_replicas}, {plan.drain.purpose()} (SLO first)"
+    if plan.slo_needed is not None and max_replicas >= plan.slo_needed and plan.slo_guard:
+        return f"{max_replicas}, what the SLO needs at the current cost (SLO first)"
     if sacrificed(spec, plan):
-        return f"capped at {top} (onCollapse: CapAtBudget)"
-    return f"capped at {top}"
+        return f"capped at {max_replicas} (onCollapse: CapAtBudget)"
+    return f"capped at {max_replicas}"
 
 
 def reconcile_alerts(

@@ -1,8 +1,8 @@
 """``--max-num-seqs``: keep the running batch under the cache-friendly ceiling B_max.
 
-Running sequences and cached prefixes share one KV pool (``docs/decisions.md``, §4), so a
-batch ceiling above ``B_max`` evicts reusable prefixes on every admission. The rules, first
-match wins:
+Running sequences and cached prefixes share one KV pool (``docs/decisions.md``,
+"``--max-num-seqs``"), so a batch ceiling above ``B_max`` evicts reusable prefixes on
+every admission. The rules, first match wins:
 
 - lower toward ``B_max`` (never more than 25% per change) while eviction pressure has held
   for ``collapseWindows`` evaluations;
@@ -18,6 +18,8 @@ match wins:
   while the rule above holds, or the two would undo each other's changes;
 - at most one change per ``cooldown`` (each change restarts pods and empties their
   caches), none during a rollout, and never outside ``minNumSeqs..maxNumSeqs``.
+
+The evidence for these rules is ``docs/design/batching-ceiling.md``.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class BatchFacts:
 def plan_max_num_seqs(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     now: datetime,
     facts: BatchFacts,
 ) -> BatchPlan:
@@ -86,10 +88,10 @@ def plan_max_num_seqs(
     batching = spec.batching
     if not batching.manage_max_num_seqs or current is None:
         return BatchPlan(current, None, "")
-    wanted, reason, why = _wanted(spec, snapshot, memory, facts, current)
+    wanted, reason, why = _wanted(spec, snapshot, learned, facts, current)
     if wanted == current or reason is None:
         return BatchPlan(current, None, why)
-    blocked = _blocked(spec, snapshot, memory, now)
+    blocked = _blocked(spec, snapshot, learned, now)
     if blocked:
         return BatchPlan(
             current, None, f"{why}; --max-num-seqs stays {current}: {blocked}", blocked
@@ -101,7 +103,7 @@ def plan_max_num_seqs(
 def _wanted(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     facts: BatchFacts,
     current: int,
 ) -> tuple[int, Action | None, str]:
@@ -126,12 +128,12 @@ def _wanted(
                 f"B_max {facts.ceiling}"
             ),
         )
-    for_slo, slo_why = _for_the_slo(memory, facts, current, low)
+    for_slo, slo_why = _for_the_slo(learned, facts, current, low)
     if for_slo is not None:
         return for_slo, Action.LOWERED_MAX_NUM_SEQS, slo_why
     evaluations = math.ceil(LOW_HIT_SECONDS / spec.metrics.interval_seconds)
     if (
-        memory.streaks.low_hit >= evaluations
+        learned.streaks.low_hit >= evaluations
         and not facts.collapse_active
         and _busy(snapshot, current)
     ):
@@ -173,7 +175,7 @@ def _toward(ceiling: int, current: int, low: int) -> int:
 
 
 def _for_the_slo(
-    memory: LearnedState, facts: BatchFacts, current: int, low: int
+    learned: LearnedState, facts: BatchFacts, current: int, low: int
 ) -> tuple[int | None, str]:
     """The SLO rule: ``(step, why)`` toward B_max while the SLO stays breached and the
     warm hit rate is depressed, else ``(None, why not)``. The why not is empty when there
@@ -181,7 +183,7 @@ def _for_the_slo(
     ceiling = facts.ceiling
     if not facts.slo_at_risk_sustained or (ceiling is not None and current <= ceiling):
         return None, ""
-    breach = f"SLO at risk for {memory.streaks.slo_breach} evaluations"
+    breach = f"SLO at risk for {learned.streaks.slo_breach} evaluations"
     if ceiling is not None:
         breach += f" with the batch above the cache-friendly ceiling B_max {ceiling}"
     warm, base = facts.warm_hit_rate, facts.baseline_hit_rate
@@ -217,9 +219,9 @@ def _busy(snapshot: Snapshot, current: int) -> bool:
 
 
 def _blocked(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, now: datetime
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState, now: datetime
 ) -> str | None:
-    last = memory.last_max_num_seqs_change_at
+    last = learned.last_max_num_seqs_change_at
     cooldown = spec.batching.cooldown_seconds
     if last is not None and (now - last).total_seconds() < cooldown:
         elapsed = (now - last).total_seconds()

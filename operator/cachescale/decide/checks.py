@@ -1,9 +1,9 @@
-"""Diagnosis: what is going on, named from the evidence (``docs/decisions.md``, §2).
+"""The checks: each measurement a diagnosis is named from, written once.
 
 Several diagnoses can hold at once (a collapse usually puts the SLO at risk too); each
-comes with its evidence in words and numbers, and ``PRECEDENCE`` picks the one that leads
-the state shown by ``kubectl get``. The measurements that decide them are written here
-once (``checks.py`` chains them into findings):
+comes with its evidence in words and numbers (``Finding``), and ``PRECEDENCE`` picks the
+one that leads the state shown by ``kubectl get`` (``docs/decisions.md``, "Diagnoses").
+``diagnosis.py`` runs these checks once per evaluation and chains them into findings:
 
 - a *collapse* is the warm-pod token hit rate under ``threshold`` (a relative and an
   absolute drop from the baseline, both required) for ``collapseWindows`` consecutive
@@ -13,6 +13,8 @@ once (``checks.py`` chains them into findings):
   while the running batch is near or above the cache-friendly ceiling B_max.
 - the collapse's clearing threshold sits halfway back to the baseline, so a hit rate
   hovering at the threshold cannot raise and clear the alert on alternate evaluations.
+- the budget's allowance (``budget_replicas``) is the most replicas the GPU-s/1k budget
+  pays for at the demand, never derived from an unknown or zero request rate.
 """
 
 from __future__ import annotations
@@ -92,12 +94,12 @@ def collapse_thresholds(cache: CacheSpec, baseline: float) -> tuple[float, float
 
 
 def check_collapse(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState
 ) -> CollapseCheck:
     """Compare the warm pods' pooled hit rate with the learned baseline."""
     warmup = float(spec.cache.pod_warmup_seconds)
     warm = snapshot.signals.warm_token_hit_rate(warmup)
-    baseline = memory.baseline.token_hit_rate
+    baseline = learned.baseline.token_hit_rate
     threshold = clear = None
     if baseline is not None:
         threshold, clear = collapse_thresholds(spec.cache, baseline)
@@ -218,14 +220,14 @@ def budget_replicas(
 
 
 def collapse_evidence(
-    check: CollapseCheck, snapshot: Snapshot, memory: LearnedState, windows: int
+    check: CollapseCheck, snapshot: Snapshot, learned: LearnedState, windows: int
 ) -> str:
     """The collapse message's evidence: hit rate, demand, prefill, preemptions, cause."""
-    baseline = memory.baseline
+    baseline = learned.baseline
     signals = snapshot.signals
     assert check.warm_hit_rate.value is not None
     assert check.baseline is not None
-    evidence = memory.collapse_evidence
+    evidence = learned.collapse_evidence
     span = (
         f"over {windows} windows"
         if windows
@@ -237,7 +239,7 @@ def collapse_evidence(
         f"token hit rate {words.ratio(check.baseline)} → {words.ratio(check.warm_hit_rate.value)}"
         f" {span} on {check.warm_pods} warm pods"
     )
-    clauses = [_demand_clause(snapshot, memory, baseline)]
+    clauses = [_demand_clause(snapshot, learned, baseline)]
     prefill = signals.prefill_tokens_per_request.value
     if prefill is not None and baseline.prefill_tokens_per_request is not None:
         verb = "rose" if prefill > baseline.prefill_tokens_per_request else "went"
@@ -251,8 +253,8 @@ def collapse_evidence(
     return text + " while " + " and ".join(c for c in clauses if c)
 
 
-def _demand_clause(snapshot: Snapshot, memory: LearnedState, baseline: LearnedBaseline) -> str:
-    evidence = memory.collapse_evidence
+def _demand_clause(snapshot: Snapshot, learned: LearnedState, baseline: LearnedBaseline) -> str:
+    evidence = learned.collapse_evidence
     need = demand(snapshot)
     rps = need.per_second
     if rps is None:

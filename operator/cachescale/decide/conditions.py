@@ -1,12 +1,13 @@
 """The status conditions an evaluation reports, each with its reason and evidence.
 
-Six conditions (``docs/decisions.md``, §6): ``MetricsAvailable``, ``CacheHealthy``,
-``SLOMet``, ``WithinBudget``, ``ScalingHeld`` and ``CacheIsolation`` (``isolation.py``:
-read from the configuration the engines export, so it is given even without the required
-signals). A condition that fails names the diagnosis as its reason; Unknown means the
-decision cannot tell (no warm pods, no baseline yet, a collapse still building, unknown
-cost, an unread cache configuration), never a guess. Transition times are the status
-writer's (``controller/reconcile/status.py``): these are only the verdicts.
+Six conditions (``docs/decisions.md``, "Conditions"): ``MetricsAvailable``,
+``CacheHealthy``, ``SLOMet``, ``WithinBudget``, ``ScalingHeld`` and ``CacheIsolation``
+(``isolation.py``: read from the configuration the engines export, so it is given even
+without the required signals). A condition that fails names the diagnosis as its reason;
+Unknown means the decision cannot tell (no warm pods, no baseline yet, a collapse still
+building, unknown cost, an unread cache configuration), never a guess. Transition times
+are the status writer's (``controller/reconcile/status.py``): these are only the
+verdicts.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def frozen_conditions(
 def conditions(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     results: CheckResults,
     findings: tuple[Finding, ...],
     plan: EnvelopePlan,
@@ -81,7 +82,7 @@ def conditions(
     )
     return (
         available,
-        _cache_condition(spec, by, results, memory),
+        _cache_condition(spec, by, results, learned),
         _slo_condition(spec, snapshot, by),
         _budget_condition(spec, snapshot, by),
         _held_condition(plan, snapshot, hpa_wanted),
@@ -101,7 +102,7 @@ def _cache_condition(
     spec: CacheScalingPolicySpec,
     by: dict[Diagnosis, Finding],
     results: CheckResults,
-    memory: LearnedState,
+    learned: LearnedState,
 ) -> ConditionVerdict:
     kind = ConditionType.CACHE_HEALTHY
     for diagnosis in (
@@ -116,16 +117,16 @@ def _cache_condition(
         return ConditionVerdict(
             kind, ConditionStatus.UNKNOWN, ConditionReason.NO_WARM_PODS, str(warm.reason)
         )
-    if memory.streaks.collapse and results.collapse.threshold is not None:
+    if learned.streaks.collapse and results.collapse.threshold is not None:
         return ConditionVerdict(
             kind,
             ConditionStatus.UNKNOWN,
             ConditionReason.COLLAPSE_SUSPECTED,
             f"warm-pod token hit rate {words.ratio(warm.value)} under the collapse threshold "
-            f"{words.ratio(results.collapse.threshold)} for {memory.streaks.collapse} of the "
+            f"{words.ratio(results.collapse.threshold)} for {learned.streaks.collapse} of the "
             f"{spec.cache.collapse_windows} windows a collapse needs",
         )
-    if memory.baseline.token_hit_rate is None:
+    if learned.baseline.token_hit_rate is None:
         return ConditionVerdict(
             kind,
             ConditionStatus.UNKNOWN,
@@ -137,7 +138,7 @@ def _cache_condition(
         ConditionStatus.TRUE,
         ConditionReason.HIT_RATE_AT_BASELINE,
         f"warm-pod token hit rate {words.ratio(warm.value)} against a baseline of "
-        f"{words.ratio(memory.baseline.token_hit_rate)}",
+        f"{words.ratio(learned.baseline.token_hit_rate)}",
     )
 
 
@@ -185,25 +186,31 @@ def _budget_condition(
 def _held_condition(
     plan: EnvelopePlan, snapshot: Snapshot, hpa_wanted: int | None
 ) -> ConditionVerdict:
-    """True only while the top of the envelope binds: the HPA's metric asks for more, or
-    the Deployment already runs at the top."""
+    """True only while maxReplicas binds: the HPA's metric asks for more, or the
+    Deployment already runs at maxReplicas."""
     kind = ConditionType.SCALING_HELD
-    top = plan.envelope.max_replicas
-    binding = snapshot.workload.replicas >= top or (hpa_wanted is not None and hpa_wanted > top)
+    max_replicas = plan.envelope.max_replicas
+    binding = snapshot.workload.replicas >= max_replicas or (
+        hpa_wanted is not None and hpa_wanted > max_replicas
+    )
     if plan.held_by == Hold.COLLAPSE:
         return ConditionVerdict(
             kind,
             ConditionStatus.TRUE,
             Hold.COLLAPSE,
-            f"maxReplicas held at the pre-collapse level {top}",
+            f"maxReplicas held at the pre-collapse level {max_replicas}",
         )
     if plan.held_by == Hold.BUDGET and binding:
         return ConditionVerdict(
             kind,
             ConditionStatus.TRUE,
             Hold.BUDGET,
-            f"maxReplicas capped at {top}, what the GPU-s/1k budget allows at the current req/s",
+            f"maxReplicas capped at {max_replicas}, what the GPU-s/1k budget allows at the "
+            "current req/s",
         )
     return ConditionVerdict(
-        kind, ConditionStatus.FALSE, ConditionReason.NOT_HELD, f"maxReplicas {top} does not bind"
+        kind,
+        ConditionStatus.FALSE,
+        ConditionReason.NOT_HELD,
+        f"maxReplicas {max_replicas} does not bind",
     )

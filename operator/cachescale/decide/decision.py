@@ -48,7 +48,7 @@ class Decision:
     demand_replicas: int | None = None
     """The demand-alone reference: replicas the demand needs at the baseline cost."""
     drain_replicas: int | None = None
-    """The top that drains a backlog within ``DRAIN_SECONDS``, when the SLO estimate's
+    """The maxReplicas that drains a backlog within ``DRAIN_SECONDS``, when the SLO estimate's
     headroom would take longer."""
     extra_cost: ExtraCost | None = None
     """What requests cost over the baseline, as the OverBudget and PrefixCollapse

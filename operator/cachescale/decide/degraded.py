@@ -20,7 +20,7 @@ never fires, yet every request recomputes more of its prompt and the fleet pays 
 Once raised it stays while the rate is more than half the drop under the baseline,
 whether or not pods are warming (a scale-out the extra cost caused must not clear it).
 It is a finding and an alert only: it never changes scaling (the envelope and the batch
-ceiling read none of it).
+ceiling read none of it). The evidence for the thresholds is ``docs/design/degraded-cache.md``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def degraded_evaluations(spec: CacheScalingPolicySpec) -> int:
 
 @dataclass(frozen=True, slots=True)
 class DegradedInputs:
-    """What the check reads besides the spec, the snapshot and the memory."""
+    """What the check reads besides the spec, the snapshot and the learned state."""
 
     collapse: CollapseCheck
     explained: bool
@@ -79,7 +79,7 @@ class DegradedInputs:
 
 
 def check_degraded(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState, inputs: DegradedInputs
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState, inputs: DegradedInputs
 ) -> Finding | None:
     """``CacheDegraded`` with its evidence, or None when it does not hold."""
     collapse = inputs.collapse
@@ -87,41 +87,41 @@ def check_degraded(
         return None
     extra = extra_cost(
         snapshot.signals.gpu_seconds_per_1k_requests.value,
-        memory.baseline.gpu_seconds_per_1k_requests,
+        learned.baseline.gpu_seconds_per_1k_requests,
         demand(snapshot),
     )
-    if memory.alert(Diagnosis.CACHE_DEGRADED) is not None:
+    if learned.alert(Diagnosis.CACHE_DEGRADED) is not None:
         holds = in_band(collapse, DEGRADED_HIT_DROP * DEGRADED_CLEAR_SHARE)
     else:
         holds = (
             not inputs.cold
             and inputs.streak >= degraded_evaluations(spec)
-            and _material(snapshot, memory, extra)
+            and _material(snapshot, learned, extra)
         )
     if not holds:
         return None
-    return Finding(Diagnosis.CACHE_DEGRADED, _evidence(collapse, snapshot, memory, inputs, extra))
+    return Finding(Diagnosis.CACHE_DEGRADED, _evidence(collapse, snapshot, learned, inputs, extra))
 
 
-def _material(snapshot: Snapshot, memory: LearnedState, extra: ExtraCost | None) -> bool:
+def _material(snapshot: Snapshot, learned: LearnedState, extra: ExtraCost | None) -> bool:
     """Worth a page: the cost over the baseline is at least ``DEGRADED_COST_SHARE`` of it,
     or each request prefills ``DEARER_PREFILL_FACTOR`` × the baseline's tokens. The second
     counts on its own because a fleet with headroom (or decode-heavy requests) absorbs
     recomputed prompts for a while before the windowed GPU-s/1k shows them."""
-    base_cost = memory.baseline.gpu_seconds_per_1k_requests
+    base_cost = learned.baseline.gpu_seconds_per_1k_requests
     if (
         extra is not None
         and base_cost is not None
         and extra.gpu_seconds_per_1k >= DEGRADED_COST_SHARE * base_cost
     ):
         return True
-    return prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR)
+    return prefill_grew(snapshot, learned.baseline, DEARER_PREFILL_FACTOR)
 
 
 def _evidence(
     collapse: CollapseCheck,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     inputs: DegradedInputs,
     extra: ExtraCost | None,
 ) -> str:
@@ -135,7 +135,7 @@ def _evidence(
         f"above the collapse threshold {words.ratio(collapse.threshold)}"
     )
     prefill = snapshot.signals.prefill_tokens_per_request.value
-    base = memory.baseline.prefill_tokens_per_request
+    base = learned.baseline.prefill_tokens_per_request
     if prefill is not None and base is not None:
         more = prefill - base
         sign = "+" if more >= 0 else "−"
@@ -143,16 +143,16 @@ def _evidence(
             f"; prefill tokens per request {words.tokens(base)} → {words.tokens(prefill)} "
             f"({sign}{words.tokens(abs(more))})"
         )
-    return f"{text}; {_cost_words(snapshot, memory, extra)}"
+    return f"{text}; {_cost_words(snapshot, learned, extra)}"
 
 
-def _cost_words(snapshot: Snapshot, memory: LearnedState, extra: ExtraCost | None) -> str:
+def _cost_words(snapshot: Snapshot, learned: LearnedState, extra: ExtraCost | None) -> str:
     """What it costs: the extra GPU-s/1k and GPU-hours per day, or that the windowed cost
     does not show it (yet)."""
     if extra is not None:
         return extra.words()
     cost = snapshot.signals.gpu_seconds_per_1k_requests.value
-    base = memory.baseline.gpu_seconds_per_1k_requests
+    base = learned.baseline.gpu_seconds_per_1k_requests
     if cost is None or base is None:
         return "its GPU-s per 1k requests are unknown (no baseline cost or no cost now)"
     return (
@@ -161,9 +161,9 @@ def _cost_words(snapshot: Snapshot, memory: LearnedState, extra: ExtraCost | Non
     )
 
 
-def degraded_cause(snapshot: Snapshot, memory: LearnedState) -> str:
+def degraded_cause(snapshot: Snapshot, learned: LearnedState) -> str:
     """What to check, named from the evidence (more prefill per request: the prompts)."""
-    if prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR):
+    if prefill_grew(snapshot, learned.baseline, DEARER_PREFILL_FACTOR):
         return (
             "requests recompute more of each prompt: check recent changes to history "
             "truncation or context windows, prompt templates and retrieval (anything that "

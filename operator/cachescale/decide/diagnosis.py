@@ -1,13 +1,13 @@
-"""The checks of one evaluation: measure the signals against the policy, then name findings.
+"""The diagnosis of one evaluation: measure the signals against the policy, then name findings.
 
-Two stages. ``run_checks`` measures once — the collapse and eviction checks, the SLO, the
-budget, the cold pods — into ``CheckResults``; ``next_streaks`` counts how long each
-symptom has held. Then ``CHECKS``, an ordered chain of named checks (the shape of
-cert-manager's certificate policy chain), each reading the same ``Facts`` and returning a
-``Finding`` or None. ``findings`` runs the chain, falls back to ``Healthy`` when nothing
-was found, and orders the result by ``PRECEDENCE``. A new diagnosis is one more check in
-the chain, one member in ``cachescale.api.reasons.Diagnosis`` and a section in
-``docs/decisions.md``.
+Two stages. ``run_checks`` measures once — the collapse and eviction checks
+(``checks.py``), the SLO, the budget, the cold pods — into ``CheckResults``;
+``next_streaks`` counts how long each symptom has held. Then ``CHECKS``, an ordered chain
+of named checks (the shape of cert-manager's certificate policy chain), each reading the
+same ``Facts`` and returning a ``Finding`` or None. ``findings`` runs the chain, falls
+back to ``Healthy`` when nothing was found, and orders the result by ``PRECEDENCE``. A
+new diagnosis is one more check in the chain, one member in
+``cachescale.api.reasons.Diagnosis`` and a section in ``docs/decisions.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class CheckResults:
 
 
 def run_checks(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState
 ) -> CheckResults:
     """Measure this evaluation's signals against the policy and the learned baseline."""
     signals = snapshot.signals
@@ -78,14 +78,14 @@ def run_checks(
     cost = signals.gpu_seconds_per_1k_requests.value
     warmup = float(spec.cache.pod_warmup_seconds)
     ages = snapshot.workload.pod_ages_seconds
-    collapse = check_collapse(spec, snapshot, memory)
+    collapse = check_collapse(spec, snapshot, learned)
     eviction = check_eviction(snapshot, ceiling)
     return CheckResults(
         collapse=collapse,
         eviction=eviction,
         ceiling=ceiling,
         budget_max=budget_replicas(
-            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, memory)
+            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, learned)
         ),
         slo_breach=breach,
         slo_comfortable=p95 is not None
@@ -97,7 +97,7 @@ def run_checks(
 
 
 def _requests_got_dearer(
-    collapse: CollapseCheck, eviction: EvictionCheck, snapshot: Snapshot, memory: LearnedState
+    collapse: CollapseCheck, eviction: EvictionCheck, snapshot: Snapshot, learned: LearnedState
 ) -> bool:
     """Evidence that each request costs more than it did (so a queue is not demand): the
     warm hit rate under its clearing threshold (unless eviction explains it: then more
@@ -105,7 +105,7 @@ def _requests_got_dearer(
     lags both by most of a window."""
     cache_down = collapse.clear_threshold is not None and collapse.warm_hit_rate.is_known
     cache_down = cache_down and not collapse.recovered and not eviction.held
-    return cache_down or prefill_grew(snapshot, memory.baseline, DEARER_PREFILL_FACTOR)
+    return cache_down or prefill_grew(snapshot, learned.baseline, DEARER_PREFILL_FACTOR)
 
 
 def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) -> Streaks:
@@ -135,15 +135,15 @@ def next_streaks(results: CheckResults, snapshot: Snapshot, streaks: Streaks) ->
     )
 
 
-def collapse_active(memory: LearnedState, spec: CacheScalingPolicySpec) -> bool:
+def collapse_active(learned: LearnedState, spec: CacheScalingPolicySpec) -> bool:
     """Confirmed now, or confirmed earlier and not yet recovered (never without a
     baseline: a rebaseline ends it)."""
-    if memory.baseline.token_hit_rate is None:
+    if learned.baseline.token_hit_rate is None:
         return False
-    if memory.streaks.collapse >= spec.cache.collapse_windows:
+    if learned.streaks.collapse >= spec.cache.collapse_windows:
         return True
-    alert = memory.alert(Diagnosis.PREFIX_COLLAPSE)
-    return alert is not None and memory.streaks.recovered < RECOVERY_EVALUATIONS
+    alert = learned.alert(Diagnosis.PREFIX_COLLAPSE)
+    return alert is not None and learned.streaks.recovered < RECOVERY_EVALUATIONS
 
 
 # --- the chain ----------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class Facts:
 
     spec: CacheScalingPolicySpec
     snapshot: Snapshot
-    memory: LearnedState
+    learned: LearnedState
     """With this evaluation's streaks when it is a full evaluation."""
     results: CheckResults
     collapse_active: bool
@@ -168,19 +168,19 @@ Check = Callable[[Facts], Finding | None]
 def _prefix_collapse(facts: Facts) -> Finding | None:
     if not facts.collapse_active:
         return None
-    collapse, memory = facts.results.collapse, facts.memory
+    collapse, learned = facts.results.collapse, facts.learned
     warm = collapse.warm_hit_rate.value
     if warm is None or collapse.baseline is None:
         evidence = "collapse confirmed earlier; the warm-pod hit rate is not measurable now"
         return Finding(Diagnosis.PREFIX_COLLAPSE, evidence)
-    evidence = collapse_evidence(collapse, facts.snapshot, memory, memory.streaks.collapse)
-    trend = trend_words(memory.collapse_evidence, warm)
+    evidence = collapse_evidence(collapse, facts.snapshot, learned, learned.streaks.collapse)
+    trend = trend_words(learned.collapse_evidence, warm)
     return Finding(Diagnosis.PREFIX_COLLAPSE, f"{evidence}; {trend}" if trend else evidence)
 
 
 def _eviction_pressure(facts: Facts) -> Finding | None:
     eviction = facts.results.eviction
-    if facts.memory.streaks.eviction >= 1 and eviction.held:
+    if facts.learned.streaks.eviction >= 1 and eviction.held:
         return Finding(Diagnosis.EVICTION_PRESSURE, eviction.evidence)
     return None
 
@@ -191,9 +191,9 @@ def _cache_degraded(facts: Facts) -> Finding | None:
         collapse=results.collapse,
         explained=facts.collapse_active or results.eviction.held,
         cold=bool(results.cold_pods) or facts.snapshot.workload.rollout_in_progress,
-        streak=facts.memory.streaks.degraded,
+        streak=facts.learned.streaks.degraded,
     )
-    return check_degraded(facts.spec, facts.snapshot, facts.memory, inputs)
+    return check_degraded(facts.spec, facts.snapshot, facts.learned, inputs)
 
 
 def _slo_at_risk(facts: Facts) -> Finding | None:
@@ -239,7 +239,7 @@ def _cold_evidence(facts: Facts) -> str:
 
 
 def _demand_growth(facts: Facts) -> Finding | None:
-    baseline = facts.memory.baseline
+    baseline = facts.learned.baseline
     need = demand(facts.snapshot)
     rps = need.per_second
     cost = facts.snapshot.signals.gpu_seconds_per_1k_requests.value

@@ -2,24 +2,26 @@
 
 Pure by construction: the inputs are values, the clock is the ``now`` argument, and the
 result says what the HPA envelope and ``--max-num-seqs`` should be, which alerts are
-active, what each status condition reads and the memory for the next evaluation. The
-operator (``gather`` → ``decide`` → ``act``) and the simulator's closed loop call the same
-function, which is why the simulator can prove the policy before a cluster sees it.
+active, what each status condition reads and the memory (a ``LearnedState``) for the next
+evaluation. The operator (``gather`` → ``decide`` → ``act``) and the simulator's closed
+loop call the same function, which is why the simulator can prove the policy before a
+cluster sees it.
 
 This module is the orchestrator (what it returns is ``decision.py``); each step lives
 beside it:
 
-1. human requests (acknowledge, rebaseline: ``memory.py``), then two gates here. Anything
-   the decision needs unknown means *fail open*: nothing is lowered, the top of the
-   envelope returns to the user's original (or stays, if higher) so the HPA can scale up
-   on its own metric, ``MetricsUnavailable`` is raised. A window still spanning blank time, or only
-   warming pods, means *wait*: report, change nothing;
+1. human requests (acknowledge, rebaseline: ``learned.py``), then two gates here. Anything
+   the decision needs unknown means *fail open*: nothing is lowered, maxReplicas returns
+   to the user's original (or stays, if higher) so the HPA can scale up on its own
+   metric, and ``MetricsUnavailable`` is raised. A window still spanning blank time, or
+   only warming pods, means *wait*: report, change nothing;
 2. the checks (collapse, eviction, SLO, budget, cold pods, demand) and their streaks, and
-   the findings, ordered by ``PRECEDENCE`` (``checks.py``, ``diagnosis.py``);
-3. baseline learning (only while healthy) and the pre-collapse mark (``memory.py``);
+   the findings, ordered by ``PRECEDENCE`` (the measurements in ``checks.py``, the chain
+   of findings in ``diagnosis.py``);
+3. baseline learning (only while healthy) and the pre-collapse mark (``learned.py``);
 4. the batch ceiling (``batching.py``), the envelope (``envelope.py``, with the SLO guard in
-   ``slo_guard.py``), the alerts (``alerts.py``), the conditions (``conditions.py``) and
-   the words (``actions.py``).
+   ``slo_guard.py`` and its floors in ``slo_floors.py``), the alerts (``alerts.py``), the
+   conditions (``conditions.py``) and the words (``messages.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from cachescale.decide.envelope import (
     original_envelope,
     plan_envelope,
 )
+from cachescale.decide.hpa_metric import hpa_wanted_replicas
 from cachescale.decide.learned import (
     REBASELINE_CLEARS,
     LearnedState,
@@ -59,7 +62,6 @@ from cachescale.decide.learned import (
     track_collapse_evidence,
 )
 from cachescale.decide.messages import action
-from cachescale.decide.slo_guard import hpa_wanted_replicas
 from cachescale.decide.thresholds import READ_FAILURES_TO_FREEZE, SHORT_GAP_SHARE
 from cachescale.snapshot import EngineSignals, FetchFailure, Snapshot
 
@@ -154,9 +156,10 @@ def _frozen(
     evidence = "; ".join(missing)
     diagnosis = Diagnosis.METRICS_UNAVAILABLE
     envelope = open_envelope(spec, snapshot, memory)
-    top = _open_top_words(spec, envelope, original_envelope(snapshot, memory).max_replicas)
+    reopened = original_envelope(snapshot, memory).max_replicas
+    up_to = _open_max_replicas_words(spec, envelope, reopened)
     message = (
-        f"not scaling on missing data, nothing lowered; HPA may scale up to {top} until "
+        f"not scaling on missing data, nothing lowered; HPA may scale up to {up_to} until "
         f"data returns: {evidence}"
     )
     active, raised, cleared = reconcile_alerts(
@@ -180,16 +183,18 @@ def _frozen(
     )
 
 
-def _open_top_words(spec: CacheScalingPolicySpec, envelope: Envelope, original_max: int) -> str:
-    """Where the fail-open top comes from: the original envelope, the original within the
-    budget's maxReplicas, or the current top kept because it is higher."""
-    top = envelope.max_replicas
+def _open_max_replicas_words(
+    spec: CacheScalingPolicySpec, envelope: Envelope, original_max: int
+) -> str:
+    """Where the fail-open maxReplicas comes from: the original envelope, the original
+    within the budget's maxReplicas, or the current one kept because it is higher."""
+    max_replicas = envelope.max_replicas
     reopened = min(original_max, spec.budget.max_replicas)
-    if top > reopened:
-        return f"{top} (kept: already above the original envelope's {original_max})"
+    if max_replicas > reopened:
+        return f"{max_replicas} (kept: already above the original envelope's {original_max})"
     if reopened < original_max:
-        return f"{top} (the original envelope's {original_max}, within budget.maxReplicas)"
-    return f"{top} (the original envelope)"
+        return f"{max_replicas} (the original envelope's {original_max}, within budget.maxReplicas)"
+    return f"{max_replicas} (the original envelope)"
 
 
 def _waiting(
@@ -316,7 +321,7 @@ def _evaluate(
             over_budget=results.over_budget,
         ),
     )
-    memory = plan.memory
+    memory = plan.learned
     hpa_wanted = hpa_wanted_replicas(snapshot, plan.envelope.target_average_value)
     rules = alert_rules(
         spec,

@@ -3,11 +3,12 @@
 cachescale does not replace the HPA; it reshapes the box the HPA moves in. The box is
 always inside ``budget.minReplicas..maxReplicas`` (the hard cap) and otherwise never above
 what the GPU-s/1k budget allows at the demand. On a confirmed prefix collapse with
-``Hold`` the top is pinned at the pre-collapse level (scaled by any demand growth since),
-unless TTFT breaches the SLO, in which case the SLO guard lets the HPA use the budget.
-Two floors come first (``docs/decisions.md``, "Precedence"): never below what the demand
-needs at the baseline cost (every policy), and, except under ``CapAtBudget``, never below
-what the SLO needs while an incident lasts (``slo_guard``).
+``Hold`` maxReplicas is pinned at the pre-collapse level (scaled by any demand growth
+since), unless TTFT breaches the SLO, in which case the SLO guard lets the HPA use the
+budget. Two floors come first (``docs/decisions.md``, "Precedence"): never below what the
+demand needs at the baseline cost (every policy), and, except under ``CapAtBudget``, never
+below what the SLO needs while an incident lasts (``slo_guard``; the floors it puts on
+minReplicas are ``slo_floors``).
 
 Against flapping:
 
@@ -26,8 +27,8 @@ Against flapping:
   back up only after each full window of comfortable latency.
 
 On unknown data nothing here lowers anything: an unknown request rate means no budget cap
-is derived, and the current maxReplicas is kept; with a required signal missing the top
-opens back to the user's original maxReplicas (``open_envelope``).
+is derived, and the current maxReplicas is kept; with a required signal missing
+maxReplicas opens back to the user's original (``open_envelope``).
 """
 
 from __future__ import annotations
@@ -39,17 +40,19 @@ from datetime import datetime
 from cachescale.api.reasons import Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
+from cachescale.decide.hpa_metric import on_running_batch
 from cachescale.decide.learned import EnvelopeMark, LearnedState, OriginalEnvelope, ReplicaMark
-from cachescale.decide.slo_guard import (
-    Drain,
+from cachescale.decide.slo_floors import (
     MinFloor,
     collapse_floor,
-    drain_max_replicas,
-    on_running_batch,
     released_floor,
     scale_down_floor,
-    scaled_replicas,
     slo_floor,
+)
+from cachescale.decide.slo_guard import (
+    Drain,
+    drain_max_replicas,
+    scaled_replicas,
     slo_mark,
     slo_needed_replicas,
     slo_target,
@@ -73,16 +76,18 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class EnvelopePlan:
-    """The envelope decided, why it is held (if it is), and the memory it leaves."""
+    """The envelope decided, why it is held (if it is), and the learned state it leaves."""
 
     envelope: Envelope
     budget_max: int | None
     """Most replicas the budget allows now (None: request rate unknown or zero)."""
     held_by: Hold | None
-    """Why the top is below what the HPA would otherwise get, if it is."""
+    """Why maxReplicas is below what the HPA would otherwise get, if it is."""
     slo_guard: bool
     """True when the SLO guard overrode a collapse hold or lowered the target."""
-    memory: LearnedState
+    learned: LearnedState
+    """The learned state with this plan's stabilization marks, SLO estimate, floor, target
+    factor and hold release."""
     slo_needed: int | None = None
     """Replicas the SLO needs at the current cost (``slo_needed_replicas``), while an
     incident lasts; under ``CapAtBudget`` reported, not applied."""
@@ -97,10 +102,10 @@ class EnvelopePlan:
     """Which of the SLO guard's floors that is, when there is one."""
 
 
-def original_envelope(snapshot: Snapshot, memory: LearnedState) -> OriginalEnvelope:
+def original_envelope(snapshot: Snapshot, learned: LearnedState) -> OriginalEnvelope:
     """The envelope before cachescale first touched the HPA (recorded once)."""
-    if memory.original_envelope is not None:
-        return memory.original_envelope
+    if learned.original_envelope is not None:
+        return learned.original_envelope
     hpa = snapshot.workload.hpa
     return OriginalEnvelope(
         min_replicas=hpa.min_replicas,
@@ -116,16 +121,16 @@ def frozen_envelope(snapshot: Snapshot) -> Envelope:
 
 
 def open_envelope(
-    spec: CacheScalingPolicySpec, snapshot: Snapshot, memory: LearnedState
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState
 ) -> Envelope:
     """The envelope on missing data: fail open. Nothing is lowered (minReplicas and the
-    target stay as they are) and the top returns to the user's original maxReplicas
-    (within ``budget.maxReplicas``), or stays where it is if that is higher, so a cap set
-    on data that is now stale cannot block the HPA's own scale-up."""
+    target stay as they are) and maxReplicas returns to the user's original (within
+    ``budget.maxReplicas``), or stays where it is if that is higher, so a cap set on data
+    that is now stale cannot block the HPA's own scale-up."""
     hpa = snapshot.workload.hpa
-    original = original_envelope(snapshot, memory)
-    top = max(hpa.max_replicas, min(original.max_replicas, spec.budget.max_replicas))
-    return Envelope(hpa.min_replicas, top, hpa.target_average_value)
+    original = original_envelope(snapshot, learned)
+    max_replicas = max(hpa.max_replicas, min(original.max_replicas, spec.budget.max_replicas))
+    return Envelope(hpa.min_replicas, max_replicas, hpa.target_average_value)
 
 
 def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, current: int) -> int:
@@ -140,11 +145,11 @@ def hold_level(mark: ReplicaMark | None, requests_per_second: float | None, curr
     return scaled_replicas(mark.replicas, growth)
 
 
-def demand_replicas(snapshot: Snapshot, memory: LearnedState) -> int | None:
+def demand_replicas(snapshot: Snapshot, learned: LearnedState) -> int | None:
     """The "demand alone" reference: ``ceil(baseline GPU-s/1k × demand / (1000 × GPUs))``,
     the replicas the demand needs at the healthy cost per request (None when either is
     unknown). No policy caps the fleet below it."""
-    cost = memory.baseline.gpu_seconds_per_1k_requests
+    cost = learned.baseline.gpu_seconds_per_1k_requests
     rps = demand(snapshot).per_second
     gpus = snapshot.workload.gpus_per_pod
     if cost is None or rps is None or rps <= 0 or gpus <= 0:
@@ -169,13 +174,13 @@ class EnvelopeFacts:
 def plan_envelope(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     now: datetime,
     facts: EnvelopeFacts,
 ) -> EnvelopePlan:
     """Decide min/max/target from the budget, a collapse hold and the SLO guard."""
     low, high = spec.budget.min_replicas, spec.budget.max_replicas
-    original = original_envelope(snapshot, memory)
+    original = original_envelope(snapshot, learned)
     current_max = snapshot.workload.hpa.max_replicas
     budget_max_replicas = (
         _clamp(current_max, low, high)
@@ -187,57 +192,57 @@ def plan_envelope(
         held_by = Hold.BUDGET
     if facts.collapse_held and spec.cache.on_collapse is CollapseAction.HOLD:
         rps = demand(snapshot).per_second
-        level = max(low, hold_level(memory.pre_collapse, rps, snapshot.workload.replicas))
-        released = memory.hold_released_for_slo
+        level = max(low, hold_level(learned.pre_collapse, rps, snapshot.workload.replicas))
+        released = learned.hold_released_for_slo
         window = math.ceil(STABILIZATION_SECONDS / spec.metrics.interval_seconds)
-        if memory.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
+        if learned.streaks.slo_breach >= SLO_BREACH_EVALUATIONS:
             released = True
-        elif released and memory.streaks.slo_comfortable >= window:
+        elif released and learned.streaks.slo_comfortable >= window:
             released = False  # latency comfortable for a whole window: hold again
-        memory = memory.model_copy(update={"hold_released_for_slo": released})
+        learned = learned.model_copy(update={"hold_released_for_slo": released})
         if released:
             slo_guard = True
         elif level < budget_max_replicas:
             recommended, held_by = level, Hold.COLLAPSE
     # Under every policy: never below what the demand needs at the healthy cost.
-    reference = demand_replicas(snapshot, memory)
+    reference = demand_replicas(snapshot, learned)
     if reference is not None:
         recommended = max(recommended, _clamp(reference, low, high))
     # SLO first (not under CapAtBudget): never below what the SLO needs.
-    needed_mark = slo_mark(spec, snapshot, memory, now, facts.budget_max, facts.over_budget)
-    memory = memory.model_copy(update={"slo_needed": needed_mark})
+    needed_mark = slo_mark(spec, snapshot, learned, now, facts.budget_max, facts.over_budget)
+    learned = learned.model_copy(update={"slo_needed": needed_mark})
     slo_needed = None
     slo_raise = False
     if needed_mark is not None:
         slo_needed = min(high, slo_needed_replicas(needed_mark, demand(snapshot).per_second))
         if spec.cache.on_collapse is not CollapseAction.CAP_AT_BUDGET and slo_needed > recommended:
             recommended, held_by, slo_guard, slo_raise = slo_needed, None, True, True
-    drain = drain_max_replicas(spec, snapshot, memory, slo_needed)
+    drain = drain_max_replicas(spec, snapshot, learned, slo_needed)
     if drain is not None and drain.replicas > recommended:
         recommended, held_by, slo_guard, slo_raise = drain.replicas, None, True, True
     else:
-        drain = None  # not what sets the top: the messages name what does
+        drain = None  # not what sets maxReplicas: the messages name what does
     immediate = held_by == Hold.COLLAPSE
-    max_replicas, memory = _stabilized_max(
-        recommended, current_max, memory, now, immediate, slo_raise
+    max_replicas, learned = _stabilized_max(
+        recommended, current_max, learned, now, immediate, slo_raise
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
-    floor, memory = _min_floor(spec, snapshot, memory, now, slo_needed, min_replicas)
+    floor, learned = _min_floor(spec, snapshot, learned, now, slo_needed, min_replicas)
     raised_min = kind = None
     if floor is not None and floor[0] > min_replicas:
         min_replicas = raised_min = min(floor[0], max_replicas)
         kind = floor[1]
         slo_guard = slo_guard or kind in _FLOORS_FOR_THE_SLO
-    target, memory, lowered = slo_target(spec, snapshot, memory, original, max_replicas)
+    target, learned, lowered = slo_target(spec, snapshot, learned, original, max_replicas)
     target = _within_batch(target, snapshot, facts.max_num_seqs)
-    memory = memory.model_copy(update={"original_envelope": original})
+    learned = learned.model_copy(update={"original_envelope": original})
     return EnvelopePlan(
         envelope=Envelope(min_replicas, max_replicas, target),
         budget_max=facts.budget_max,
         held_by=held_by,
         slo_guard=slo_guard or lowered,
-        memory=memory,
+        learned=learned,
         slo_needed=slo_needed,
         demand_replicas=reference,
         drain=drain,
@@ -249,7 +254,7 @@ def plan_envelope(
 def _min_floor(
     spec: CacheScalingPolicySpec,
     snapshot: Snapshot,
-    memory: LearnedState,
+    learned: LearnedState,
     now: datetime,
     slo_needed: int | None,
     user_min: int,
@@ -258,20 +263,20 @@ def _min_floor(
     breach floor, the raised one coming down (``released_floor``), no lower than the
     SLO's pods while a collapse alert lasts (``collapse_floor``). That holds a floor
     raised above ``user_min`` and never raises one: an estimate made on the first
-    breaching evaluation (``slo_guard.estimate_confirmed``) raises the top at once and
+    breaching evaluation (``slo_guard.estimate_confirmed``) raises maxReplicas at once and
     the floor only on the second, as without a collapse."""
-    need = slo_floor(spec, memory, slo_needed)
-    learned, memory = scale_down_floor(spec, snapshot, memory, now)
-    if learned is not None and (need is None or learned > need):
-        return (learned, MinFloor.AFTER_SCALE_DOWN), memory
+    need = slo_floor(spec, learned, slo_needed)
+    after_scale_down, learned = scale_down_floor(spec, snapshot, learned, now)
+    if after_scale_down is not None and (need is None or after_scale_down > need):
+        return (after_scale_down, MinFloor.AFTER_SCALE_DOWN), learned
     if need is not None:
-        return (need, MinFloor.SLO_NEED), memory
-    released = released_floor(spec, snapshot, memory, now)
-    held = collapse_floor(spec, memory, slo_needed)
+        return (need, MinFloor.SLO_NEED), learned
+    released = released_floor(spec, snapshot, learned, now)
+    held = collapse_floor(spec, learned, slo_needed)
     raised = snapshot.workload.hpa.min_replicas > user_min
     if released is not None and held is not None and raised and held > released[0]:
-        return (held, MinFloor.HELD_IN_COLLAPSE), memory
-    return released, memory
+        return (held, MinFloor.HELD_IN_COLLAPSE), learned
+    return released, learned
 
 
 _FLOORS_FOR_THE_SLO = (MinFloor.SLO_NEED, MinFloor.AFTER_SCALE_DOWN, MinFloor.HELD_IN_COLLAPSE)
@@ -285,7 +290,7 @@ def _clamp(value: int, low: int, high: int) -> int:
 def _stabilized_max(
     recommended: int,
     current: int,
-    memory: LearnedState,
+    learned: LearnedState,
     now: datetime,
     immediate: bool,
     slo_raise: bool = False,
@@ -293,7 +298,9 @@ def _stabilized_max(
     """Apply the lowering window and the reversal window to a maxReplicas recommendation
     (a raise for the SLO, like a hold's release, is never delayed)."""
     marks = [
-        m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
+        m
+        for m in learned.max_replicas_marks
+        if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]
     marks.append(EnvelopeMark(at=now, max_replicas=recommended))
     candidate = recommended
@@ -302,10 +309,10 @@ def _stabilized_max(
         # window slows a lowering down, it never turns one into a raise.
         candidate = min(current, max(m.max_replicas for m in marks))
     direction = (candidate > current) - (candidate < current)
-    last = memory.last_max_replicas_change_at
-    reversing = direction != 0 and direction == -memory.last_max_replicas_direction
+    last = learned.last_max_replicas_change_at
+    reversing = direction != 0 and direction == -learned.last_max_replicas_direction
     hold_lowering = immediate and direction < 0
-    hold_release = direction > 0 and (memory.last_max_replicas_was_hold or slo_raise)
+    hold_release = direction > 0 and (learned.last_max_replicas_was_hold or slo_raise)
     if (
         reversing
         and not (hold_lowering or hold_release)
@@ -320,18 +327,20 @@ def _stabilized_max(
             "last_max_replicas_direction": direction,
             "last_max_replicas_was_hold": hold_lowering,
         }
-    return candidate, memory.model_copy(update=update)
+    return candidate, learned.model_copy(update=update)
 
 
-def mark_unchanged(memory: LearnedState, current_max: int, now: datetime) -> LearnedState:
+def mark_unchanged(learned: LearnedState, current_max: int, now: datetime) -> LearnedState:
     """Record that maxReplicas is ``current_max`` after an evaluation that decided nothing
     from the data (a wait, or missing data): a lowering afterwards still needs a window of
     lower recommendations."""
     marks = [
-        m for m in memory.max_replicas_marks if (now - m.at).total_seconds() < STABILIZATION_SECONDS
+        m
+        for m in learned.max_replicas_marks
+        if (now - m.at).total_seconds() < STABILIZATION_SECONDS
     ]
     marks.append(EnvelopeMark(at=now, max_replicas=current_max))
-    return memory.model_copy(update={"max_replicas_marks": marks})
+    return learned.model_copy(update={"max_replicas_marks": marks})
 
 
 def _within_batch(

@@ -4,7 +4,7 @@ Not every collapse needs a human. A boundary shift (documents re-chunked, a temp
 reordered once) misses every cached prefix once; the new prefixes are computed, cached,
 and the hit rate climbs back. So while a ``PrefixCollapse`` lasts, its evidence carries
 the warm-pod hit rate's trend since the onset (*recovering*, *flat* or *falling*, from the
-rates ``memory.CollapseEvidence`` follows; thresholds in ``thresholds.py``), and when the
+rates ``learned.CollapseEvidence`` follows; thresholds in ``thresholds.py``), and when the
 rate is back at the clearing threshold for ``RECOVERY_EVALUATIONS`` evaluations the alert
 clears by itself with a message saying it healed and how long that took
 (``docs/decisions.md``, "PrefixCollapse").

@@ -5,9 +5,10 @@ vLLM finds a cached prefix by its chain of block hashes. With a non-cryptographi
 documents that such a collision can serve one tenant's cached KV blocks to another: fine
 for one tenant, a leak between tenants. So a policy declares ``cache.tenancy``, the gather
 layer reads each engine's ``vllm:cache_config_info`` (``snapshot.CacheConfig``), and this
-check turns the two into the ``CacheIsolation`` condition (``docs/decisions.md``, §6). It
-never changes scaling, and it reads no memory: the configuration is read again each
-evaluation, so a rollout that changes the hash changes the verdict at once.
+check turns the two into the ``CacheIsolation`` condition (``docs/decisions.md``,
+"Conditions"). It never changes scaling, and it reads no learned state: the configuration
+is read again each evaluation, so a rollout that changes the hash changes the verdict at
+once.
 """
 
 from __future__ import annotations

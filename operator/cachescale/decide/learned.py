@@ -95,7 +95,7 @@ class ReplicaCount(ApiModel):
 
 class LearnedFloor(ApiModel):
     """minReplicas learned from a scale-down that broke the SLO
-    (``slo_guard.scale_down_floor``), how long it is held, and when it was released."""
+    (``slo_floors.scale_down_floor``), how long it is held, and when it was released."""
 
     replicas: int
     at: datetime
@@ -228,7 +228,7 @@ class LearnedState(ApiModel):
     scale_down_floor: LearnedFloor | None = None
     """One above the fewest replicas of the window before a breach that followed a
     scale-down from a comfortable count: minReplicas is held there until it is released
-    (``slo_guard.scale_down_floor``)."""
+    (``slo_floors.scale_down_floor``)."""
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None

@@ -4,7 +4,7 @@
 ``reason`` of the decision, which becomes the Event when the change is applied — and
 describes it with its numbers; ``collapse_action`` says what a collapse alert did to the
 replicas. Wording only: the decisions themselves are made in ``envelope.py``,
-``slo_guard.py`` and ``batching.py``.
+``slo_guard.py``, ``slo_floors.py`` and ``batching.py``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.envelope import EnvelopePlan
-from cachescale.decide.slo_guard import MinFloor
+from cachescale.decide.slo_floors import MinFloor
 from cachescale.decide.thresholds import MIN_RELEASE_STEP, SCALE_DOWN_FLOOR_HOLD_SECONDS
 from cachescale.snapshot import Measured, Snapshot
 
 
 def sacrificed(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> bool:
-    """``CapAtBudget`` keeps the top below what the SLO needs (the user's explicit choice)."""
+    """``CapAtBudget`` keeps maxReplicas below what the SLO needs (the user's explicit choice)."""
     return (
         spec.cache.on_collapse is CollapseAction.CAP_AT_BUDGET
         and plan.slo_needed is not None
@@ -46,35 +46,38 @@ def collapse_action(
     spec: CacheScalingPolicySpec, plan: EnvelopePlan, hpa_wanted: int | None, p95: Measured
 ) -> str:
     """What a collapse did to the replicas, for the collapse alert's message."""
-    top = plan.envelope.max_replicas
+    max_replicas = plan.envelope.max_replicas
     wanted = (
-        f" instead of the {hpa_wanted} the HPA wanted" if hpa_wanted and hpa_wanted > top else ""
+        f" instead of the {hpa_wanted} the HPA wanted"
+        if hpa_wanted and hpa_wanted > max_replicas
+        else ""
     )
     if plan.held_by == Hold.COLLAPSE:
-        return f"replicas held at {top}{wanted}"
-    if plan.drain is not None and plan.slo_guard and top >= plan.drain.replicas:
+        return f"replicas held at {max_replicas}{wanted}"
+    if plan.drain is not None and plan.slo_guard and max_replicas >= plan.drain.replicas:
         return (
-            f"TTFT breached the SLO, so replicas may grow to {top} {plan.drain.purpose()}, "
-            f"as the HPA's own metric asks (the SLO needs {plan.slo_needed} once they are "
-            "served)"
+            f"TTFT breached the SLO, so replicas may grow to {max_replicas} "
+            f"{plan.drain.purpose()}, as the HPA's own metric asks (the SLO needs "
+            f"{plan.slo_needed} once they are served)"
         )
-    if plan.slo_needed is not None and plan.slo_guard and top >= plan.slo_needed:
+    if plan.slo_needed is not None and plan.slo_guard and max_replicas >= plan.slo_needed:
         over = (
             f", above the budget's {plan.budget_max}"
-            if plan.budget_max is not None and plan.budget_max < top
+            if plan.budget_max is not None and plan.budget_max < max_replicas
             else ""
         )
         return (
-            f"TTFT breached the SLO, so replicas may grow to {top}, what the SLO needs at "
+            f"TTFT breached the SLO, so replicas may grow to {max_replicas}, what the SLO needs at "
             f"the current cost{over}"
         )
     if plan.slo_guard:
-        return f"TTFT breaches the SLO, so replicas may grow to the budget's {top}{wanted}"
+        return f"TTFT breaches the SLO, so replicas may grow to the budget's {max_replicas}{wanted}"
     if spec.cache.on_collapse is CollapseAction.SCALE_AS_USUAL:
-        return f"scaling as usual (onCollapse: ScaleAsUsual), up to {top}"
+        return f"scaling as usual (onCollapse: ScaleAsUsual), up to {max_replicas}"
     if sacrificed(spec, plan):
-        return f"replicas capped at the budget's {top}{wanted}: {sacrifice_words(spec, plan, p95)}"
-    return f"replicas capped at the budget's {top}{wanted}"
+        sacrifice = sacrifice_words(spec, plan, p95)
+        return f"replicas capped at the budget's {max_replicas}{wanted}: {sacrifice}"
+    return f"replicas capped at the budget's {max_replicas}{wanted}"
 
 
 def action(
@@ -124,9 +127,10 @@ def action(
 def _min_floor_words(floor: int, plan: EnvelopePlan) -> str:
     """Why minReplicas is raised above the user's own, and until when."""
     kind = plan.min_floor_kind or MinFloor.SLO_NEED
-    learned = plan.memory.scale_down_floor
-    if kind is MinFloor.AFTER_SCALE_DOWN and learned is not None:
-        return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}{_hold_words(learned.hold_seconds)}"
+    after_scale_down = plan.learned.scale_down_floor
+    if kind is MinFloor.AFTER_SCALE_DOWN and after_scale_down is not None:
+        hold = _hold_words(after_scale_down.hold_seconds)
+        return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}{hold}"
     return f"minReplicas {floor}, {_MIN_FLOOR_WHY[kind]}"
 
 

@@ -113,7 +113,7 @@ SLO_COMFORTABLE_SHARE = 0.7
 """TTFT p95 under this share of the SLO is comfortable (lets the target relax)."""
 SCALE_DOWN_FLOOR_HOLD_SECONDS = 3600.0
 """How long minReplicas stays one above the count the HPA scaled down to before TTFT
-breached the SLO (``slo_guard.scale_down_floor``), counted from the last breaching
+breached the SLO (``slo_floors.scale_down_floor``), counted from the last breaching
 evaluation; then it comes down in steps like any SLO floor, and a breach after the next
 scale-down learns it again. Learned again within this time of its release, it is held
 twice as long as the last time, up to ``SCALE_DOWN_FLOOR_MAX_HOLD_SECONDS``."""
