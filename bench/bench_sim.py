@@ -2,8 +2,8 @@
 
 Run from the repository root (about two minutes on a 2-core machine)::
 
-    .venv/bin/python bench/bench_sim.py            # all three measurements
-    .venv/bin/python bench/bench_sim.py --no-e2e   # skip the 2-hour default scenario
+    .venv/bin/python -m bench.bench_sim            # all three measurements
+    .venv/bin/python -m bench.bench_sim --no-e2e   # skip the 2-hour default scenario
 
 It prints the machine, the date and three measurements:
 
@@ -59,7 +59,7 @@ from cachescale.sim.profiles import get_profile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import DEFAULT_SCENARIO, FLEET_EVENTS, load_builtin
-from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic import Traffic
 
 STREAM_MINUTES = 30
 REPLICAS = 16
@@ -103,7 +103,7 @@ def engine_lookups() -> dict[str, float]:
         if not isinstance(p, FLEET_EVENTS)
     ]
     t0 = time.perf_counter()
-    workload = Workload(
+    workload = Traffic(
         scenario.workload, seed=scenario.seed, perturbations=perturbations, until_s=duration
     )
     requests = list(workload)

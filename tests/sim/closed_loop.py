@@ -7,8 +7,8 @@ request; shipping that between processes would cost more than the run. A worker 
 request drawn once), and returns a ``LoopSummary`` for each: the policy's evaluations, the
 timeline, the ground-truth signals before the change and over the last third, and, where
 a test reads it, the run's entry of ``cachescale simulate --json``. Two workers use both
-cores. They run at a lower priority (``NICENESS``): under `make unit` they share the
-cores with the e2e suite on the other pytest-xdist worker, whose control plane and
+cores. They run at a lower priority (``NICENESS``): under `make test` they share the
+cores with the e2e session running beside the unit session, whose control plane and
 operators answer to real deadlines.
 
 These runs are most of the suite's CPU, so none is made twice: ``shared_summaries`` makes
@@ -31,11 +31,12 @@ from typing import Any
 from filelock import FileLock
 
 from cachescale.commands.simulate import build_autoscaler
+from cachescale.sim.autoscaler import PolicyRecord
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.present import SAME_LATENCY_S, SAME_LATENCY_SHARE, before_after, run_json
 from cachescale.sim.report import Signals, Windows
-from cachescale.sim.run import PolicyRecord, RunResult, TimelineSample, run_together, workload_key
+from cachescale.sim.run import RunResult, TimelineSample, run_together, traffic_key
 from cachescale.sim.scenario import Scenario, load_builtin
 
 NICENESS = 5
@@ -118,12 +119,10 @@ def cold_dilution(replicas: int, router: str) -> LoopRun:
 
 
 KEDA_SAME_RULE_BUDGET = 712
-"""``rag-rechunk-keda`` with the HPA case's budget rule, 15% over the healthy fleet's own
-cost: the scenario's 780 is 15% over the HPA twin's healthy 680 (11 replicas on the
-running-batch HPA) but 26% over the KEDA fleet's 619 (10 replicas: an empty queue asks for
-minReplicaCount), so it allows 12 replicas, +20% on KEDA's 10. The same rule on the KEDA
-fleet, 712, allows 11: +10%. What that costs and why the default ``Hold`` does not do it
-(the SLO comes first): docs/decisions.md, section 7.1."""
+"""``rag-rechunk-keda`` with the HPA case's budget rule: a budget 15% over the KEDA fleet's
+own healthy cost, rather than the scenario's, which is 15% over the HPA twin's (a KEDA
+fleet on an empty queue runs leaner, at minReplicaCount). What that costs and why the
+default ``Hold`` does not do it (the SLO comes first): docs/design/cap-at-budget-keda.md."""
 
 
 def keda_capped_at_the_same_rule() -> LoopRun:
@@ -206,7 +205,7 @@ def run_all(jobs: dict[str, LoopRun], workers: int = 2) -> dict[str, LoopSummary
     evenly."""
     groups: dict[Hashable, list[str]] = {}
     for key, job in jobs.items():
-        groups.setdefault(workload_key(job.scenario), []).append(key)
+        groups.setdefault(traffic_key(job.scenario), []).append(key)
     order = sorted(
         groups.values(), key=lambda keys: -sum(jobs[k].scenario.duration_s for k in keys)
     )

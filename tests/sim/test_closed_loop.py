@@ -1,5 +1,5 @@
-"""cachescale in the loop against the HPA alone, at fixed seeds (the measured runs are in
-docs/decisions.md, "Proven in the simulator").
+"""cachescale in the loop against the HPA alone, at the scenarios' own seeds (the acceptance
+rules and the current table: docs/design/acceptance.md).
 
 Every run is a real simulation: the policy engine reads only what a Prometheus scraping
 the pods would show (``sim.observe``) and reshapes the HPA's envelope and the engines'
@@ -16,8 +16,8 @@ import pytest
 
 from cachescale.decide.checks import collapse_thresholds
 from cachescale.decide.thresholds import SCALE_DOWN_FLOOR_HOLD_SECONDS
+from cachescale.sim.autoscaler import PolicyRecord
 from cachescale.sim.policy_loop import scenario_policy
-from cachescale.sim.run import PolicyRecord
 from tests.sim.closed_loop import (
     COLD_DILUTION_POINTS,
     KEDA_SAME_RULE_BUDGET,
@@ -180,10 +180,9 @@ def test_a_backlog_larger_than_the_headroom_drains_is_drained(loops: dict[str, A
 def test_a_drained_backlog_costs_fewer_replicas_than_the_hpa_alone(
     loops: dict[str, Any],
 ) -> None:
-    # The HPA alone swings 10–23 behind its own queues and averages 15.96 over the last
-    # third. cachescale broke this at 16.14 replicas and 1,608 GPU-s/1k (against 1,578)
-    # until a growing queue confirmed a breach for the SLO estimate at its first
-    # evaluation (docs/decisions.md section 7): 15.27 and 1,520 since.
+    # The HPA alone swings behind its own queues. A growing queue confirms a breach for
+    # the SLO estimate at its first evaluation, so the drain is planned from the start
+    # (docs/design/slo-estimate.md) and costs fewer replicas than the swing.
     alone, loop = loops["shuffled-long-tools/hpa"], loops["shuffled-long-tools/cachescale"]
     assert loop.after.replicas <= alone.after.replicas
     assert loop.after.gpu_s_per_1k < alone.after.gpu_s_per_1k
@@ -263,7 +262,7 @@ def test_batch_pressure_breaches_after_a_learned_floor_s_release_once(
     # The HPA on the running batch reads a fleet held at the learned floor as idle: each
     # release of the floor scales it down into a breach that learns the floor again. A
     # floor learned again is held twice as long, so in four hours that happens once, not
-    # every hour (8,790 -> 9,030 s and 12,750 -> 12,900 s at seed 7 with an hour each time).
+    # every hour.
     loop = loops["batch-pressure-loop/cachescale"]
     users = scenario_policy(loop.scenario).budget.min_replicas
     steps = [(b, a.min_replicas) for a, b in itertools.pairwise(loop.policy)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cachescale.sim.fleet import Fleet, Pod, RouterKind
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
-from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
 
 PROFILE = get_profile("llama3-8b-a100")
@@ -16,7 +16,7 @@ def fleet(replicas: int, router: RouterKind = RouterKind.ROUND_ROBIN, delay: flo
 
 
 def requests(until_s: float, rate: float = 4.0) -> list[SimRequest]:
-    return list(Workload(WorkloadSpec(rate_per_s=rate), seed=3, until_s=until_s))
+    return list(Traffic(WorkloadSpec(rate_per_s=rate), seed=3, until_s=until_s))
 
 
 def test_initial_pods_are_ready_and_new_ones_wait_for_start_delay() -> None:

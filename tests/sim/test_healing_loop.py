@@ -1,11 +1,11 @@
-"""A collapse that heals on its own clears itself, in the closed loop (about 15 s of CPU).
+"""A collapse that heals on its own clears itself, in the closed loop.
 
 ``rechunk-heals`` (chunk size 512 → 500 at 1,800 s) never pages under the default policy:
-the fleet's hit rate dips from about 0.87 to 0.75 at worst, for a minute, while the new
-chunks are computed once: far above the collapse threshold. Under a policy sensitive
-enough to call that dip a collapse (a 1m window every 10 s, a 5%/3-point drop, 2
-windows), the same run raises ``PrefixCollapse`` and then clears it as healed, with the
-healing time, and no human acknowledges anything (``docs/decisions.md``, "PrefixCollapse").
+the fleet's hit rate dips for about a minute while the new chunks are computed once, and
+stays far above the collapse threshold. Under a policy sensitive enough to call that dip a
+collapse (a 1m window every 10 s, a 5%/3-point drop, 2 windows), the same run raises
+``PrefixCollapse`` and then clears it as healed, with the healing time, and no human
+acknowledges anything (``docs/decisions.md``, "PrefixCollapse").
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from cachescale.commands.simulate import SimulationOutcome, build_autoscaler
+from cachescale.sim.autoscaler import FleetObservation
 from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.keda import KedaAutoscaler
-from cachescale.sim.run import FleetObservation, run
+from cachescale.sim.run import run
 from cachescale.sim.scenario import KedaSpec
 from tests.sim.closed_loop import LoopRun
 

@@ -8,13 +8,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from cachescale.sim.fleet import Fleet, RouterKind
 from cachescale.sim.metrics import TTFT_BUCKETS_S, BucketCounts, VllmReplicaCollector, token_buckets
 from cachescale.sim.profiles import get_profile
-from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
 
 
 def scrape() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     fleet = Fleet(get_profile("llama3-8b-a100"), 32, RouterKind.ROUND_ROBIN, 0.0, 1)
-    for request in Workload(WorkloadSpec(rate_per_s=4), seed=5, until_s=60.0):
+    for request in Traffic(WorkloadSpec(rate_per_s=4), seed=5, until_s=60.0):
         fleet.route(request)
     fleet.advance_to(300.0)
     pod = fleet.pods[0]

@@ -17,7 +17,7 @@ from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
-from cachescale.sim.traffic import Workload
+from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
@@ -295,7 +295,7 @@ def fleet_run() -> tuple[list[SimRequest], EngineSignals]:
     scraped = ScrapedFleet()
     scrapes = iter(every_15s(15.0, NOW_S))
     next_scrape = next(scrapes)
-    for request in Workload(WorkloadSpec(rate_per_s=6.0), seed=11, until_s=NOW_S):
+    for request in Traffic(WorkloadSpec(rate_per_s=6.0), seed=11, until_s=NOW_S):
         while next_scrape <= request.arrival_s:
             fleet.advance_to(next_scrape)
             scraped.scrape(fleet.pods, next_scrape)

@@ -5,7 +5,7 @@ block's hash, its own token ids and the request's extra keys (``cache_salt`` on 
 only). Because the parent hash is an input, a block's digest fingerprints the whole prefix
 up to it: change one token and every later digest changes, which is what makes a lookup
 stop at the first miss. This module is that rule and nothing else, kept apart from the
-workload so it can be tested on its own and stays the single hot loop of generation.
+request stream so it can be tested on its own and stays the single hot loop of generation.
 
 Tokens travel as little-endian int32 bytes (``numpy.int32`` arrays' ``tobytes()``), so a
 block is a fixed-width byte slice and hashing never touches Python ints. The digest is

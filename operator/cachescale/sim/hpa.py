@@ -1,6 +1,6 @@
 """The Kubernetes HPA (autoscaling/v2) on a per-pod queue metric: the baseline users run today.
 
-The brief's incident is an HPA scaling a vLLM Deployment on ``vllm:num_requests_waiting``
+The incident cachescale answers is an HPA scaling a vLLM Deployment on ``vllm:num_requests_waiting``
 (a ``Pods`` metric with an ``averageValue`` target) and reading a prefix-cache collapse as
 load. To show that, and to compare cachescale against it on the same seed, the simulator
 needs the HPA's real arithmetic — tolerance, the treatment of pods without metrics, the

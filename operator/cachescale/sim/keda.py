@@ -22,8 +22,8 @@ modelled.
 
 from __future__ import annotations
 
+from cachescale.sim.autoscaler import FleetObservation, HPAAutoscaler, ScaleDecision
 from cachescale.sim.hpa import HPAModel
-from cachescale.sim.run import FleetObservation, HPAAutoscaler, ScaleDecision
 from cachescale.sim.scenario import HPAMetric, KedaSpec
 
 

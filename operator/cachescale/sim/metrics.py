@@ -1,9 +1,9 @@
 """vLLM V1's Prometheus series for one simulated replica, through prometheus_client.
 
 Each simulated pod keeps the series a real vLLM ≥ 0.13 server exports, with their real
-names, types, label names and bucket bounds (see ``shared/reference/engine-metrics.md``), so
-a real Prometheus scraping the emulator sees what it would see in production and the
-gather layer's PromQL is exercised for real.
+names, types, label names and bucket bounds (the names gather reads are in
+:mod:`cachescale.api.engine_metrics`), so a real Prometheus scraping the emulator sees what
+it would see in production and the gather layer's PromQL is exercised for real.
 
 Why a custom collector instead of ``Histogram.observe``: a default simulation finishes
 ~230,000 requests, and per-observation locking in prometheus_client's metric objects would

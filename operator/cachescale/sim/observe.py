@@ -3,24 +3,17 @@
 Why: in closed-loop simulation the policy engine must see what it would see in production —
 windowed rates of scraped counters, quantiles interpolated inside histogram buckets, window
 means of gauges, and an *unknown* wherever Prometheus would have no answer — not the
-simulator's ground truth. ``ScrapedFleet`` stores what a Prometheus would store (one sample
-per exporting pod per scrape: cumulative counters and bucket counts, and gauges; each pod
-its own series) and ``signals`` answers with the definitions of ``cachescale.gather.signals``
-for the ``vllm>=0.13`` profile, "unknown" reasons included:
+simulator's ground truth. ``ScrapedFleet`` stores what a Prometheus would store (per pod,
+:mod:`cachescale.sim.scrape`) and ``signals`` answers with the definitions of
+``cachescale.gather.signals`` for the ``vllm>=0.13`` profile, "unknown" reasons included:
 
-* **Counters** are read as ``sum(rate(x[w]))``, with Prometheus' ``extrapolatedRate``: per
-  pod, the samples in ``(now − w, now]`` (at least 2), resets corrected, the increase
-  extrapolated to the window's edges — or by half a sample interval where the series starts
-  or ends inside the window, and never back past the counter's zero — divided by ``w``;
-  then summed over pods. This matters after a scale-out: a pod that became ready
-  mid-window adds its share of the window's requests, not its current rate.
+* **Counters** are read as ``sum(rate(x[w]))``: each pod's ``rate()`` (Prometheus'
+  ``extrapolatedRate``, see :mod:`cachescale.sim.scrape`), summed over pods.
 * **Quantiles** are ``histogram_quantile`` (Prometheus' ``bucketQuantile``, in
   ``cachescale.histogram``) over the per-bucket rates summed over pods.
 * **Gauges** are ``avg_over_time`` per pod (one sample suffices), averaged over pods.
 * **Arrivals** are gather's estimate: ``sum(rate())`` of finished requests of every reason
-  plus ``sum(delta())`` of waiting and running (Prometheus' ``extrapolatedRate`` for
-  gauges: the change from the first to the last sample, extended to the window's edges as
-  for a rate, no reset or zero-point handling) over the window, clamped at 0.
+  plus ``sum(delta())`` of waiting and running over the window, clamped at 0.
 
 Not modelled: per-target scrape offsets and jitter (every pod is scraped at the caller's
 instants), staleness markers, and a failed scrape of a single pod. An outage of the metrics
@@ -33,19 +26,28 @@ the ``datetime`` the snapshot carries.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from itertools import accumulate, compress, islice, repeat
-from operator import add, attrgetter, lt, mul, sub
-from typing import NamedTuple
 
 from cachescale.api.engine_metrics import VLLM_EXTERNAL_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
 from cachescale.histogram import histogram_quantile
 from cachescale.sim.fleet import Pod
+from cachescale.sim.scrape import (
+    ABORTED_AT,
+    COMPUTED_SUM_AT,
+    GENERATION_TOKENS_AT,
+    HITS_AT,
+    MIN_SAMPLES_FOR_RATE,
+    PREEMPTIONS_AT,
+    PROMPT_TOKENS_AT,
+    QUERIES_AT,
+    SUCCESS_AT,
+    CounterLayout,
+    HistogramColumns,
+    PodSeries,
+    PodWindow,
+)
 from cachescale.snapshot import (
     DEFAULT_FULL_HIT_MAX_COMPUTED_TOKENS,
     SIGNAL_UNITS,
@@ -56,12 +58,6 @@ from cachescale.snapshot import (
     Unit,
 )
 
-MIN_SAMPLES_FOR_RATE = 2
-"""Samples a series needs in the window for ``rate()`` to return anything (Prometheus)."""
-EXTRAPOLATION_THRESHOLD = 1.1
-"""``rate()`` extrapolates to a window edge only if the sample nearest to it lies within
-this many average sample intervals of it; otherwise by half an interval."""
-
 # Series named in "unknown" reasons, as vLLM exports them.
 _QUERIES = VLLM_PREFIX_CACHE_QUERIES
 _EXTERNAL_HITS = VLLM_EXTERNAL_PREFIX_CACHE_HITS
@@ -70,229 +66,6 @@ _COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _TTFT = "vllm:time_to_first_token_seconds_bucket"
 _ITL = "vllm:inter_token_latency_seconds_bucket"
 _NO_REQUESTS = "no requests finished in the window"
-
-
-# --- what a scrape stores ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Histogram:
-    """Where one histogram's cumulative bucket counts sit in a sample's counters."""
-
-    bounds: tuple[float, ...]
-    """Finite upper bounds; the ``+Inf`` bucket (the ``_count``) follows the last."""
-    start: int
-
-    @property
-    def stop(self) -> int:
-        return self.start + len(self.bounds) + 1
-
-    def buckets(self, counters: Sequence[float]) -> list[tuple[float, float]]:
-        """``(le, value)`` for every bucket, ``+Inf`` included."""
-        return list(zip((*self.bounds, math.inf), counters[self.start : self.stop], strict=True))
-
-    def observations(self, counters: Sequence[float]) -> float:
-        """The ``+Inf`` bucket: the number of observations."""
-        return counters[self.stop - 1]
-
-
-# Positions in a sample's counters; the three histograms' buckets follow (``_Layout``).
-_QUERIES_AT = 0
-_HITS_AT = 1
-_PREEMPTIONS_AT = 2
-_SUCCESS_AT = 3
-_PROMPT_TOKENS_AT = 4
-_GENERATION_TOKENS_AT = 5
-_COMPUTED_SUM_AT = 6
-_ABORTED_AT = 7
-_FIRST_BUCKET_AT = 8
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """The counters of a sample, fixed by the pods' histogram bucket bounds."""
-
-    computed: _Histogram
-    ttft: _Histogram
-    itl: _Histogram
-
-    @classmethod
-    def of(cls, pod: Pod) -> _Layout:
-        series = pod.series
-        computed = _Histogram(series.prefill_kv_computed.bounds, _FIRST_BUCKET_AT)
-        ttft = _Histogram(series.ttft.bounds, computed.stop)
-        itl = _Histogram(series.inter_token_latency.bounds, ttft.stop)
-        return cls(computed, ttft, itl)
-
-
-def _counters(pod: Pod) -> tuple[float, ...]:
-    """Every counter the pod exports, in ``_Layout`` order (bucket counts cumulative)."""
-    engine, series = pod.engine, pod.series
-    return (
-        engine.prefix_cache_queries_tokens,
-        engine.prefix_cache_hits_tokens,
-        engine.num_preemptions_total,
-        series.success_total,
-        engine.prompt_tokens_total,
-        engine.generation_tokens_total,
-        series.prefill_kv_computed.total,
-        series.aborted_total,
-        *accumulate(series.prefill_kv_computed.counts),
-        *accumulate(series.ttft.counts),
-        *accumulate(series.inter_token_latency.counts),
-    )
-
-
-class _Gauges(NamedTuple):
-    waiting: float
-    running: float
-    kv_usage: float
-
-
-class _Sample(NamedTuple):
-    """One scrape of one pod."""
-
-    t: float
-    counters: tuple[float, ...]
-    reset_offsets: tuple[float, ...]
-    """Per counter, the values it had before each decrease (reset) so far, summed: what
-    ``rate()`` adds back. The same tuple object from one sample to the next until a reset."""
-    gauges: _Gauges
-
-
-_sample_time = attrgetter("t")
-
-
-class _PodSeries:
-    """The samples a Prometheus holds for one pod, oldest first."""
-
-    def __init__(self, pod: Pod) -> None:
-        self.pod = pod
-        self.samples: deque[_Sample] = deque()
-
-    def record(self, now_s: float) -> None:
-        pod = self.pod
-        counters = _counters(pod)
-        engine = pod.engine
-        gauges = _Gauges(engine.num_waiting, engine.num_running, engine.kv_usage)
-        if not self.samples:
-            self.samples.append(_Sample(now_s, counters, (0.0,) * len(counters), gauges))
-            return
-        previous = self.samples[-1]
-        offsets = previous.reset_offsets
-        if any(map(lt, counters, previous.counters)):
-            offsets = tuple(
-                offset + before if value < before else offset
-                for offset, value, before in zip(offsets, counters, previous.counters, strict=True)
-            )
-        self.samples.append(_Sample(now_s, counters, offsets, gauges))
-
-    def forget_before(self, t: float) -> None:
-        while self.samples and self.samples[0].t < t:
-            self.samples.popleft()
-
-    def in_window(self, start_s: float, end_s: float) -> list[_Sample]:
-        """The samples with ``start_s < t <= end_s`` (what a range selector returns)."""
-        first = bisect.bisect_right(self.samples, start_s, key=_sample_time)
-        last = bisect.bisect_right(self.samples, end_s, key=_sample_time)
-        return list(islice(self.samples, first, last))
-
-
-# --- reading one pod over a window -----------------------------------------------------------
-
-
-class _Extension(NamedTuple):
-    """The sampled span of a window and how far ``rate()`` extends it at each edge (s)."""
-
-    sampled: float
-    to_start: float
-    to_end: float
-
-
-def _extension(samples: Sequence[_Sample], start_s: float, end_s: float) -> _Extension:
-    """How far Prometheus' ``extrapolatedRate`` extends the first-to-last-sample change
-    toward the edges of ``(start_s, end_s]`` (≥ 2 samples): to an edge when it is within
-    ``EXTRAPOLATION_THRESHOLD`` average sample intervals, else half an interval."""
-    first, last = samples[0], samples[-1]
-    sampled = last.t - first.t
-    average = sampled / (len(samples) - 1)
-    to_start = first.t - start_s
-    if to_start >= average * EXTRAPOLATION_THRESHOLD:
-        to_start = average / 2
-    to_end = end_s - last.t
-    if to_end >= average * EXTRAPOLATION_THRESHOLD:
-        to_end = average / 2
-    return _Extension(sampled, to_start, to_end)
-
-
-def _extrapolated_growth(samples: Sequence[_Sample], start_s: float, end_s: float) -> float:
-    """``delta(waiting) + delta(running)`` of one pod over ``(start_s, end_s]`` (≥ 2 samples).
-
-    Prometheus' ``extrapolatedRate`` for a gauge: the change from the first to the last
-    sample, extended toward the window edges as ``rate()`` is (``_extension``), without
-    reset or zero-point handling.
-    """
-    first, last = samples[0], samples[-1]
-    sampled, to_start, to_end = _extension(samples, start_s, end_s)
-    change = (last.gauges.waiting + last.gauges.running) - (
-        first.gauges.waiting + first.gauges.running
-    )
-    return change * (sampled + to_start + to_end) / sampled
-
-
-def _extrapolated_rates(samples: Sequence[_Sample], start_s: float, end_s: float) -> list[float]:
-    """``rate()`` of every counter of one pod over ``(start_s, end_s]`` (≥ 2 samples).
-
-    Prometheus' ``extrapolatedRate``: the reset-corrected increase from the first to the
-    last sample, extended toward the window edges (``_extension``) — at the start never
-    past the point where the counter would have been 0 — per window second.
-    """
-    first, last = samples[0], samples[-1]
-    sampled, to_start, to_end = _extension(samples, start_s, end_s)
-    window = end_s - start_s
-    increases = list(map(sub, last.counters, first.counters))
-    if last.reset_offsets is not first.reset_offsets:
-        increases = list(map(add, increases, map(sub, last.reset_offsets, first.reset_offsets)))
-    rates = list(map(mul, increases, repeat((sampled + to_start + to_end) / sampled / window)))
-    # A counter whose zero point lies less than to_start before the first sample (one that
-    # started counting recently) is extended back to that point only. The candidates are
-    # found at C speed, so the loop body runs for them alone.
-    zero_point_closer = map(lt, first.counters, map(mul, increases, repeat(to_start / sampled)))
-    for i in compress(range(len(rates)), zero_point_closer):
-        increase, value_first = increases[i], first.counters[i]
-        if increase > 0 and value_first >= 0:
-            to_zero = sampled * (value_first / increase)
-            extend_start = min(to_start, to_zero)
-            rates[i] = increase * ((sampled + extend_start + to_end) / sampled / window)
-    return rates
-
-
-@dataclass(frozen=True, slots=True)
-class _PodWindow:
-    """One pod's series read over the window."""
-
-    pod: Pod
-    samples: int
-    rates: list[float] | None
-    """Every counter's ``rate()``; None with fewer than ``MIN_SAMPLES_FOR_RATE`` samples."""
-    growth: float | None
-    """``delta()`` of waiting + running; None when ``rates`` is."""
-    means: _Gauges
-    """Every gauge's ``avg_over_time``."""
-
-    @classmethod
-    def read(cls, series: _PodSeries, start_s: float, end_s: float) -> _PodWindow | None:
-        """None when the pod has no sample in the window (Prometheus shows no series)."""
-        samples = series.in_window(start_s, end_s)
-        if not samples:
-            return None
-        rates = growth = None
-        if len(samples) >= MIN_SAMPLES_FOR_RATE:
-            rates = _extrapolated_rates(samples, start_s, end_s)
-            growth = _extrapolated_growth(samples, start_s, end_s)
-        columns = zip(*(sample.gauges for sample in samples), strict=True)
-        means = _Gauges(*(sum(column) / len(samples) for column in columns))
-        return cls(series.pod, len(samples), rates, growth, means)
 
 
 # --- the fleet -------------------------------------------------------------------------------
@@ -314,8 +87,8 @@ class ScrapedFleet:
             raise ValueError(f"retention must be positive, got {retention_s}")
         self._retention_s = retention_s
         self._full_hit_max_computed_tokens = full_hit_max_computed_tokens
-        self._series: dict[str, _PodSeries] = {}
-        self._layout: _Layout | None = None
+        self._series: dict[str, PodSeries] = {}
+        self._layout: CounterLayout | None = None
         self._last_scrape_s = -math.inf
 
     def scrape(self, pods: Iterable[Pod], now_s: float) -> None:
@@ -329,15 +102,15 @@ class ScrapedFleet:
                 self._series_of(pod).record(now_s)
         self._forget_before(now_s - self._retention_s)
 
-    def _series_of(self, pod: Pod) -> _PodSeries:
+    def _series_of(self, pod: Pod) -> PodSeries:
         series = self._series.get(pod.name)
         if series is None:
-            layout = _Layout.of(pod)
+            layout = CounterLayout.of(pod)
             if self._layout is None:
                 self._layout = layout
             elif layout != self._layout:
                 raise ValueError(f"pod {pod.name} exports other histogram buckets than its peers")
-            series = self._series[pod.name] = _PodSeries(pod)
+            series = self._series[pod.name] = PodSeries(pod)
         return series
 
     def _forget_before(self, t: float) -> None:
@@ -364,7 +137,7 @@ class ScrapedFleet:
         windows = [
             window
             for series in self._series.values()
-            if (window := _PodWindow.read(series, now_s - window_s, now_s)) is not None
+            if (window := PodWindow.read(series, now_s - window_s, now_s)) is not None
         ]
         if not windows or self._layout is None:
             return EngineSignals.all_unknown(
@@ -401,8 +174,8 @@ class _Evaluation:
 
     def __init__(
         self,
-        windows: Sequence[_PodWindow],
-        layout: _Layout,
+        windows: Sequence[PodWindow],
+        layout: CounterLayout,
         now_s: float,
         window_s: float,
         full_hit_max_computed_tokens: float,
@@ -471,18 +244,18 @@ class _Evaluation:
 
     @property
     def _traffic(self) -> bool:
-        return self._rates[_SUCCESS_AT] > 0
+        return self._rates[SUCCESS_AT] > 0
 
     def _requests_per_second(self) -> Measured:
-        return Measured.known(self._rates[_SUCCESS_AT], Unit.REQUESTS_PER_SECOND)
+        return Measured.known(self._rates[SUCCESS_AT], Unit.REQUESTS_PER_SECOND)
 
     def _arrivals_per_second(self) -> Measured:
-        finished = self._rates[_SUCCESS_AT] + self._rates[_ABORTED_AT]
+        finished = self._rates[SUCCESS_AT] + self._rates[ABORTED_AT]
         arrivals = max(0.0, finished + self._growth / self._window_s)
         return Measured.known(arrivals, Unit.REQUESTS_PER_SECOND)
 
     def _preemptions_per_second(self) -> Measured:
-        return Measured.known(self._rates[_PREEMPTIONS_AT], Unit.PREEMPTIONS_PER_SECOND)
+        return Measured.known(self._rates[PREEMPTIONS_AT], Unit.PREEMPTIONS_PER_SECOND)
 
     def _hit_rate(self) -> Measured:
         no_lookups = (
@@ -491,7 +264,7 @@ class _Evaluation:
             if self._traffic
             else "no traffic: no prompt tokens were looked up in the window"
         )
-        return _ratio(self._rates[_HITS_AT], self._rates[_QUERIES_AT], Unit.RATIO, no_lookups)
+        return _ratio(self._rates[HITS_AT], self._rates[QUERIES_AT], Unit.RATIO, no_lookups)
 
     def _hit_rate_with_external(self) -> Measured:
         return Measured.unknown(
@@ -527,11 +300,9 @@ class _Evaluation:
 
     def _prefill_per_request(self) -> Measured:
         computed = self._layout.computed.observations(self._rates)
-        return _ratio(
-            self._rates[_COMPUTED_SUM_AT], computed, Unit.TOKENS_PER_REQUEST, _NO_REQUESTS
-        )
+        return _ratio(self._rates[COMPUTED_SUM_AT], computed, Unit.TOKENS_PER_REQUEST, _NO_REQUESTS)
 
-    def _quantile(self, q: float, histogram: _Histogram, reads: str) -> Measured:
+    def _quantile(self, q: float, histogram: HistogramColumns, reads: str) -> Measured:
         value = histogram_quantile(q, histogram.buckets(self._rates))
         if math.isnan(value):
             reason = (
@@ -546,7 +317,7 @@ class _Evaluation:
         """GPUs held at evaluation time, over the whole window, per 1000 finished requests
         (gather's formula: it lags a scale change by up to one window)."""
         gpu_seconds = gpus_per_pod * ready_replicas * self._window_s
-        thousands_finished = self._rates[_SUCCESS_AT] * self._window_s / 1000
+        thousands_finished = self._rates[SUCCESS_AT] * self._window_s / 1000
         return _ratio(
             gpu_seconds,
             thousands_finished,
@@ -555,12 +326,12 @@ class _Evaluation:
         )
 
     def _context_tokens_per_request(self) -> Measured:
-        tokens = self._rates[_PROMPT_TOKENS_AT] + self._rates[_GENERATION_TOKENS_AT]
-        return _ratio(tokens, self._rates[_SUCCESS_AT], Unit.TOKENS_PER_REQUEST, _NO_REQUESTS)
+        tokens = self._rates[PROMPT_TOKENS_AT] + self._rates[GENERATION_TOKENS_AT]
+        return _ratio(tokens, self._rates[SUCCESS_AT], Unit.TOKENS_PER_REQUEST, _NO_REQUESTS)
 
     # --- per pod ---------------------------------------------------------------------------
 
-    def _pod(self, window: _PodWindow) -> PodSignals:
+    def _pod(self, window: PodWindow) -> PodSignals:
         if window.rates is None:
             reason = (
                 f"only {window.samples:g} sample(s) of this pod in the window (new pod?); a "
@@ -569,10 +340,10 @@ class _Evaluation:
             hit_rate = Measured.unknown(reason, Unit.RATIO)
             looked_up = Measured.unknown(reason, Unit.TOKENS_PER_SECOND)
         else:
-            looked_up = Measured.known(window.rates[_QUERIES_AT], Unit.TOKENS_PER_SECOND)
+            looked_up = Measured.known(window.rates[QUERIES_AT], Unit.TOKENS_PER_SECOND)
             hit_rate = _ratio(
-                window.rates[_HITS_AT],
-                window.rates[_QUERIES_AT],
+                window.rates[HITS_AT],
+                window.rates[QUERIES_AT],
                 Unit.RATIO,
                 "no prompt tokens were looked up on this pod in the window",
             )

@@ -23,9 +23,9 @@ from cachescale.api.spec import CacheScalingPolicySpec, Mode
 from cachescale.decide import Decision, LearnedState, decide
 from cachescale.decide.engine import read_retried
 from cachescale.decide.envelope import Envelope
+from cachescale.sim.autoscaler import FleetObservation, HPAAutoscaler, PolicyRecord, ScaleDecision
 from cachescale.sim.observe import ScrapedFleet
 from cachescale.sim.profiles import get_profile
-from cachescale.sim.run import FleetObservation, HPAAutoscaler, PolicyRecord, ScaleDecision
 from cachescale.sim.scenario import MetricsOutage, Scenario
 from cachescale.snapshot import EngineSignals, FetchFailure, HPAState, Snapshot, WorkloadState
 

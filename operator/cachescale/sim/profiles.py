@@ -162,7 +162,7 @@ class ReplicaProfile:
 
 
 # --- GPUs ---------------------------------------------------------------------------
-# LearnedState: total as reported by nvidia-smi (81920 MiB on A100-SXM4-80GB, 81559 MiB on
+# Memory: total as reported by nvidia-smi (81920 MiB on A100-SXM4-80GB, 81559 MiB on
 # H100 80GB HBM3). Bandwidth and dense tensor-core peaks: NVIDIA A100 datasheet
 # (80GB SXM: 2,039 GB/s, BF16 312 TFLOPS) and H100 datasheet (SXM: 3.35 TB/s,
 # BF16 989 TFLOPS, FP8 1,979 TFLOPS).
@@ -230,7 +230,7 @@ LLAMA2_7B = ModelProfile(
     params=6_740_000_000,
 )
 
-# --- Engine defaults (vLLM V1, see reference/engine-metrics.md "CLI flags") ----------
+# --- Engine defaults (vLLM V1 CLI flags; docs/signals.md lists the metric names) -------
 GPU_MEMORY_UTILIZATION = 0.92  # default since vLLM 0.20.0
 BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 BATCHED_TOKENS_A100 = 2048  # OpenAI server default on GPUs other than H100/H200
@@ -258,7 +258,7 @@ def _engine(
 PROFILES: dict[str, ReplicaProfile] = {
     p.name: p
     for p in (
-        # The brief's published batch-pressure pattern (Llama-3-8B on A100-80GB).
+        # The published batch-pressure pattern (Llama-3-8B on A100-80GB).
         _engine("llama3-8b-a100", LLAMA3_8B, A100_80GB, 1, BATCHED_TOKENS_A100, fp8=False),
         # A 2-GPU replica of the small model (the incident ran 2-GPU replicas).
         _engine("llama3-8b-a100-tp2", LLAMA3_8B, A100_80GB, 2, BATCHED_TOKENS_A100, fp8=False),
@@ -271,7 +271,7 @@ PROFILES: dict[str, ReplicaProfile] = {
         ),
         _engine("llama3-70b-h100-tp4", LLAMA3_70B, H100_80GB, 4, BATCHED_TOKENS_H100, fp8=False),
         # Multi-head attention (32 KV heads, 512 KiB/token): the shape under which the
-        # brief's worked B_max example (≈ 47) holds.
+        # published worked B_max example (≈ 47) holds.
         _engine("llama2-7b-a100", LLAMA2_7B, A100_80GB, 1, BATCHED_TOKENS_A100, fp8=False),
     )
 }

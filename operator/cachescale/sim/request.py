@@ -1,7 +1,7 @@
-"""The one request type shared by the workload generator, the router and the engine.
+"""The one request type shared by the traffic generator, the router and the engine.
 
 A request arrives carrying the chained block hashes of its whole token sequence (prompt
-followed by the output it will generate), computed once by the workload generator, so the
+followed by the output it will generate), computed once by the traffic generator, so the
 engine never hashes and a multi-turn follow-up can hit the blocks this turn's output filled.
 Ground-truth outcomes (cached tokens at admission, TTFT, preemptions) are written back here
 by the engine so the reports can see what a token-weighted counter cannot.

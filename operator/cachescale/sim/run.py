@@ -1,16 +1,16 @@
 """The simulation loop: requests arrive, the router places them, the autoscaler ticks.
 
-Time is simulated, never read from a clock. Requests come from the workload in arrival
-order; before each one, every autoscaler sync period that has elapsed is processed (pods
-advanced to that instant, the fleet reconciled, the HPA fed the per-pod
-``vllm:num_requests_waiting`` of ready pods, its recommendation applied). The autoscaler
-sits behind a small protocol so the policy engine can be plugged in beside the HPA and both
-runs can share one seed — same requests, same arrivals, different decisions. Runs that
-share a workload are made together (``run_together``): each request is generated once
-(its prompt assembled and hashed), and runs whose fleets start alike are served by one
-simulated fleet until their autoscalers decide differently, when the simulation splits
-into exact copies (``Simulation``). The engines are most of a run's cost, and an HPA and
-cachescale usually agree until the incident a scenario is about.
+Time is simulated, never read from a clock. Requests come from the scenario's request stream
+(:mod:`cachescale.sim.traffic`) in arrival order; before each one, every autoscaler sync
+period that has elapsed is processed (pods advanced to that instant, the fleet reconciled,
+the HPA fed the per-pod ``vllm:num_requests_waiting`` of ready pods, its recommendation
+applied). The autoscaler sits behind a small protocol so the policy engine can be plugged in
+beside the HPA and both runs can share one seed — same requests, same arrivals, different
+decisions. Runs that share a request stream are made together (``run_together``): each
+request is generated once (its prompt assembled and hashed), and runs whose fleets start
+alike are served by one simulated fleet until their autoscalers decide differently, when the
+simulation splits into exact copies (``Simulation``). The engines are most of a run's cost,
+and an HPA and cachescale usually agree until the incident a scenario is about.
 """
 
 from __future__ import annotations
@@ -19,140 +19,18 @@ import copy
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import tee
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
+from cachescale.sim.autoscaler import Autoscaler, PolicyRecord, ScaleDecision, fleet_observation
 from cachescale.sim.fleet import Fleet, Pod
-from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import FLEET_EVENTS, HPAMetric, RollingRestart, Scenario
-from cachescale.sim.traffic import Workload
+from cachescale.sim.scenario import FLEET_EVENTS, RollingRestart, Scenario
+from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import Perturbation
 
 HPA_SYNC_PERIOD_S = 15.0
 """Default when the scenario has no autoscaler (the timeline is still sampled)."""
-
-
-@dataclass(frozen=True)
-class FleetObservation:
-    """What an autoscaler may look at on one tick (what a metrics pipeline would show)."""
-
-    now_s: float
-    replicas: int
-    """The Deployment's spec.replicas (what an HPA reads from the scale subresource)."""
-    ready_replicas: int
-    starting_replicas: int
-    """Pods created but not ready yet: they export no engine metrics."""
-    waiting_per_ready_pod: tuple[float, ...]
-    running_per_ready_pod: tuple[float, ...]
-    pods: tuple[Pod, ...] = ()
-    """Pods that exist (starting, ready or draining): what a Prometheus could scrape. A
-    policy engine must read them only through a scrape model, never their ground truth."""
-    max_num_seqs: int = 0
-    """The Deployment's current ``--max-num-seqs`` (what new pods start with)."""
-    rollout_in_progress: bool = False
-    """Pods of an older revision still exist."""
-
-
-@dataclass(frozen=True)
-class ScaleDecision:
-    """An autoscaler's answer on one tick."""
-
-    desired_replicas: int
-    reason: str
-    max_num_seqs: int | None = None
-    """A new ``--max-num-seqs`` for the Deployment (rolls every pod), or None."""
-
-
-@dataclass(frozen=True)
-class PolicyRecord:
-    """One policy evaluation, as a report shows it (HPA-only runs have none)."""
-
-    t_s: float
-    state: str
-    reason: str
-    message: str
-    min_replicas: int
-    max_replicas: int
-    target: float | None
-    max_num_seqs: int | None
-    hit_rate_seen: float | None
-    """The windowed token hit rate the engine read (what Prometheus showed)."""
-    baseline_hit_rate: float | None
-    """The learned baseline after this evaluation."""
-    ceiling: int | None
-    """The cache-friendly batch ceiling B_max, when the policy can compute it."""
-    alerts: tuple[str, ...]
-    raised: tuple[str, ...]
-    cleared: tuple[str, ...]
-    cleared_messages: tuple[str, ...] = ()
-    """What each cleared alert's Event says, in the order of ``cleared``."""
-
-
-class Autoscaler(Protocol):
-    """Anything that turns an observation into a replica count (HPA, policy engine)."""
-
-    name: str
-    sync_period_s: float
-
-    def step(self, observation: FleetObservation) -> ScaleDecision:
-        """Decide the replica count for this tick."""
-        ...
-
-    @property
-    def records(self) -> list[PolicyRecord]:
-        """Policy evaluations so far (empty for autoscalers without a policy)."""
-        ...
-
-
-class HPAAutoscaler:
-    """The Kubernetes HPA on a per-pod vLLM gauge (queue length or batch size)."""
-
-    name = "hpa"
-
-    def __init__(self, model: HPAModel, metric: HPAMetric) -> None:
-        self._model = model
-        self._metric = metric
-        self.sync_period_s = model.spec.sync_period_s
-
-    @property
-    def records(self) -> list[PolicyRecord]:
-        """The plain HPA evaluates no policy."""
-        return []
-
-    @property
-    def spec(self) -> HPASpec:
-        """The HPA object as the user wrote it."""
-        return self._model.spec
-
-    @property
-    def metric_name(self) -> str:
-        """The per-pod metric's name as Prometheus exposes it."""
-        return f"vllm:{self._metric}"
-
-    def step(self, observation: FleetObservation) -> ScaleDecision:
-        """One HPA sync."""
-        return self.step_within(observation, None)
-
-    def step_within(
-        self, observation: FleetObservation, envelope: tuple[int, int, float] | None
-    ) -> ScaleDecision:
-        """One HPA sync inside ``(min, max, target)`` set by a policy engine (None: spec)."""
-        low, high, target = envelope if envelope is not None else (None, None, None)
-        decision = self._model.step(
-            observation.now_s,
-            observation.replicas,
-            (
-                observation.waiting_per_ready_pod
-                if self._metric == "num_requests_waiting"
-                else observation.running_per_ready_pod
-            ),
-            missing_pods=observation.starting_replicas,
-            min_replicas=low,
-            max_replicas=high,
-            target=target,
-        )
-        return ScaleDecision(decision.desired_replicas, decision.reason)
 
 
 @dataclass(frozen=True)
@@ -220,9 +98,9 @@ class Simulation:
         *,
         index: int = 0,
     ) -> None:
-        """``shared_requests`` replaces the scenario's own workload with a branch of a
-        stream other simulations draw from too (an ``itertools.tee`` branch of this
-        scenario's workload): every request is copied before an engine writes into it.
+        """``shared_requests`` replaces the scenario's own request stream with a branch
+        of a stream other simulations draw from too (an ``itertools.tee`` branch of this
+        scenario's stream): every request is copied before an engine writes into it.
         ``index`` is the run's place among ``run_together``'s."""
         self.scenario = scenario
         self.fleet = Fleet(
@@ -236,9 +114,7 @@ class Simulation:
         self._runs = [_Run(index, scenario, autoscaler)]
         self._shared = shared_requests
         self._requests: Iterator[SimRequest] = (
-            iter(_workload(scenario))
-            if shared_requests is None
-            else map(_own_copy, shared_requests)
+            iter(_traffic(scenario)) if shared_requests is None else map(_own_copy, shared_requests)
         )
         self._pending = next(self._requests, None)
         self._rollouts = _rollouts(scenario)
@@ -295,7 +171,7 @@ class Simulation:
             for run in self._runs:
                 run.samples.append(found)
             return []
-        observation = _observe(fleet, now_s)
+        observation = fleet_observation(fleet, now_s)
         decisions: dict[Hashable, list[tuple[_Run, ScaleDecision]]] = {}
         for run in self._runs:
             decision = cast("Autoscaler", run.autoscaler).step(observation)
@@ -389,7 +265,7 @@ def run_together(
 ) -> list[RunResult]:
     """``run`` for each (scenario, autoscaler) pair, drawing the shared requests once.
 
-    The scenarios must share a workload (``workload_key``): they may differ in their fleet,
+    The scenarios must share a request stream (``traffic_key``): they may differ in their fleet,
     autoscaler, policy and fleet events. Runs whose fleets start alike ride one simulated
     fleet until their autoscalers decide differently (``Simulation``); each run gets its
     own copy of every request an engine of its own serves. The simulations advance in
@@ -401,7 +277,7 @@ def run_together(
         return []
     first = runs[0][0]
     for scenario, _ in runs[1:]:
-        if workload_key(scenario) != workload_key(first):
+        if traffic_key(scenario) != traffic_key(first):
             raise ValueError(
                 f"{scenario.name} does not share {first.name}'s workload: run them apart"
             )
@@ -410,7 +286,7 @@ def run_together(
         cohorts.setdefault(_fleet_key(scenario, autoscaler), []).append(index)
     simulations: list[Simulation] = []
     for (head, *riders), branch in zip(
-        cohorts.values(), tee(_workload(first), len(cohorts)), strict=True
+        cohorts.values(), tee(_traffic(first), len(cohorts)), strict=True
     ):
         simulation = Simulation(*runs[head], branch, index=head)
         for index in riders:
@@ -432,32 +308,32 @@ def run_together(
     return [results[index] for index in range(len(runs))]
 
 
-def workload_key(scenario: Scenario) -> Hashable:
+def traffic_key(scenario: Scenario) -> Hashable:
     """Everything the request stream depends on: scenarios with equal keys draw the same
     requests at the same instants, whatever their fleets and autoscalers do."""
     return (
         scenario.workload.model_dump_json(),
         scenario.seed,
         scenario.duration_s,
-        tuple(p.model_dump_json() for p in _workload_perturbations(scenario)),
+        tuple(p.model_dump_json() for p in _traffic_perturbations(scenario)),
     )
 
 
-def _workload_perturbations(scenario: Scenario) -> list[Perturbation]:
+def _traffic_perturbations(scenario: Scenario) -> list[Perturbation]:
     return [p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)]
 
 
-def _workload(scenario: Scenario) -> Workload:
-    return Workload(
+def _traffic(scenario: Scenario) -> Traffic:
+    return Traffic(
         scenario.workload,
         seed=scenario.seed,
-        perturbations=_workload_perturbations(scenario),
+        perturbations=_traffic_perturbations(scenario),
         until_s=scenario.duration_s,
     )
 
 
 def _own_copy(request: SimRequest) -> SimRequest:
-    """A request as the workload made it: the stream's own object never reaches an engine,
+    """A request as the stream made it: the stream's own object never reaches an engine,
     so its outcome fields are still unset (the block hashes are shared: engines only read
     them)."""
     return replace(request)
@@ -481,21 +357,6 @@ def _effect(decision: ScaleDecision, fleet: Fleet) -> Hashable:
     """What carrying out ``decision`` does to ``fleet``: equal effects, equal fleets."""
     rolls = decision.max_num_seqs is not None and decision.max_num_seqs != fleet.max_num_seqs
     return (decision.desired_replicas, decision.max_num_seqs if rolls else None)
-
-
-def _observe(fleet: Fleet, now_s: float) -> FleetObservation:
-    ready = fleet.ready_pods(now_s)
-    return FleetObservation(
-        now_s=now_s,
-        replicas=fleet.desired_replicas,
-        ready_replicas=len(ready),
-        starting_replicas=sum(1 for pod in fleet.live_pods if pod.ready_s > now_s),
-        waiting_per_ready_pod=tuple(float(pod.engine.num_waiting) for pod in ready),
-        running_per_ready_pod=tuple(float(pod.engine.num_running) for pod in ready),
-        pods=tuple(pod for pod in fleet.pods if pod.gone_s is None),
-        max_num_seqs=fleet.max_num_seqs,
-        rollout_in_progress=fleet.rollout_in_progress,
-    )
 
 
 def _sample(fleet: Fleet, now_s: float) -> TimelineSample:

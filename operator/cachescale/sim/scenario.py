@@ -88,7 +88,7 @@ ScenarioPerturbation = Annotated[
 """A change at a point in simulated time: a workload change, a fleet rollout, or an
 outage of the policy engine's metrics."""
 FLEET_EVENTS = (RollingRestart, MetricsOutage)
-"""Perturbations that are not workload changes (the workload generator skips them)."""
+"""Perturbations that are not workload changes (the traffic generator skips them)."""
 
 
 class FleetSpec(_Model):

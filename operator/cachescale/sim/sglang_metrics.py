@@ -1,11 +1,10 @@
 """SGLang's Prometheus series for one simulated replica, through prometheus_client.
 
-``cachescale emulate --engine sglang`` serves these instead of vLLM's, so the gather
-layer's SGLang profile meets SGLang's real names, label sets and bucket bounds (SGLang
-0.5.23, ``sglang/srt/observability/metrics_collector.py``; see
-``shared/reference/engine-metrics.md`` §3). Only the exposition changes: the replica behind
-it is still the simulator's vLLM-faithful engine (block-granular cache, vLLM's scheduler),
-which stands in for SGLang's radix cache.
+``cachescale emulate --engine sglang`` serves these instead of vLLM's, so the gather layer's
+SGLang profile meets SGLang's real names, label sets and bucket bounds (SGLang 0.5.23,
+``sglang/srt/observability/metrics_collector.py``). Only the exposition changes: the replica
+behind it is still the simulator's vLLM-faithful engine (block-granular cache, vLLM's
+scheduler), which stands in for SGLang's radix cache.
 
 Where each series comes from:
 

@@ -1,4 +1,4 @@
-"""The request stream the simulated fleet serves: prompts built from segments, hashed as vLLM.
+"""The request stream the simulated fleet serves: sessions and arrivals, prompts from segments.
 
 A prompt is an ordered list of segments (``layout``): tool definitions, a per-tenant system
 prompt, retrieved document chunks, the conversation history, the user turn and a variable
@@ -8,215 +8,48 @@ prompt *and* the output it will generate (:mod:`cachescale.sim.hashing`). The pr
 is therefore exercised by the mechanism itself, not by a hit-rate knob: a hit rate emerges
 from which segments repeat, in which order, behind which salt.
 
-That is what lets the simulator reproduce the incident in the brief. Re-chunking the
-corpus (512 → 500 tokens) changes the docs' token content once and the cache heals;
-re-running retrieval every turn *ahead of* the history, moving a variable field to the
-top, shuffling tool definitions or sliding a history window change the prefix on almost
-every request and keep the hit rate near zero. These changes are
+That is what lets the simulator reproduce a prefix-cache collapse. Re-chunking the corpus
+(512 → 500 tokens) changes the docs' token content once and the cache heals; re-running
+retrieval every turn *ahead of* the history, moving a variable field to the top, shuffling
+tool definitions or sliding a history window change the prefix on almost every request
+and keep the hit rate near zero. These changes are
 :data:`~cachescale.sim.traffic_spec.Perturbation` models applied at their time.
 
 What to generate — :class:`~cachescale.sim.traffic_spec.WorkloadSpec` and the
 perturbation models — is declared in :mod:`cachescale.sim.traffic_spec`, a schema the
-scenario file validates against. This module is the mechanism that turns it into requests
-(arrivals, sessions, token ids, hash chains), plus the infinite-cache ground truth
+scenario file validates against. This module is the stream that turns it into requests:
+Poisson arrivals under a piecewise-constant rate, the session each request belongs to, and
+the assembly of its prompt in the layout's order; the segments' content and the memoised
+hashing are :mod:`cachescale.sim.prompts`'. It also holds the infinite-cache ground truth
 (:func:`ideal_hit_rate`) a stream's hit rate is checked against.
 
-Generation is lazy (an iterator in arrival order) and hashing is the hot cost, so hash
-chains are memoised by segment prefix (bounded LRU) and a session remembers the chain of
-its last turn: a request hashes only the blocks after its first novel segment. After a
-collapse every block is hashed, one ``sha256`` call per block.
+Generation is lazy (an iterator in arrival order), so a run holds only the requests in
+flight.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cachescale.sim.hashing import TOKEN_BYTES, extend_chain, hash_blocks
+from cachescale.sim.draws import Draws
+from cachescale.sim.hashing import TOKEN_BYTES
+from cachescale.sim.prompts import Atom, PromptBuilder, Session
 from cachescale.sim.request import SimRequest
 from cachescale.sim.traffic_spec import (
-    ChunkSizeChange,
-    LayoutChange,
-    LengthDist,
     Perturbation,
-    RateChange,
-    RetrievalAheadOfHistory,
-    RetrievalMode,
     SegmentKind,
-    ShuffleTools,
-    SlidingWindow,
-    VariableFieldToTop,
+    TrafficState,
     WorkloadSpec,
 )
 
-VOCAB_SIZE = 32_000
-"""Token ids are drawn from ``[0, VOCAB_SIZE)``."""
-
-
-# --- Perturbations applied -------------------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
-class TrafficState:
-    """The workload's effective settings at one instant (spec + perturbations so far)."""
-
-    layout: tuple[SegmentKind, ...]
-    retrieval_mode: RetrievalMode
-    chunk_size: int
-    shuffle_tools: bool
-    history_max_tokens: int | None
-    rate_per_s: float
-    applied: tuple[str, ...] = ()
-    """Kinds of the perturbations applied so far, in order."""
-
-    def after(self, p: Perturbation) -> TrafficState:
-        """This state with one perturbation applied."""
-        new = self._changed(p)
-        return replace(new, applied=(*self.applied, p.kind))
-
-    def _changed(self, p: Perturbation) -> TrafficState:
-        match p:
-            case ChunkSizeChange():
-                return replace(self, chunk_size=p.chunk_size)
-            case RetrievalAheadOfHistory():
-                return replace(
-                    self, retrieval_mode="per_request", layout=_docs_before_history(self.layout)
-                )
-            case VariableFieldToTop():
-                rest = tuple(k for k in self.layout if k != "variable")
-                return replace(self, layout=("variable", *rest))
-            case ShuffleTools():
-                return replace(self, shuffle_tools=True)
-            case SlidingWindow():
-                return replace(self, history_max_tokens=p.history_max_tokens)
-            case RateChange():
-                return replace(self, rate_per_s=p.rate_per_s)
-            case LayoutChange():
-                return replace(self, layout=p.layout)
-
-
-def _docs_before_history(layout: tuple[SegmentKind, ...]) -> tuple[SegmentKind, ...]:
-    """Move (or insert) ``docs`` right before ``history`` (before ``user`` if no history)."""
-    if "history" in layout and "docs" in layout and layout.index("docs") < layout.index("history"):
-        return layout
-    rest: list[SegmentKind] = [k for k in layout if k != "docs"]
-    anchor: SegmentKind = "history" if "history" in rest else "user"
-    rest.insert(rest.index(anchor), "docs")
-    return tuple(rest)
-
-
-# --- Generation ------------------------------------------------------------------------
-
-# An atom is one hashing unit: (identity, token bytes, shareable across requests). Two
-# atoms with the same identity always carry the same bytes.
-_Atom = tuple[Hashable, bytes, bool]
-
-_BATCH = 8192
-_TOKEN_BATCH = 1 << 20
-
-
-class _Draws:
-    """Batched draws from one seeded numpy Generator (per-call cost: an index bump)."""
-
-    def __init__(self, seed_seq: np.random.SeedSequence) -> None:
-        self._rng = np.random.default_rng(seed_seq)
-        self._u: list[float] = []
-        self._ui = 0
-        self._z: list[float] = []
-        self._zi = 0
-        self._e: list[float] = []
-        self._ei = 0
-        self._tok = b""
-        self._ti = 0
-
-    def uniform(self) -> float:
-        if self._ui == len(self._u):
-            self._u, self._ui = self._rng.random(_BATCH).tolist(), 0
-        self._ui += 1
-        return self._u[self._ui - 1]
-
-    def normal(self) -> float:
-        if self._zi == len(self._z):
-            self._z, self._zi = self._rng.standard_normal(_BATCH).tolist(), 0
-        self._zi += 1
-        return self._z[self._zi - 1]
-
-    def exponential(self) -> float:
-        if self._ei == len(self._e):
-            self._e, self._ei = self._rng.standard_exponential(_BATCH).tolist(), 0
-        self._ei += 1
-        return self._e[self._ei - 1]
-
-    def tokens(self, n: int) -> bytes:
-        """``n`` fresh token ids as int32 bytes."""
-        width = n * TOKEN_BYTES
-        if self._ti + width > len(self._tok):
-            size = max(_TOKEN_BATCH, n)
-            self._tok = self._rng.integers(0, VOCAB_SIZE, size, dtype=np.int32).tobytes()
-            self._ti = 0
-        self._ti += width
-        return self._tok[self._ti - width : self._ti]
-
-    def length(self, dist: LengthDist) -> int:
-        mu = math.log(dist.mean_tokens) - dist.sigma**2 / 2
-        n = round(math.exp(mu + dist.sigma * self.normal()))
-        return min(max(n, dist.min_tokens), dist.max_tokens)
-
-
-def _fixed_tokens(seed: int, stream: int, *key: int, n: int) -> bytes:
-    """Token ids that depend only on (seed, stream, key): a reusable segment's content."""
-    rng = np.random.default_rng([seed, stream, *key])
-    return rng.integers(0, VOCAB_SIZE, n, dtype=np.int32).tobytes()
-
-
-def _cdf(weights: Sequence[float]) -> list[float]:
-    total = float(sum(weights))
-    acc = 0.0
-    out = []
-    for w in weights:
-        acc += w / total
-        out.append(acc)
-    out[-1] = 1.0
-    return out
-
-
-@dataclass(slots=True, eq=False)
-class _Session:
-    tenant: int
-    topic: int
-    # Previous turns (post-history atoms + output) and their token counts, oldest first.
-    turns: deque[tuple[list[_Atom], int]] = field(default_factory=deque)
-    history_tokens: int = 0
-    # The chunks this session retrieved (per_session mode) and the chunk size they had.
-    chunks: list[tuple[int, int]] = field(default_factory=list)
-    chunk_size: int = 0
-    # The hash chain of the last request's whole sequence, to extend on the next turn.
-    tail_keys: tuple[Hashable, ...] = ()
-    tail_digests: list[bytes] = field(default_factory=list)
-    tail_rest: bytes = b""
-
-
-@dataclass(slots=True, eq=False)
-class _Node:
-    """Memoised chain state after a shareable prefix: digests so far + partial block.
-
-    ``digests`` is a tuple: a tuple of bytes is untracked by the cyclic garbage collector,
-    so the millions of digest references the memo holds are not rescanned by every
-    collection (a list would be).
-    """
-
-    node_id: int
-    digests: tuple[bytes, ...]
-    rest: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadStats:
+class TrafficStats:
     """Counters for the generator's cost (performance reports and tests)."""
 
     requests: int
@@ -229,7 +62,7 @@ class WorkloadStats:
     """Digest references the memo holds (bounded by ``memo_max_digests``)."""
 
 
-class Workload:
+class Traffic(PromptBuilder):
     """Lazy, deterministic stream of :class:`SimRequest` in arrival order.
 
     ``seed`` fixes everything (arrivals, sessions, token ids, hashes). Perturbations apply
@@ -249,11 +82,16 @@ class Workload:
         memo: bool = True,
         memo_max_digests: int = 4_000_000,
     ) -> None:
-        self.spec = spec
-        self.seed = seed
+        arrivals, choices, tokens = np.random.SeedSequence(seed).spawn(3)
+        super().__init__(
+            spec,
+            seed,
+            choices=Draws(choices),
+            tokens=Draws(tokens),
+            memo=memo,
+            memo_max_digests=memo_max_digests,
+        )
         self.until_s = until_s
-        self._memo_on = memo
-        self._memo_cap = memo_max_digests
         self._perturbations = sorted(perturbations, key=lambda p: p.at_s)
         self._next_p = 0
         self._base = TrafficState(
@@ -278,31 +116,12 @@ class Workload:
                 self._rates.append(rate)
         self._rate_i = 0
         self._t = 0.0
-
-        arrivals, choices, tokens = np.random.SeedSequence(seed).spawn(3)
-        self._arrivals = _Draws(arrivals)
-        self._choices = _Draws(choices)
-        self._tokens = _Draws(tokens)
+        self._arrivals = Draws(arrivals)
         self._tenant_cdf = _cdf([t.weight for t in spec.tenants])
         r = spec.retrieval
         self._topic_cdf = _cdf([(k + 1) ** -r.zipf_exponent for k in range(r.topics)])
-        self._salts = [(t.cache_salt or "").encode() for t in spec.tenants]
-        self._tools = [
-            _fixed_tokens(seed, 1, i, n=spec.tools.tokens_each) for i in range(spec.tools.count)
-        ]
-        self._systems = [
-            _fixed_tokens(seed, 2, i, n=spec.system_tokens) for i in range(len(spec.tenants))
-        ]
-        self._docs: dict[int, list[bytes]] = {}
-        self._pools: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self._topic_chunks: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self._sessions: list[_Session] = []
+        self._sessions: list[Session] = []
         self._next_id = 0
-        self._memo: OrderedDict[tuple[int, Hashable], _Node] = OrderedDict()
-        self._memo_digests = 0
-        self._next_node = 1
-        self._roots = {s: _Node(-i - 1, (), b"") for i, s in enumerate(dict.fromkeys(self._salts))}
-        self._blocks_hashed = 0
 
     # -- public -------------------------------------------------------------------------
 
@@ -314,10 +133,6 @@ class Workload:
         if t is None or (self.until_s is not None and t > self.until_s):
             raise StopIteration
         return self._request(t)
-
-    def next_request(self) -> SimRequest | None:
-        """The next request, or None when the stream has ended."""
-        return next(self, None)
 
     def state_at(self, t: float) -> TrafficState:
         """Effective settings for a request arriving at ``t`` (pure; for reports)."""
@@ -334,9 +149,9 @@ class Workload:
         return self.state_at(t).layout
 
     @property
-    def stats(self) -> WorkloadStats:
+    def stats(self) -> TrafficStats:
         """Generation cost so far."""
-        return WorkloadStats(
+        return TrafficStats(
             requests=self._next_id,
             blocks_hashed=self._blocks_hashed,
             memo_entries=len(self._memo),
@@ -378,8 +193,8 @@ class Workload:
         session = self._session()
         draws = self._tokens
 
-        pre: list[_Atom] = []
-        turn: list[_Atom] = []
+        pre: list[Atom] = []
+        turn: list[Atom] = []
         into = pre
         for kind in state.layout:
             if kind == "history":
@@ -398,7 +213,7 @@ class Workload:
                 into.append((("v", rid), draws.tokens(self.spec.variable_tokens), False))
 
         has_history = "history" in state.layout
-        history: list[_Atom] = []
+        history: list[Atom] = []
         if has_history:
             limit = state.history_max_tokens
             while limit is not None and session.history_tokens > limit:
@@ -406,7 +221,7 @@ class Workload:
             for atoms, _ in session.turns:
                 history.extend(atoms)
         n_out = draws.length(self.spec.output_tokens)
-        out: _Atom = (("o", rid), draws.tokens(n_out), False)
+        out: Atom = (("o", rid), draws.tokens(n_out), False)
         atoms = [*pre, *history, *turn, out]
         prompt_bytes = sum(len(a[1]) for a in atoms) - len(out[1])
 
@@ -428,65 +243,9 @@ class Workload:
             block_hashes=digests,
         )
 
-    def _tool_atoms(self, shuffle: bool) -> list[_Atom]:
-        order = list(range(len(self._tools)))
-        if shuffle:  # Fisher-Yates on the batched uniforms
-            u = self._choices.uniform
-            for i in range(len(order) - 1, 0, -1):
-                j = int(u() * (i + 1))
-                order[i], order[j] = order[j], order[i]
-        return [(("t", i), self._tools[i], True) for i in order]
-
-    def _doc_atoms(self, session: _Session, state: TrafficState) -> list[_Atom]:
-        cs = state.chunk_size
-        topic = session.topic
-        docs = self._topic_docs(topic)
-        pool = self._pools.get((topic, cs))
-        if pool is None:  # every chunk of every doc of the topic, as (doc, index)
-            width = cs * TOKEN_BYTES
-            pool = [(d, j) for d, doc in enumerate(docs) for j in range(-(-len(doc) // width))]
-            self._pools[(topic, cs)] = pool
-        k = min(self.spec.retrieval.top_k, len(pool))
-        mode = state.retrieval_mode
-        if mode == "per_topic":
-            chosen = self._topic_chunks.get((topic, cs))
-            if chosen is None:
-                rng = np.random.default_rng([self.seed, 3, topic, cs])
-                chosen = [pool[i] for i in rng.choice(len(pool), size=k, replace=False)]
-                self._topic_chunks[(topic, cs)] = chosen
-        elif mode == "per_session" and session.chunk_size == cs:
-            chosen = session.chunks
-        else:
-            u = self._choices.uniform
-            picked: list[int] = []
-            while len(picked) < k:
-                i = int(u() * len(pool))
-                if i not in picked:
-                    picked.append(i)
-            chosen = [pool[i] for i in picked]
-            session.chunks, session.chunk_size = chosen, cs
-        width = cs * TOKEN_BYTES
-        atoms: list[_Atom] = []
-        for doc, j in chosen:
-            data = docs[doc][j * width : (j + 1) * width]
-            atoms.append((("c", topic, doc, cs, j), data, True))
-        return atoms
-
-    def _topic_docs(self, topic: int) -> list[bytes]:
-        """The topic's documents; lengths vary in [0.5, 1.5) × tokens_per_doc."""
-        docs = self._docs.get(topic)
-        if docs is None:
-            docs = []
-            for d in range(self.spec.retrieval.docs_per_topic):
-                rng = np.random.default_rng([self.seed, 4, topic, d])
-                n = max(1, int(self.spec.retrieval.tokens_per_doc * rng.uniform(0.5, 1.5)))
-                docs.append(rng.integers(0, VOCAB_SIZE, n, dtype=np.int32).tobytes())
-            self._docs[topic] = docs
-        return docs
-
     # -- sessions -----------------------------------------------------------------------
 
-    def _session(self) -> _Session:
+    def _session(self) -> Session:
         """The session this request belongs to: a follow-up or a new conversation.
 
         A fixed number of conversation slots makes the stream stationary: follow-ups are
@@ -501,62 +260,12 @@ class Workload:
             return slots[int(u() * len(slots))]
         tenant = bisect.bisect_left(self._tenant_cdf, u())
         topic = bisect.bisect_left(self._topic_cdf, u())
-        session = _Session(tenant=tenant, topic=topic)
+        session = Session(tenant=tenant, topic=topic)
         if len(slots) < spec.concurrent:
             slots.append(session)
         else:
             slots[int(u() * len(slots))] = session
         return session
-
-    # -- hashing ------------------------------------------------------------------------
-
-    def _hash_all(self, atoms: list[_Atom], salt: bytes) -> list[bytes]:
-        digests = hash_blocks(b"".join(a[1] for a in atoms), self.spec.block_size, salt)
-        self._blocks_hashed += len(digests)
-        return digests
-
-    def _hash(self, atoms: list[_Atom], salt: bytes, session: _Session) -> list[bytes]:
-        """Chain digests, reusing the session's last chain or the longest memoised prefix."""
-        bs = self.spec.block_size
-        keys = tuple([a[0] for a in atoms])
-        n_tail = len(session.tail_keys)
-        i = 0
-        if n_tail and keys[:n_tail] == session.tail_keys:
-            digests = list(session.tail_digests)
-            rest = session.tail_rest
-            i = n_tail
-        else:
-            memo = self._memo
-            node = self._roots[salt]
-            while i < len(atoms) and atoms[i][2]:
-                child = memo.get((node.node_id, keys[i]))
-                if child is None:
-                    break
-                memo.move_to_end((node.node_id, keys[i]))
-                node = child
-                i += 1
-            digests = list(node.digests)
-            rest = node.rest
-            if i < len(atoms) and atoms[i][2]:
-                # Memoise one more shareable atom: a prefix seen k times is memoised k
-                # atoms deep, so popular prefixes are soon fully memoised while a prefix
-                # that never repeats (after a collapse) costs one entry, not one per atom.
-                before = len(digests)
-                rest = extend_chain(digests, rest, atoms[i][1], bs, salt)
-                self._blocks_hashed += len(digests) - before
-                memo[(node.node_id, keys[i])] = _Node(self._next_node, tuple(digests), rest)
-                self._next_node += 1
-                self._memo_digests += len(digests)
-                i += 1
-                while self._memo_digests > self._memo_cap:
-                    self._memo_digests -= len(memo.popitem(last=False)[1].digests)
-        before = len(digests)
-        rest = extend_chain(digests, rest, b"".join([a[1] for a in atoms[i:]]), bs, salt)
-        self._blocks_hashed += len(digests) - before
-        session.tail_keys = keys
-        session.tail_digests = digests
-        session.tail_rest = rest
-        return digests
 
 
 # --- Ground truth ----------------------------------------------------------------------
@@ -589,3 +298,14 @@ def ideal_hit_rate(
             total += r.prompt_tokens
         seen.update(r.block_hashes)
     return hit / total if total else 0.0
+
+
+def _cdf(weights: Sequence[float]) -> list[float]:
+    total = float(sum(weights))
+    acc = 0.0
+    out = []
+    for w in weights:
+        acc += w / total
+        out.append(acc)
+    out[-1] = 1.0
+    return out

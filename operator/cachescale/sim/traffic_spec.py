@@ -6,18 +6,21 @@ tenants, RAG corpus and retrieval, sessions, token lengths and arrival rates, an
 :data:`Perturbation` union — re-chunking, retrieval re-run ahead of the history, the
 variable field moved to the top, shuffled tools, a sliding history window, a new rate or
 layout — each taking effect at its ``at_s``. They validate and hold values; nothing here
-draws, generates or hashes.
+draws, generates or hashes. :class:`TrafficState` is the spec as the perturbations applied
+so far have changed it: what a request arriving at a given time is made with.
 
 They are kept apart from the generator that turns them into requests
 (:mod:`cachescale.sim.traffic`) because they are a schema, not a mechanism: the scenario
 schema (:mod:`cachescale.sim.scenario`) embeds them and validates files against them
 without the token, session and hashing machinery, and the generator only consumes them.
-:func:`incident_workload_spec` and :func:`incident_perturbations` spell out the brief's
-incident in these terms.
+:func:`incident_workload_spec` and :func:`incident_perturbations` spell out the incident
+cachescale answers (a RAG corpus re-chunked under a fleet scaled on its queue) in these
+terms.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -271,11 +274,63 @@ Perturbation = Annotated[WorkloadChange, Field(discriminator="kind")]
 """A workload change at a point in simulated time, tagged by ``kind``."""
 
 
+# --- Perturbations applied -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficState:
+    """The request stream's effective settings at one instant (spec + perturbations so far)."""
+
+    layout: tuple[SegmentKind, ...]
+    retrieval_mode: RetrievalMode
+    chunk_size: int
+    shuffle_tools: bool
+    history_max_tokens: int | None
+    rate_per_s: float
+    applied: tuple[str, ...] = ()
+    """Kinds of the perturbations applied so far, in order."""
+
+    def after(self, p: Perturbation) -> TrafficState:
+        """This state with one perturbation applied."""
+        new = self._changed(p)
+        return replace(new, applied=(*self.applied, p.kind))
+
+    def _changed(self, p: Perturbation) -> TrafficState:
+        match p:
+            case ChunkSizeChange():
+                return replace(self, chunk_size=p.chunk_size)
+            case RetrievalAheadOfHistory():
+                return replace(
+                    self, retrieval_mode="per_request", layout=_docs_before_history(self.layout)
+                )
+            case VariableFieldToTop():
+                rest = tuple(k for k in self.layout if k != "variable")
+                return replace(self, layout=("variable", *rest))
+            case ShuffleTools():
+                return replace(self, shuffle_tools=True)
+            case SlidingWindow():
+                return replace(self, history_max_tokens=p.history_max_tokens)
+            case RateChange():
+                return replace(self, rate_per_s=p.rate_per_s)
+            case LayoutChange():
+                return replace(self, layout=p.layout)
+
+
+def _docs_before_history(layout: tuple[SegmentKind, ...]) -> tuple[SegmentKind, ...]:
+    """Move (or insert) ``docs`` right before ``history`` (before ``user`` if no history)."""
+    if "history" in layout and "docs" in layout and layout.index("docs") < layout.index("history"):
+        return layout
+    rest: list[SegmentKind] = [k for k in layout if k != "docs"]
+    anchor: SegmentKind = "history" if "history" in rest else "user"
+    rest.insert(rest.index(anchor), "docs")
+    return tuple(rest)
+
+
 # --- The incident --------------------------------------------------------------------
 
 
 def incident_workload_spec(rate_per_s: float = 32.0) -> WorkloadSpec:
-    """The workload of the brief's incident, before the change.
+    """The request stream of the incident, before the change.
 
     ~32 req/s; 6 tool definitions of 200 tokens + an 800-token system prompt (2,000 shared
     tokens); RAG over 500 topics (Zipf 0.8, 16 docs of ~2,048 tokens each), 512-token

@@ -1,18 +1,14 @@
-"""The workload generator: determinism, vLLM hashing rules, and what each perturbation does."""
+"""The request stream: determinism, prompts from segments, memoised hashing, arrivals, and
+what each perturbation does."""
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
-from pydantic import TypeAdapter, ValidationError
 
-from cachescale.sim.hashing import NONE_HASH, extend_chain, hash_blocks
 from cachescale.sim.request import SimRequest
-from cachescale.sim.traffic import Workload, ideal_hit_rate
+from cachescale.sim.traffic import Traffic, ideal_hit_rate
 from cachescale.sim.traffic_spec import (
     ChunkSizeChange,
     LayoutChange,
@@ -34,10 +30,6 @@ from cachescale.sim.traffic_spec import (
 )
 
 
-def _tokens(n: int, seed: int = 0) -> bytes:
-    return np.random.default_rng(seed).integers(0, 32_000, n, dtype=np.int32).tobytes()
-
-
 def _run(
     spec: WorkloadSpec,
     until_s: float,
@@ -45,7 +37,7 @@ def _run(
     memo: bool = True,
     memo_max_digests: int = 4_000_000,
 ) -> list[SimRequest]:
-    workload = Workload(
+    workload = Traffic(
         spec,
         seed=7,
         perturbations=perturbations,
@@ -64,39 +56,7 @@ def _small(**changes: object) -> WorkloadSpec:
     return WorkloadSpec.model_validate(base)
 
 
-# --- hashing ---------------------------------------------------------------------------
-
-
-def test_chained_hash_one_token_changes_its_block_and_every_later_one() -> None:
-    tokens = bytearray(_tokens(16 * 10))
-    before = hash_blocks(bytes(tokens))
-    k = 4
-    tokens[(16 * k + 5) * 4] ^= 1  # one token in block k
-    after = hash_blocks(bytes(tokens))
-    assert after[:k] == before[:k]
-    assert all(a != b for a, b in zip(after[k:], before[k:], strict=True))
-
-
-def test_block_hash_is_sha256_of_parent_tokens_and_salt_on_block_zero_only() -> None:
-    tokens = _tokens(32)
-    d0, d1 = hash_blocks(tokens, salt=b"acme")
-    assert d0 == hashlib.sha256(NONE_HASH + tokens[:64] + b"acme").digest()
-    assert d1 == hashlib.sha256(d0 + tokens[64:]).digest()
-
-
-def test_only_full_blocks_are_hashed() -> None:
-    assert len(hash_blocks(_tokens(16 * 5 + 15))) == 5
-    assert hash_blocks(_tokens(15)) == []
-
-
-def test_incremental_chain_equals_one_shot() -> None:
-    tokens = _tokens(1000)
-    digests: list[bytes] = []
-    rest = b""
-    for a, b in itertools.pairwise([0, 7, 40, 41, 500, 1000]):
-        rest = extend_chain(digests, rest, tokens[a * 4 : b * 4], 16, b"s")
-    assert digests == hash_blocks(tokens, salt=b"s")
-    assert rest == tokens[992 * 4 :]
+# --- tenants ---------------------------------------------------------------------------
 
 
 def test_salted_tenants_share_no_block_even_with_identical_tokens() -> None:
@@ -129,7 +89,7 @@ def test_same_seed_same_stream_and_other_seed_differs() -> None:
     perts: list[Perturbation] = [ShuffleTools(at_s=20), ChunkSizeChange(at_s=30, chunk_size=500)]
 
     def head(seed: int) -> list[tuple[int, float, str, int, int, int, list[bytes]]]:
-        w = Workload(spec, seed=seed, perturbations=perts, until_s=60)
+        w = Traffic(spec, seed=seed, perturbations=perts, until_s=60)
         return [
             (
                 r.request_id,
@@ -159,7 +119,7 @@ def test_prompt_is_the_sum_of_its_segments() -> None:
         layout=("system", "tools", "docs", "user", "variable"),
         user_tokens=LengthDist(mean_tokens=100, sigma=0, min_tokens=1, max_tokens=1000),
     )
-    r = next(iter(Workload(spec, seed=1)))
+    r = next(iter(Traffic(spec, seed=1)))
     retrieval = spec.retrieval
     docs = r.prompt_tokens - (800 + 6 * 200 + 100 + 24)
     assert 0 < docs <= retrieval.top_k * retrieval.chunk_size
@@ -199,7 +159,7 @@ def test_memoised_hashes_equal_unmemoised() -> None:
 
 def test_memo_avoids_rehashing_shared_prefixes() -> None:
     spec = _small()
-    plain, memo = Workload(spec, until_s=60, memo=False), Workload(spec, until_s=60)
+    plain, memo = Traffic(spec, until_s=60, memo=False), Traffic(spec, until_s=60)
     list(plain)
     list(memo)
     assert memo.stats.blocks_hashed < 0.3 * plain.stats.blocks_hashed
@@ -310,7 +270,7 @@ def test_sliding_window_changes_the_prefix_every_turn() -> None:
 
 def test_state_and_layout_follow_the_perturbations() -> None:
     spec = _small(layout=("tools", "system", "history", "docs", "user"))
-    w = Workload(
+    w = Traffic(
         spec,
         perturbations=[
             VariableFieldToTop(at_s=20),
@@ -369,36 +329,3 @@ def test_incident_calibration() -> None:
     reqs = _run(spec, 1200, incident_perturbations(600))
     assert 0.85 <= ideal_hit_rate(reqs, since_s=120, until_s=600) <= 0.92
     assert ideal_hit_rate(reqs, since_s=630) <= 0.09
-
-
-# --- schema ----------------------------------------------------------------------------
-
-
-def test_layout_and_fields_are_validated() -> None:
-    with pytest.raises(ValidationError, match="twice"):
-        WorkloadSpec(layout=("user", "docs", "user"))
-    with pytest.raises(ValidationError, match="user"):
-        WorkloadSpec(layout=("docs", "system"))
-    with pytest.raises(ValidationError):
-        WorkloadSpec.model_validate({"rate": 3})
-    with pytest.raises(ValidationError):
-        LengthDist(mean_tokens=10, min_tokens=20, max_tokens=5)
-    with pytest.raises(ValidationError, match="unique"):
-        WorkloadSpec(tenants=(TenantSpec(name="a"), TenantSpec(name="a")))
-
-
-def test_perturbations_parse_from_yaml_shaped_dicts() -> None:
-    adapter: TypeAdapter[list[Perturbation]] = TypeAdapter(list[Perturbation])
-    parsed = adapter.validate_python(
-        [
-            {"kind": "chunk_size", "at_s": 10, "chunk_size": 500},
-            {"kind": "retrieval_per_turn_ahead_of_history", "at_s": 10},
-            {"kind": "layout", "at_s": 5, "layout": ["docs", "user"]},
-        ]
-    )
-    assert isinstance(parsed[0], ChunkSizeChange)
-    assert isinstance(parsed[1], RetrievalAheadOfHistory)
-    assert isinstance(parsed[2], LayoutChange)
-    assert parsed[2].layout == ("docs", "user")
-    with pytest.raises(ValidationError):
-        adapter.validate_python([{"kind": "rolling_restart", "at_s": 1}])
