@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cachescale.api.spec import Engine
-from cachescale.gather.promql import QueryKey, build_queries, detection_query
+from cachescale.gather.detection import detection_query
+from cachescale.gather.promql import QueryKey, build_queries
 from cachescale.gather.selector import QueryScope, Selector
 from cachescale.snapshot import MetricsGeneration
 from tests.gather.gather_fakes import Answer, api_error, vector

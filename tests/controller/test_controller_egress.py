@@ -36,7 +36,7 @@ from cachescale.controller.reconcile.prometheus_access import (
 from cachescale.gather.egress import AllowedUrls
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
-from tests.controller.test_controller_evaluation import (
+from tests.controller.reconcile.test_evaluation import (
     POLICIES,
     SECRET,
     TOKEN_AUTH,
@@ -302,7 +302,7 @@ def test_the_default_url_flag_is_checked_when_parsed() -> None:
         build_parser().parse_args(["run", "--default-prometheus-url", "prom:9090"])
 
 
-# -- one URL for checking and connecting (the issue's allow-list bypass) -------------------
+# -- one URL for checking and connecting (an allow-list bypass) ----------------------------
 
 
 def with_url(cluster: FakeCluster, url: str, **metrics: Any) -> None:
@@ -326,7 +326,7 @@ def test_a_backslash_url_naming_the_allowed_host_is_refused_and_nothing_reaches_
     prometheus: FakePrometheus,
     clock: Clock,
 ) -> None:
-    """The issue's probe: urlsplit read the allowed host, requests connected to 127.0.0.1.
+    """A backslash URL: urlsplit read the allowed host, requests connected to 127.0.0.1.
     The spec's own pattern may refuse it first (InvalidSpec, as the CRD would at
     admission); either way nothing is read or sent, and the egress check refuses it on its
     own (a CRD installed before the pattern, a spec read without validation)."""

@@ -19,7 +19,7 @@ from cachescale.api.reasons import Problem
 from cachescale.controller.reconcile.context import Operator
 from tests.controller.cluster import NAMESPACE, POLICIES, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake
-from tests.controller.test_controller_evaluation import conditions, events, run, stack
+from tests.controller.reconcile.test_evaluation import conditions, events, run, stack
 from tests.gather.gather_fakes import FakePrometheus
 
 

@@ -23,8 +23,7 @@ from cachescale.controller.target.actions import (
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa
 from tests.controller.engine_fake import EngineFake
-from tests.controller.test_controller_actions import NOW
-from tests.controller.test_controller_evaluation import (
+from tests.controller.reconcile.test_evaluation import (
     DEPLOYMENTS,
     HPAS,
     POLICIES,
@@ -32,6 +31,7 @@ from tests.controller.test_controller_evaluation import (
     run,
     stack,
 )
+from tests.controller.target.test_actions import NOW
 from tests.gather.gather_fakes import FakePrometheus
 
 TARGET = TargetSpec(deployment_name="vllm", hpa_name="vllm")

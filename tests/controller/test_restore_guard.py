@@ -1,5 +1,5 @@
 """The delete handler's restore and a batch's evaluation of the same policy never overlap,
-and once the restore has begun no evaluation of it starts (``handlers.Guard``)."""
+and once the restore has begun no evaluation of it starts (``members.Guard``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any, cast
 import kopf
 
 from cachescale.controller.reconcile.context import Operator
-from cachescale.controller.reconcile.scheduler import Due
-from cachescale.controller.runtime.handlers import Member, Runtime, restore_on_delete
+from cachescale.controller.reconcile.schedule import Due
+from cachescale.controller.runtime.handlers import restore_on_delete
+from cachescale.controller.runtime.members import Member, Runtime
 from cachescale.decide import Decision, decide
 from tests.controller.cluster import HPAS, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.gather.gather_fakes import FakePrometheus

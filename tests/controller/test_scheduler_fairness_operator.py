@@ -24,8 +24,9 @@ import kopf
 import pytest
 
 from cachescale.controller.reconcile.context import Operator
-from cachescale.controller.reconcile.scheduler import DEFAULT_PER_NAMESPACE, next_slot, phase_of
-from cachescale.controller.runtime.handlers import Runtime, gather_group
+from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
+from cachescale.controller.reconcile.schedule import next_slot, phase_of
+from cachescale.controller.runtime.members import Runtime, gather_group
 from tests.controller.cluster import (
     DEPLOYMENTS,
     HPAS,

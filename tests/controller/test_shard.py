@@ -21,8 +21,9 @@ from cachescale.api.policy import GROUP, PLURAL, VERSION
 from cachescale.api.reasons import Problem
 from cachescale.commands import run as command
 from cachescale.controller.reconcile.context import Operator
-from cachescale.controller.reconcile.scheduler import Due
-from cachescale.controller.runtime.handlers import Runtime, membership
+from cachescale.controller.reconcile.schedule import Due
+from cachescale.controller.runtime.handlers import membership
+from cachescale.controller.runtime.members import Runtime
 from cachescale.controller.runtime.serve import shard_settings
 from tests.controller.cluster import FakeCluster, policy
 

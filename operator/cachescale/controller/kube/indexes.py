@@ -15,11 +15,11 @@ target that is missing, or one created a moment before its watch event): a missi
 target costs one read per evaluation, as before.
 
 Only a projection of each object is kept, the fields ``read_target`` and
-``keda.read_scaled_object`` use, in the object's own shape (memory at 10,000 Deployments
+``keda.read_scaled_object`` use, in the object's own shape (memory at fleet scale
 matters: a pod is its name, labels, deletion mark and Ready condition). Objects are keyed
 by (namespace, name); pods by namespace and by each of their labels, so a selector's first
 equality requirement narrows the candidates before it is matched in memory.
-tests/controller/test_controller_indexes.py proves the reads equal the direct ones. Writes
+tests/controller/kube/test_indexes.py proves the reads equal the direct ones. Writes
 never use a projection: ``controller/target/actions.py`` reads the full object before a patch.
 
 Secrets are not watched: the operator may only ``get`` the Secrets named in
@@ -267,7 +267,7 @@ _OBJECTS: Final = {
 
 
 class IndexedReads:
-    """``read_target``'s reads (``kube.Reads``) from the indexes, opted-in Secrets for a
+    """``read_target``'s reads (``client.Reads``) from the indexes, opted-in Secrets for a
     while from memory, anything else from the API server."""
 
     def __init__(

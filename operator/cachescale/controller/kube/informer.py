@@ -1,12 +1,12 @@
 """Informers: the targets' Deployments, HPAs, pods and ScaledObjects listed and watched
-into the stores that ``controller/kube/indexes.py`` serves evaluations from.
+into the stores (``store.py``) that ``controller/kube/indexes.py`` serves evaluations from.
 
-Why not kopf: kopf ran its whole per-object machinery (a worker, its raw event held until
-every index was filled, the handler chain) for each of the ~40,000 objects the operator
-watches at 10,000 policies, and that, not the projections, was the operator's peak memory
-(4.4 to 5.0 GiB at start-up; bench/RESULTS.md, "LearnedState, measured"). An informer here keeps
-only each object's projection (``indexes.py``) and drops the object it came in at once.
-kopf still serves the policies: their watch, finalizers and peering.
+Why not kopf: kopf runs its whole per-object machinery (a worker, its raw event held until
+every index is filled, the handler chain) for each object it watches, and the targets of
+a large fleet are several objects per policy, so that machinery, not the projections,
+would be the operator's peak memory (the evidence: ``docs/design/operator-scale.md``). An
+informer here keeps only each object's projection (``indexes.py``) and drops the object it
+came in at once. kopf still serves the policies: their watch, finalizers and peering.
 
 One :class:`Informer` per kind and scope (the cluster, or each ``--namespace``: the
 namespaces kopf serves the policies in; each is an exact name, as the flag takes only a
@@ -28,9 +28,6 @@ evaluation. A kind that could not be listed (RBAC, the API server down, KEDA's C
 installed with ``--keda``: a 404) is logged and its informer keeps trying in the
 background; until then :class:`TargetInformers` offers no store for it, and evaluations
 read that kind from the API server, as they would without an index.
-
-A store is read from evaluation threads while its informers change it: one lock covers
-every read and change (``indexes.py`` explains the copies).
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -59,13 +56,13 @@ from cachescale.controller.kube.indexes import (
     Index,
     IndexedReads,
     ObjectKey,
-    Projection,
     deployment_entries,
     hpa_entries,
     object_key,
     pod_entries,
     scaled_object_entries,
 )
+from cachescale.controller.kube.store import Store
 
 PAGE: Final = 500
 """Objects per list page (client-go's): a page is parsed, projected and dropped before the
@@ -111,84 +108,11 @@ def target_kinds(keda: bool) -> tuple[Kind, ...]:
     return (DEPLOYMENTS, HPAS, PODS, SCALED_OBJECTS) if keda else (DEPLOYMENTS, HPAS, PODS)
 
 
-# -- the store ---------------------------------------------------------------------------------
-
-
-class Store(Mapping[Any, Collection[Projection]]):
-    """One kind's objects as index entries: key → the projections under it (an ``Index``).
-
-    Each object's keys are kept, so a new version of it drops the keys the old one had.
-    ``scopes`` are the namespaces (None: the cluster) its informers list; it is
-    :attr:`synced` once each has been listed."""
-
-    def __init__(self, scopes: Iterable[str | None]) -> None:
-        self._lock = threading.Lock()
-        self._index: dict[Any, dict[ObjectKey, Projection]] = {}
-        self._keys: dict[ObjectKey, tuple[Any, ...]] = {}
-        self._unlisted = set(scopes)
-
-    @property
-    def synced(self) -> bool:
-        """Whether every scope has been listed once."""
-        with self._lock:
-            return not self._unlisted
-
-    def __getitem__(self, key: Any) -> tuple[Projection, ...]:
-        with self._lock:
-            return tuple(self._index[key].values())
-
-    def __iter__(self) -> Iterator[Any]:
-        with self._lock:
-            return iter(list(self._index))
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._index)
-
-    def objects(self) -> int:
-        """How many objects it holds."""
-        with self._lock:
-            return len(self._keys)
-
-    def put(self, key: ObjectKey, entries: Entries) -> None:
-        """The object ``key`` is now ``entries``, whatever it was before."""
-        with self._lock:
-            self._unlink(key)
-            self._link(key, entries)
-
-    def remove(self, key: ObjectKey) -> None:
-        """The object ``key`` is gone."""
-        with self._lock:
-            self._unlink(key)
-
-    def replace(self, scope: str | None, objects: Mapping[ObjectKey, Entries]) -> None:
-        """Every object of ``scope`` (a namespace; None: all) replaced by ``objects`` at
-        once: a reader sees all of the old or all of the new. The scope is then listed."""
-        with self._lock:
-            for key in [k for k in self._keys if scope is None or k[0] == scope]:
-                self._unlink(key)
-            for key, entries in objects.items():
-                self._link(key, entries)
-            self._unlisted.discard(scope)
-
-    def _link(self, key: ObjectKey, entries: Entries) -> None:
-        for index_key, projection in entries.items():
-            self._index.setdefault(index_key, {})[key] = projection
-        self._keys[key] = tuple(entries)
-
-    def _unlink(self, key: ObjectKey) -> None:
-        for index_key in self._keys.pop(key, ()):
-            holders = self._index[index_key]
-            del holders[key]
-            if not holders:
-                del self._index[index_key]
-
-
 # -- one informer ------------------------------------------------------------------------------
 
 
 class Events(Protocol):
-    """An open watch (``kube.WatchStream``)."""
+    """An open watch (``client.WatchStream``)."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """The events as they arrive, until the server ends the watch."""
@@ -200,7 +124,7 @@ class Events(Protocol):
 
 
 class ListWatch(Protocol):
-    """The two requests an informer sends (``kube.KubeApi``)."""
+    """The two requests an informer sends (``client.KubeApi``)."""
 
     def list_page(self, path: str, query: Sequence[tuple[str, str]]) -> dict[str, Any]:
         """One page of a collection."""

@@ -4,10 +4,10 @@ Several replicas of the operator share a kopf peering object (``--peering``); ko
 every replica but the one with the highest priority among the live peers (and all of
 them when two live peers share a priority). kopf stops its own daemons on a pause and
 relists on resume, but it tells nothing to handlers, and the scheduler keeps no daemon
-per policy (what thousands of idle daemons cost: docs/decisions.md, "Scheduling
-evaluations"). So the operator reads the same peering object itself, with a watch (no
-polling reads), and applies kopf's rule to its status with the identity and priority it
-gave kopf: both replicas of a pair read the same records, so exactly one acts.
+per policy (``controller/reconcile/scheduler.py``). So the operator reads the same peering
+object itself, with a watch (no polling reads), and applies kopf's rule to its status with
+the identity and priority it gave kopf: both replicas of a pair read the same records, so
+exactly one acts.
 
 :func:`standing` is the rule, pure; :class:`PeeringFollower` holds the last status of
 each peering object (one per served namespace, or the cluster-wide one), settles the

@@ -4,7 +4,7 @@ policy's status, and its Events.
 Each write tolerates the API failing, so no write stops the evaluation or the loop: a
 failure while acting comes back as text (the evaluation reports it as ``ApiConflict``),
 a status PATCH that fails is logged and written again at the next evaluation, and an
-Event that cannot be posted is logged. What is applied is ``actions.py``'s, when a
+Event that cannot be posted is logged. What is applied is ``target/actions.py``'s, when a
 status is worth writing is ``status_writes.py``'s, and how Events are kept from flooding
 is ``events.py``'s; ``evaluation.py`` calls these once it has decided, or stopped at a
 problem.

@@ -107,7 +107,8 @@ class Operator:
     such a policy is refused."""
     prompt_source_namespaces: frozenset[str] = frozenset()
     """``--prompt-source-namespace``: where, besides its own namespace, a policy's
-    ``promptSources`` are read (``changes.py``); elsewhere they are reported, not read."""
+    ``promptSources`` are read (``target/changes.py``); elsewhere they are reported, not
+    read."""
     correlate_configmaps: bool = False
     """``--correlate-configmaps``: whether change correlation lists ConfigMaps (metadata
     only); without it none is listed and a ConfigMap prompt source is reported, not read."""

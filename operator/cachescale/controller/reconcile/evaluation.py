@@ -11,7 +11,7 @@ credentials Secret the operator may not use (``MetricsURLNotAllowed``,
 ``prometheus_access.py``; see ``docs/security.md``), an API conflict while acting
 (``ApiConflict``) — and never in an exception that would stop the loop of this or any
 other policy. A suspected or raised collapse also names what changed before it
-(``changes.py``), after the decision.
+(``target/changes.py``), after the decision.
 
 An evaluation has three phases: ``prepare`` (the spec, a refusal, the target, which
 Prometheus and what to read), the read, and ``finish`` (decide, act, correlate, status,
@@ -56,9 +56,7 @@ from cachescale.decide import Decision
 from cachescale.decide.engine import read_retried
 from cachescale.gather.grouped import Outcome as GroupedOutcome
 from cachescale.gather.grouped import PolicyRead
-from cachescale.gather.prometheus import (
-    PrometheusError,
-)
+from cachescale.gather.prometheus_errors import PrometheusError
 from cachescale.gather.selector import SelectorError
 from cachescale.snapshot import EngineSignals, Snapshot
 

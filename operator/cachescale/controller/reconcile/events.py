@@ -6,8 +6,8 @@ identical event (same policy, type, reason and message) is not repeated within
 ``REPEAT_AFTER_S``; a changed message (new numbers) is a new event. Events go to the
 core/v1 API with the policy as the involved object, so ``kubectl describe csp`` lists
 them. The memory of recent events is shared by the evaluation threads (a lock) and
-pruned at most every ``PRUNE_EVERY_S``: pruning it on every event cost time in the number
-of events remembered, quadratic over a first round of 10,000 policies.
+pruned at most every ``PRUNE_EVERY_S``: pruning it on every event would cost time in the
+number of events remembered, quadratic in the number of policies over a first round.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ on (``docs/metrics.md``). A signal that is unknown is an absent series, never 0:
 gauge is removed for that policy until it is known again. Deleting a policy removes all
 its series. The operator's own health is not per policy: how long evaluations take, how
 late they start and how many intervals were missed are one histogram or counter each
-(per policy they were most of the exposition: at 1,000 policies, rendering /metrics for
-each scrape took a fifth of the operator's CPU), and
+(per policy they would be most of the exposition, and rendering it at each scrape would
+cost CPU in the number of policies), and
 ``cachescale_kube_requests_total{verb}`` counts the Kubernetes API requests it sent (the
 ``KubeApi``'s, by verb: get, list, patch, create, and the target informers' list and
 watch; and the peering object's watch), so a steady state that reads nothing from the API
@@ -16,8 +16,9 @@ lines.
 
 The per-policy series are not ``prometheus_client`` children: :class:`PolicySeries` keeps
 one compact record per policy and renders the families at each scrape. A child per
-series (its lock, value and label dict) cost 16.7 KiB per policy, about twenty series
-each; a record costs 1 KiB, and the exposition is the same.
+series carries its own lock, value and label dict, and a policy has about twenty series;
+a record holds only the values, and the exposition is the same (the evidence:
+``docs/design/operator-scale.md``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from prometheus_client.registry import Collector
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.controller.reconcile.scheduler import NAMESPACE_LIMIT, WORKER_LIMIT
+from cachescale.controller.reconcile.fairness import NAMESPACE_LIMIT, WORKER_LIMIT
 from cachescale.decide import Decision
 from cachescale.snapshot import Snapshot
 

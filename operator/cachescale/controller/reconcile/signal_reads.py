@@ -33,9 +33,11 @@ from cachescale.controller.reconcile.prometheus_access import (
 from cachescale.controller.target.workload import Target
 from cachescale.gather.demand_scope import DemandOutsideNamespace, DemandQueryRefused, confine
 from cachescale.gather.grouped import Outcome as GroupedOutcome
-from cachescale.gather.prometheus import PrometheusClient, PrometheusError
+from cachescale.gather.prometheus import PrometheusClient
+from cachescale.gather.prometheus_errors import PrometheusError
 from cachescale.gather.selector import OutsideNamespace, Selector, SelectorError, policy_selector
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import EngineSignals, FetchFailure
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
-from cachescale.controller.reconcile.scheduler import next_slot, phase_of
+from cachescale.controller.reconcile.schedule import next_slot, phase_of
 from cachescale.decide import words
 
 STATUS_REFRESH_SECONDS = 300.0
@@ -113,7 +113,7 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
 
 
 RESTAMPED_MARKS = ("preCollapse", "scaleDownFloor")
-"""LearnedState marks whose time is re-stamped every evaluation while they hold; compared
+"""Learned-state marks whose time is re-stamped every evaluation while they hold; compared
 without it."""
 
 RECENT_MARKS = {
@@ -121,7 +121,7 @@ RECENT_MARKS = {
     "recentReplicas": "replicas",
     "comfortableReplicas": "replicas",
 }
-"""LearnedState lists of one mark per evaluation over the last window, and the value each is
+"""Learned-state lists of one mark per evaluation over the last window, and the value each is
 compared by: a run of equal values growing at one end and expiring at the other is no
 change."""
 
@@ -210,8 +210,8 @@ class StatusWrites:
     def _share(self, uid: str, last: _Written, stored: Mapping[str, Any] | None) -> _Written:
         """``last``, holding ``stored`` itself as the status written once the watch has
         delivered an equal copy (under the lock). The member's body keeps that copy
-        anyway: keeping ours too cost a whole status per policy (15 KiB parsed, a third of
-        a steady policy), and the next evaluations know it unchanged by identity."""
+        anyway: keeping ours too would cost a whole parsed status per policy, and the next
+        evaluations know it unchanged by identity."""
         if stored is None or stored is last.written or stored != last.written:
             return last
         latest = stored if last.latest is last.written else last.latest
@@ -261,7 +261,7 @@ class StatusWrites:
 def refresh_due(uid: str, written_at: datetime, refresh_seconds: float) -> datetime:
     """When a status written at ``written_at`` is refreshed if nothing changes: at the
     policy's own slot, the first moment after the write on its phase (from its uid, as
-    the scheduler phases a group: ``scheduler.phase_of``), so never more than
+    the scheduler phases a group: ``schedule.phase_of``), so never more than
     ``refresh_seconds`` after it. Statuses written together (an operator's first start,
     anything that changes every policy at once) are then refreshed spread over the whole
     period, not together again every ``refresh_seconds``; the price is one refresh sooner

@@ -1,35 +1,37 @@
-"""kopf's start-up with tens of thousands of watched objects: its quadratic wake-ups
-removed, and its connections to the API server bounded.
+"""kopf's start-up with many watched objects: its quadratic wake-ups removed, and its
+connections to the API server bounded.
 
-kopf (1.45) holds every object's first event until all indexes are filled. For each new
-object its watcher adds a "not indexed yet" toggle to the ``operator_indexed`` toggle set
+This is the one module that uses kopf's private API (``kopf._cogs``): the kopf fence keeps
+it so. pyproject.toml bounds kopf's version and its import-linter contract lets no other
+module import ``kopf._*``; ``tests/controller/runtime/test_kopf_fence.py`` fails when a
+kopf internal patched or copied here changes, so this module is re-checked before the
+bound is raised.
+
+kopf holds every object's first event until all indexes are filled. For each new object
+its watcher adds a "not indexed yet" toggle to the ``operator_indexed`` toggle set
 (``ToggleSet.make_toggle``); the object's worker indexes it, drops that toggle
 (``drop_toggle``) and waits on the set's condition until every toggle is gone. Both calls
 wake every waiter, whether or not the set's state changed, so the N-th object wakes the
 N - 1 workers waiting before it twice: about N² wake-ups, each a predicate check on the
-event loop. When kopf also indexed every target's Deployment, HPA and pods, 10,000
-policies were about 40,000 objects and over a billion wake-ups: measured, no handler had
-run six minutes after start (py-spy: the event loop busy in ``Condition.notify_all``
-under ``make_toggle`` and ``drop_toggle``). The targets are now the operator's own
-informers' (``controller/kube/informer.py``), but kopf still indexes the policies (the claims
-index, ``controller/runtime/handlers.py``): 10,000 policies are still 10⁸ wake-ups without this.
+event loop. kopf indexes the policies (the claims index, ``controller/runtime/handlers.py``),
+so at thousands of policies the event loop would do little else for minutes after start
+(the evidence: ``docs/design/operator-scale.md``).
 
 :func:`quiet_redundant_wakeups` makes both wake the waiters only when the set's state
 (``is_on``) changed. A waiter of the set waits for that state, and a toggle's own waiters
 for the toggle's own state, which adding or dropping it does not change; so no waiter
 could tell the difference, and only the wasted wake-ups go. Applied once, before kopf
-starts (``controller/runtime/serve.py``); ``tests/controller/test_kopf_startup.py`` checks both
-the behaviour and the number of wake-ups.
+starts (``controller/runtime/serve.py``); ``tests/controller/runtime/test_kopf_startup.py``
+checks both the behaviour and the number of wake-ups.
 
 kopf's own HTTP session has no limit on connections (``aiohttp.TCPConnector(limit=0)``),
 so its first pass over a fleet (a finalizer and an annotation PATCH per policy, each from
-the policy's own worker) opens one TLS connection per policy at once: 1,024 connections
-at 1,000 policies on the fleet bench, each with asyncio's 256 KiB TLS read buffer, and
-the process went from 96 to 463 MiB in 10 s and never gave it back (tracemalloc: 124 MiB
-in those buffers alone). :func:`bounded_session` is the session kopf would build from the
-same credentials, with at most ``KOPF_REQUESTS`` connections beside its watch streams
-(each holds one for its whole life); kopf's requests beyond that wait for a free one.
-It is given to kopf by the operator's login handler (``controller/runtime/serve.py``).
+the policy's own worker) would open one TLS connection per policy at once, each with its
+own TLS read buffer, and the process would keep that memory. :func:`bounded_session` is
+the session kopf would build from the same credentials, with at most ``KOPF_REQUESTS``
+connections beside its watch streams (each holds one for its whole life); kopf's requests
+beyond that wait for a free one. It is given to kopf by the operator's login handler
+(``controller/runtime/serve.py``).
 """
 
 from __future__ import annotations

@@ -3,18 +3,19 @@
 kopf stores the last spec it handled (its "diff base", ``cachescale.dev/
 last-handled-configuration``) as an annotation on the policy, and writes it in the same
 PATCH that removes the finalizer once the delete handler is done. The API server refuses
-an object whose annotations total more than 256 KiB, so a spec that does not fit (a
-960 KB policy admitted before the CRD bounded its fields, or one whose author filled its
-own annotations) made that PATCH fail at every attempt: the finalizer never came off and
-the policy stayed Terminating (issue 53, finding 7).
+an object whose annotations total more than ``ANNOTATIONS_LIMIT``, so a spec that does not
+fit (a large policy admitted before the CRD bounded its fields, or one whose author filled
+its own annotations) would make that PATCH fail at every attempt: the finalizer would
+never come off and the policy would stay Terminating.
 
 The rule: the diff base is written only when the policy's annotations, with it, stay under
 ``ANNOTATION_BUDGET`` (the API server's limit less room for kopf's progress records);
 otherwise it is left out, and an older one is removed. Nothing depends on it: kopf's diff
 base tells ``on.create``/``on.update``/``on.resume`` handlers what changed, and this
-operator registers none (``tests/controller/test_kopf_storage.py`` checks the registry),
-only ``on.delete``, which kopf runs from ``deletionTimestamp`` and the finalizer alone. A
-policy without a diff base is "not handled yet" to kopf, which then has no handler to run.
+operator registers none (``tests/controller/runtime/test_kopf_storage.py`` checks the
+registry), only ``on.delete``, which kopf runs from ``deletionTimestamp`` and the finalizer
+alone. A policy without a diff base is "not handled yet" to kopf, which then has no handler
+to run.
 """
 
 from __future__ import annotations

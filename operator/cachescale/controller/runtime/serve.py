@@ -46,9 +46,9 @@ from cachescale.controller.kube.client import KubeApi, api_client_or_reason
 from cachescale.controller.kube.peering import PeeringFollower, peering_objects, watch_peering
 from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.reconcile.metrics import OperatorMetrics
-from cachescale.controller.runtime.handlers import PHASE_WORKERS, WORKERS, Runtime
 from cachescale.controller.runtime.kopf_startup import bounded_session, quiet_redundant_wakeups
 from cachescale.controller.runtime.launch import PRIORITIES, refused
+from cachescale.controller.runtime.members import PHASE_WORKERS, WORKERS, Runtime
 from cachescale.controller.target.claims import OperatorIdentity
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.egress import ALLOWS_ANY, AllowedUrls

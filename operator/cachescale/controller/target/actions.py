@@ -47,9 +47,9 @@ from cachescale.controller.target.keda import (
     ScaledObjectError,
     paused_by,
     queue_trigger,
-    recorded_counts,
     scaled_object_path,
 )
+from cachescale.controller.target.keda_record import recorded_counts
 from cachescale.controller.target.workload import (
     TargetError,
     apps_path,

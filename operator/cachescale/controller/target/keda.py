@@ -23,18 +23,17 @@ KEDA's own traps are surfaced in ``warnings``: a Prometheus trigger with
 scales to the minimum during a peak (kedacore/keda#3065). KEDA's ``Fallback`` condition
 means its scaler cannot read metrics: ``fallback_active``. A paused ScaledObject
 (``autoscaling.keda.sh/paused``, ``autoscaling.keda.sh/paused-replicas``) is not
-scaling at all: it is read, never patched. Blocking calls: run in a worker thread.
+scaling at all: it is read, never patched. Blocking calls: run in a worker thread. The
+record of the values before the first change, and its check, are ``keda_record.py``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
 from cachescale.controller.kube.client import KubeError, NotFoundError, Reads
 from cachescale.snapshot import HPAState
@@ -239,64 +238,6 @@ def scaled_object_view(body: Mapping[str, Any], deployment: str) -> ScaledObject
     )
 
 
-RECORD_KEYS: Final = frozenset({"minReplicaCount", "maxReplicaCount", "triggerIndex", "threshold"})
-"""What ``actions.scaled_object_ops`` records (null: the field was unset)."""
-
-
-def recorded_counts(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ScaledObject's original values as recorded before the first change (None: none),
-    in the annotation the HPA path uses; ``ScaledObjectError`` (``TargetMismatch``) when
-    the record is not one the operator wrote for this object, so nothing is restored from
-    it."""
-    text = ((body.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ENVELOPE)
-    if text is None:
-        return None
-    try:
-        recorded = json.loads(text)
-        problem = _record_problem(recorded, body)
-    except ValueError:
-        problem = "it is not JSON"
-    if problem:
-        name = (body.get("metadata") or {}).get("name")
-        raise ScaledObjectError(
-            Problem.TARGET_MISMATCH,
-            f"ScaledObject {name}: annotation {ORIGINAL_ENVELOPE} is not the record cachescale "
-            f"wrote ({problem}), so nothing is changed or restored from it; put back the "
-            "original values, or remove the annotation (the current values are then recorded "
-            "as the original)",
-        )
-    return dict(recorded)
-
-
-def _record_problem(recorded: object, body: Mapping[str, Any]) -> str:
-    """What is wrong with a decoded record ("" when nothing)."""
-    if not isinstance(recorded, dict):
-        return "it is not a JSON object"
-    if not {"minReplicaCount", "maxReplicaCount"} <= recorded.keys() <= RECORD_KEYS:
-        return f"it has keys {sorted(recorded)}, expected minReplicaCount, maxReplicaCount"
-    for key in ("minReplicaCount", "maxReplicaCount"):
-        value = recorded[key]
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            return f"{key} must be null or a whole number from 0"
-    if ("triggerIndex" in recorded) != ("threshold" in recorded):
-        return "triggerIndex and threshold go together"
-    if "triggerIndex" in recorded:
-        triggers = (body.get("spec") or {}).get("triggers") or []
-        index = recorded["triggerIndex"]
-        if not (
-            isinstance(index, int)
-            and not isinstance(index, bool)
-            and 0 <= index < len(triggers)
-            and triggers[index].get("type") == "prometheus"
-        ):
-            return f"triggerIndex {index!r} is not a Prometheus trigger of this ScaledObject"
-        if not isinstance(recorded["threshold"], str) or _number(recorded["threshold"]) is None:
-            return f"threshold {recorded['threshold']!r} is not a number"
-    return ""
-
-
 def prometheus_triggers(spec: Mapping[str, Any]) -> list[PrometheusTrigger]:
     """The Prometheus triggers of a ScaledObject's ``spec``."""
     return [
@@ -335,8 +276,8 @@ def _prometheus_trigger(index: int, trigger: Mapping[str, Any]) -> PrometheusTri
     return PrometheusTrigger(
         index=index,
         query=query,
-        threshold=_number(metadata.get("threshold")),
-        activation_threshold=_number(metadata.get("activationThreshold")),
+        threshold=number_or_none(metadata.get("threshold")),
+        activation_threshold=number_or_none(metadata.get("activationThreshold")),
         metric_type=str(trigger.get("metricType") or "AverageValue"),
         ignore_null_values=ignore is None or str(ignore).strip().lower() != "false",
         ignore_null_values_set=ignore is not None,
@@ -389,7 +330,8 @@ def notes(view: ScaledObjectView) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _number(value: object) -> float | None:
+def number_or_none(value: object) -> float | None:
+    """``value`` as a finite number (None: not one)."""
     try:
         number = float(str(value))
     except ValueError:

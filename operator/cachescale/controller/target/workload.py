@@ -31,8 +31,8 @@ from cachescale.controller.target.keda import (
     ScaledObjectError,
     ScaledObjectView,
     read_scaled_object,
-    recorded_counts,
 )
+from cachescale.controller.target.keda_record import recorded_counts
 from cachescale.snapshot import HPAState, WorkloadState
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")

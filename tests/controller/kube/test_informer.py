@@ -20,6 +20,7 @@ import pytest
 from cachescale.controller.kube import indexes as ix
 from cachescale.controller.kube import informer as inf
 from cachescale.controller.kube.client import MERGE_PATCH, GoneError, KubeError, NotFoundError
+from cachescale.controller.kube.store import Store
 from cachescale.controller.reconcile.context import Operator
 from tests.controller.cluster import (
     DEPLOYMENTS,
@@ -123,7 +124,7 @@ def pod_informer(api: ScriptedApi, page: int = 500, scopes: Sequence[str] = (NAM
         api,
         inf.PODS,
         NAMESPACE,
-        inf.Store(scopes),
+        Store(scopes),
         page=page,
         backoff=lambda n: waits.append(n) or 0,
     )
@@ -143,7 +144,7 @@ def contents(store: Mapping[Any, Any]) -> dict[Any, list[str]]:
 
 
 def test_a_new_version_of_a_pod_drops_the_label_keys_it_lost() -> None:
-    store = inf.Store([NAMESPACE])
+    store = Store([NAMESPACE])
     store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm", canary="true")))
     store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
     assert contents(store) == {
@@ -165,7 +166,7 @@ def test_a_new_version_of_a_pod_drops_the_label_keys_it_lost() -> None:
 
 
 def test_a_read_is_not_changed_by_later_writes() -> None:
-    store = inf.Store([NAMESPACE])
+    store = Store([NAMESPACE])
     store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm")))
     read = store[NAMESPACE, "app", "vllm"]
     store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
@@ -174,7 +175,7 @@ def test_a_read_is_not_changed_by_later_writes() -> None:
 
 
 def test_a_relist_replaces_its_namespace_at_once_and_no_other() -> None:
-    store = inf.Store(["a", "b"])
+    store = Store(["a", "b"])
     store.put(("a", "old"), ix.pod_entries(pod("old", "a", app="x")))
     store.put(("b", "kept"), ix.pod_entries(pod("kept", "b", app="x")))
     assert not store.synced
@@ -192,7 +193,7 @@ def test_a_relist_replaces_its_namespace_at_once_and_no_other() -> None:
 
 
 def test_a_cluster_wide_relist_replaces_everything() -> None:
-    store = inf.Store([None])
+    store = Store([None])
     store.put(("a", "old"), ix.pod_entries(pod("old", "a")))
     store.replace(None, {("b", "new"): ix.pod_entries(pod("new", "b"))})
     assert contents(store) == {("b", "", ""): ["new"]}

@@ -19,7 +19,8 @@ from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
 from cachescale.controller.reconcile.context import Operator, PolicyObject
 from cachescale.controller.reconcile.evaluation import evaluate
-from cachescale.controller.runtime.handlers import Runtime, restore_on_delete
+from cachescale.controller.runtime.handlers import restore_on_delete
+from cachescale.controller.runtime.members import Runtime
 from cachescale.controller.target.claims import (
     DEPLOYMENT_ENV,
     NAMESPACE_ENV,
@@ -32,7 +33,7 @@ from cachescale.controller.target.claims import (
 )
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
-from tests.controller.test_controller_evaluation import (
+from tests.controller.reconcile.test_evaluation import (
     HPAS,
     POLICIES,
     conditions,

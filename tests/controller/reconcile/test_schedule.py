@@ -1,30 +1,23 @@
-"""The scheduler: aligned due times per group, one job per group, a slow group that
-delays only itself, no policy run twice at once, unregistering, interval edits.
-
-``Schedule`` is driven with explicit times; the ``Scheduler`` task runs on the real
-clock with short intervals and a real thread pool.
+"""The schedule (``controller/reconcile/schedule.py``), driven with explicit times:
+aligned due times per group on stable slots, one job per group with every due member, a
+busy group's members waiting and missing intervals, unregistering, interval edits, and the
+start-up catch-up (after half the latest slot's age; a starting group in one job).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import math
-import threading
-import time
-from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Hashable
 
 import pytest
 
-from cachescale.controller.reconcile.scheduler import (
+from cachescale.controller.reconcile.schedule import (
     SETTLE_S,
     Due,
-    Job,
     Schedule,
-    Scheduler,
-    catch_up,
     next_slot,
     phase_of,
 )
@@ -63,9 +56,31 @@ def test_a_groups_policies_come_due_together_on_its_own_stable_slots() -> None:
     assert schedule.due_at("c") in (due, due + INTERVAL)  # every other slot of g
     assert on_slots(schedule.due_at("d"), "h", INTERVAL)
     assert schedule.due_at("d") != due  # another group: another phase
-    assert phase_of("g") == phase_of(("g",)[0])  # a hash of the group, not of the process
     assert next_slot(5.0, 30.0, 35.0) == 65.0
     assert next_slot(5.0, 30.0, 35.0, inclusive=True) == 35.0
+
+
+PHASE_IN_A_PROCESS = (
+    "import sys; from cachescale.controller.reconcile.schedule import phase_of; "
+    "print(repr(phase_of((sys.argv[1], 300.0))))"
+)
+
+
+@pytest.mark.parametrize("hash_seed", ["1", "2"])
+def test_a_groups_phase_is_the_same_in_every_process(hash_seed: str) -> None:
+    """The offset is a digest of the group, not Python's per-process string hash: another
+    process, with another ``PYTHONHASHSEED``, puts the group on the same slots."""
+    group = ("http://prometheus.monitoring:9090", 300.0)
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    ran = subprocess.run(
+        [sys.executable, "-c", PHASE_IN_A_PROCESS, group[0]],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert float(ran.stdout) == phase_of(group)
 
 
 def test_one_job_per_group_with_every_due_member() -> None:
@@ -131,74 +146,6 @@ def test_the_interval_is_read_again_for_each_next_slot() -> None:
     assert on_slots(following, "g", 60.0)
 
 
-@dataclass
-class Punctual:
-    late: list[float] = field(default_factory=list)
-    missed: int = 0
-    waiting: list[dict[str, int]] = field(default_factory=list)
-
-    def started_late(self, seconds: float) -> None:
-        self.late.append(seconds)
-
-    def missed_intervals(self, count: int) -> None:
-        self.missed += count
-
-    def jobs_waiting(self, by_limit: Mapping[str, int]) -> None:
-        self.waiting.append(dict(by_limit))
-
-
-def test_a_slow_group_delays_only_itself_and_never_runs_twice_at_once() -> None:
-    """Group "slow" hangs in its first job; group "fast" keeps its slots meanwhile."""
-    interval = 0.25
-    release = threading.Event()
-    running: dict[str, int] = {"slow": 0, "fast": 0}
-    starts: dict[str, list[float]] = {"slow": [], "fast": []}
-    overlap: list[str] = []
-    lock = threading.Lock()
-    punctual = Punctual()
-
-    def make_job(due: list[Due[str]]) -> Job:
-        group = due[0].key.split("-")[0]
-
-        def job() -> None:
-            with lock:
-                running[group] += 1
-                if running[group] > 1:
-                    overlap.append(group)
-                starts[group].append(time.time())
-            if group == "slow":
-                release.wait(10)
-            with lock:
-                running[group] -= 1
-
-        return job
-
-    async def scenario() -> None:
-        with ThreadPoolExecutor(4) as pool:
-            scheduler: Scheduler[str] = Scheduler(make_job, pool, punctual)
-            scheduler.start()
-            for key in ("slow-1", "slow-2", "fast-1", "fast-2"):
-                group = key.split("-")[0]
-                scheduler.register(key, lambda: interval, constant(group))
-            await asyncio.sleep(8 * interval)
-            scheduler.unregister("fast-1")
-            scheduler.unregister("fast-2")
-            ended = len(starts["fast"])
-            await asyncio.sleep(2 * interval)
-            assert len(starts["fast"]) == ended  # unregistered: no more jobs
-            release.set()
-            scheduler.stop()
-
-    asyncio.run(scenario())
-    assert overlap == []
-    assert len(starts["slow"]) == 1, "the slow group was submitted again while it ran"
-    assert len(starts["fast"]) >= 6, starts["fast"]  # about 8 slots in 8 intervals
-    gaps = [b - a for a, b in itertools.pairwise(starts["fast"])]
-    assert all(0.5 * interval < gap < 1.5 * interval for gap in gaps), gaps
-    assert punctual.missed >= 4  # the slow group's members, every slot they waited
-    assert sorted(punctual.late)[len(punctual.late) // 2] < 0.1
-
-
 @pytest.mark.parametrize(
     ("age", "caught_up_after"),
     [(1.0, 0.5), (4.0, 2.0), (18.0, 9.0), (20.0, 10.0), (25.0, 5.0)],
@@ -226,8 +173,8 @@ def test_a_starting_scheduler_catches_up_the_latest_slot_after_half_its_age(
 
 
 def jobs_of_a_start(slot_passed_s: float) -> list[list[str]]:
-    """A starting operator as kopf lists 250 policies of group "g" (one every 10 ms, as
-    measured at 1,000 policies), whose slot passed ``slot_passed_s`` before the first;
+    """A starting operator as kopf lists 250 policies of group "g" (one every 10 ms, the
+    pace of kopf's listing), whose slot passed ``slot_passed_s`` before the first;
     the loop takes after each registration, and each job runs 2 s (one Prometheus
     request under load). Returns the keys of each job, in order, over one interval."""
     latest = next_slot(phase_of("g"), INTERVAL, 1000.0) - INTERVAL
@@ -253,7 +200,7 @@ def jobs_of_a_start(slot_passed_s: float) -> list[list[str]]:
 def test_a_starting_group_is_caught_up_in_one_job(slot_passed_s: float) -> None:
     """Registered one by one, each policy's catch-up time is its own; the group is held
     while its policies join, and its first job takes all of them, not a trickle of small
-    jobs each waiting for the one before (bench/RESULTS.md, 2026-12-03: 1, 27, 136, 86)."""
+    jobs each waiting for the one before."""
     jobs = jobs_of_a_start(slot_passed_s)
     assert sorted(jobs[0]) == sorted(f"p{k}" for k in range(250))
     assert all(len(job) == 250 for job in jobs)  # then on their slots, together
@@ -264,18 +211,3 @@ def test_a_slot_that_comes_while_the_group_joins_takes_the_whole_group() -> None
     due at the slot, those after catch it up; all go in one job once the group settled."""
     jobs = jobs_of_a_start(INTERVAL - 1.0)
     assert sorted(jobs[0]) == sorted(f"p{k}" for k in range(250))
-
-
-def test_only_the_first_interval_of_a_scheduler_catches_up() -> None:
-    clock = [5000.0]
-    scheduler: Scheduler[str] = Scheduler(
-        lambda _: lambda: None, ThreadPoolExecutor(1), Punctual(), clock=lambda: clock[0]
-    )
-    clock[0] += INTERVAL - 0.001
-    scheduler.register("at start", lambda: INTERVAL, constant("g"))
-    latest = next_slot(phase_of("g"), INTERVAL, clock[0], inclusive=True) - INTERVAL
-    expected = catch_up(latest, latest + INTERVAL, clock[0])
-    clock[0] += 0.002  # past the first interval: a new policy waits for its slot
-    scheduler.register("later", lambda: INTERVAL, constant("g"))
-    assert scheduler.schedule.due_at("at start") == pytest.approx(expected)
-    assert scheduler.schedule.due_at("later") == pytest.approx(latest + INTERVAL)

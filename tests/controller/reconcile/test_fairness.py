@@ -1,8 +1,8 @@
 """Fair scheduling: one namespace's slow Prometheus cannot delay another namespace's
-policies (``scheduler.py``, "Fair scheduling").
+policies (``controller/reconcile/fairness.py``).
 
-The finding it answers: 80 policies in tenant-a whose Prometheus answers in 15 s filled
-the 16 workers, and a tenant-b policy on a 10 s interval was evaluated every ~40 s.
+The case it covers: many policies in tenant-a whose Prometheus answers slowly fill the
+workers, and a tenant-b policy on a short interval must still start on its slots.
 ``Schedule`` is driven by a discrete-event loop with explicit times (each job holds a
 worker for its duration); the ``Scheduler`` task runs on the real clock with short
 intervals and a real thread pool.
@@ -22,19 +22,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from cachescale.commands.main import build_parser
-from cachescale.controller.reconcile.scheduler import (
+from cachescale.controller.reconcile.fairness import (
     DEFAULT_PER_NAMESPACE,
     NAMESPACE_LIMIT,
     WORKER_LIMIT,
-    Due,
-    Job,
     Pool,
-    Schedule,
-    Scheduler,
-    next_slot,
-    phase_of,
 )
-from tests.controller.test_scheduler import Punctual
+from cachescale.controller.reconcile.schedule import Due, Schedule, next_slot, phase_of
+from cachescale.controller.reconcile.scheduler import Job, Scheduler
+from tests.controller.reconcile.test_scheduler import Punctual
 
 WORKERS = 16
 LIMIT = 4

@@ -112,8 +112,8 @@ def observed_fleet(metrics: OperatorMetrics, policies: int) -> None:
 
 
 def test_a_policys_series_cost_a_few_kib_not_a_child_each() -> None:
-    """About twenty series per policy: a ``prometheus_client`` child each came to 16.7 KiB
-    per policy; a record per policy is 1 KiB."""
+    """About twenty series per policy: a record per policy, not a ``prometheus_client``
+    child per series (the bound below)."""
     tracemalloc.start()
     try:
         metrics = OperatorMetrics()

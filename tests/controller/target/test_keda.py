@@ -27,7 +27,7 @@ from cachescale.controller.target.workload import TargetError
 from cachescale.decide.envelope import Envelope
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, deployment, hpa, pods, policy
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.test_controller_evaluation import SETTLE, conditions, events
+from tests.controller.reconcile.test_evaluation import SETTLE, conditions, events
 from tests.gather.gather_fakes import FakePrometheus
 
 SCALED_OBJECTS = "keda.sh/v1alpha1/scaledobjects"

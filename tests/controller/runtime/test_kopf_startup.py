@@ -124,9 +124,9 @@ async def burst_through_bounded_session(requests: int, watches: int) -> tuple[in
 
 
 def test_kopfs_first_pass_shares_a_bounded_set_of_connections() -> None:
-    """kopf's own session would open one connection per policy in its first pass (1,024
-    at 1,000 policies on the fleet bench); this one at most the watches and
-    ``KOPF_REQUESTS``, all of them used, and every request carries kopf's credentials."""
+    """kopf's own session would open one connection per policy in its first pass; this
+    one at most the watches and ``KOPF_REQUESTS``, all of them used, and every request
+    carries kopf's credentials."""
     opened, most_in_flight, authorizations = asyncio.run(
         burst_through_bounded_session(300, watches=2)
     )

@@ -29,11 +29,12 @@ from cachescale.api.reasons import ConditionReason, Diagnosis
 from cachescale.api.spec import PromptSourceKind
 from cachescale.controller.kube.client import METADATA_ONLY
 from cachescale.controller.reconcile.context import Operator
-from cachescale.controller.target.changes import Change, Place, Scan, describe
+from cachescale.controller.target.change_scan import Change, Place, Scan
+from cachescale.controller.target.changes import describe
 from cachescale.controller.target.template_diff import argument_changes, template_diff, value_hash
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.test_controller_evaluation import POLICIES, SETTLE, run, stack
+from tests.controller.reconcile.test_evaluation import POLICIES, SETTLE, run, stack
 from tests.gather.gather_fakes import FakePrometheus
 
 REPLICA_SETS = "apps/v1/replicasets"

@@ -4,7 +4,7 @@ indexes equal to the same reads sent to the API server (kmock), for every field
 ``read_target`` and a whole evaluation use, with no read sent; a kind with no index (not
 listed yet) read from the API server. Secrets are kept for ``SECRET_TTL_S``, and every
 request ``KubeApi`` sends is counted by verb. The informers that fill the indexes:
-tests/controller/test_controller_informer.py.
+tests/controller/kube/test_informer.py.
 
 kmock ignores ``labelSelector`` (it lists every pod of the namespace), so selector
 matching is checked here against the API server's rules written out, and on a real API
@@ -44,7 +44,7 @@ from tests.controller.cluster import (
     policy,
 )
 from tests.controller.engine_fake import EngineFake, EngineNumbers
-from tests.controller.test_controller_keda import SCALED_OBJECTS, keda_hpa, scaled_object
+from tests.controller.target.test_keda import SCALED_OBJECTS, keda_hpa, scaled_object
 from tests.gather.gather_fakes import FakePrometheus
 
 HPA_TARGET = TargetSpec(deployment_name="vllm", hpa_name="vllm")

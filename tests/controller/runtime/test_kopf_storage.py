@@ -21,7 +21,6 @@ from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.runtime import handlers
 from cachescale.controller.runtime.handlers import (
     RESTORE_ATTEMPTS,
-    Runtime,
     configure,
     restore_on_delete,
 )
@@ -31,9 +30,10 @@ from cachescale.controller.runtime.kopf_storage import (
     BoundedDiffBaseStorage,
     annotation_headroom,
 )
+from cachescale.controller.runtime.members import Runtime
 from tests.controller.cluster import NAMESPACE, Clock, FakeCluster, policy
 from tests.controller.engine_fake import EngineFake
-from tests.controller.test_controller_evaluation import HPAS, POLICIES, run, stack
+from tests.controller.reconcile.test_evaluation import HPAS, POLICIES, run, stack
 from tests.gather.gather_fakes import FakePrometheus
 
 KEY = f"{ANNOTATION_PREFIX}/last-handled-configuration"

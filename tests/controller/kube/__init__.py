@@ -1,0 +1,1 @@
+"""Tests of ``cachescale.controller.kube``: the API client, informers, stores, indexes, peering."""

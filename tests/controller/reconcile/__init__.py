@@ -1,0 +1,1 @@
+"""Tests of ``cachescale.controller.reconcile``: scheduling, evaluation, status, events, metrics."""

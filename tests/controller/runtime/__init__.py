@@ -1,0 +1,1 @@
+"""Tests of ``cachescale.controller.runtime``: kopf's patched start-up, its storage, the fence."""
