@@ -2,7 +2,7 @@
 
 Pure integer/float functions, no I/O and no dependencies, so the decide layer can size
 ``--max-num-seqs`` from the same formulas the simulated engine uses to size its block
-pool. The formulas are the ones in the brief (§2, "Cache-friendly batch ceiling"):
+pool. The cache-friendly batch ceiling ``B_max`` is:
 
 * ``KV_bytes_per_token = layers × 2 × kv_heads × head_dim × dtype_bytes`` (K and V);
 * ``M_free = gpu_mem × gpu_memory_utilization − weights``;
@@ -13,10 +13,9 @@ With tensor parallelism the caller passes *totals* over the replica's GPUs (memo
 weights); ``kv_bytes_per_token`` is then the total over all shards too, since the KV
 heads are split across the GPUs and every GPU holds the same number of blocks.
 
-A note on the brief's worked example, "(56 GB − 9 GB) / (2,048 × 128 KiB) ≈ 47": the
-arithmetic gives 188, not 47. 47 is what the formula gives at 512 KiB per token (a
-multi-head model such as Llama-2-7B: 32·2·32·128·2 bytes). The functions here apply the
-formula as written; tests pin both numbers.
+A worked example: (56 GiB − 9 GiB) / (2,048 × 128 KiB) is 188 sequences at 128 KiB per
+token (Llama-3-8B with grouped-query attention), and 47 at 512 KiB per token (a multi-head
+model such as Llama-2-7B: 32·2·32·128·2 bytes); the tests pin both.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
 
 
 def free_kv_bytes(gpu_memory_bytes: int, gpu_memory_utilization: float, weight_bytes: int) -> int:
-    """LearnedState left for the KV cache: ``gpu_mem × gpu_memory_utilization − weights``.
+    """Memory left for the KV cache: ``gpu_mem × gpu_memory_utilization − weights``.
 
     Per GPU group: with tensor parallelism pass the total memory and total weights of
     the replica. Activations and CUDA-graph memory, which vLLM also subtracts after its

@@ -1,10 +1,10 @@
 """The exit codes of every ``cachescale`` subcommand, in one place.
 
 They are part of the command-line interface: scripts and CI branch on them, so each value
-is fixed and shared by the CLI, ``cachescale emulate``, ``cachescale signals`` and
-``cachescale run``. It lives in the API layer because every layer may import it. The
-table is documented for users in README.md ("Exit codes"); a test runs every subcommand
-against a matrix of bad inputs and checks each one lands in its row.
+is fixed and shared by every subcommand (``cachescale.commands``) and by ``python -m
+cachescale.emulator``. It sits in the lowest layer, beside the API, so any layer may name
+one. The table is documented for users in README.md ("Exit codes"); a test runs every
+subcommand against a matrix of bad inputs and checks each one lands in its row.
 
 The line between 2 and 1: anything wrong with the command line itself, decidable without
 opening a file or a connection, is a usage error (2); anything wrong with what the command

@@ -1,7 +1,7 @@
 """What the gather layer hands the decision layer: one frozen snapshot of engine signals.
 
 ``decide(spec, snapshot, memory, now)`` must be able to tell "measured 0" from "could not
-measure", because freezing on missing data is the operator's safety rule (brief §4–§5).
+measure", because freezing on missing data is the operator's safety rule.
 So every signal here is a ``Measured``: a finite number with its unit, or *unknown* with
 the reason why — never 0, never NaN. The snapshot also says which engine profile (vLLM
 generation or SGLang) produced the numbers, because the formulas differ between them.
@@ -189,7 +189,7 @@ class EngineSignals:
 
     ``token_hit_rate_*`` are token-weighted (what the engines' counters measure);
     ``request_full_hit_share`` and ``prefill_tokens_per_request`` are the
-    request-weighted view that predicts p99 (brief §2). Fleet-level values cover every
+    request-weighted view that predicts p99. Fleet-level values cover every
     pod, warm or cold; ``pods`` carries per-pod values with ages, and
     ``warm_token_hit_rate`` pools the warm ones.
     """

@@ -1,7 +1,7 @@
 """Size limits: every field a policy author writes is bounded, and the largest admissible
 spec is small.
 
-The rule (issue 53, finding 7; docs/security.md, "Size limits"): a policy can be no larger
+The rule (docs/security.md, "Size limits"): a policy can be no larger
 than ``MAX_SPEC_BYTES`` as the API server stores it, whatever its author writes, so kopf's
 annotations, the status that quotes it and every watch event stay small. Two checks hold
 it: every string, list and map of the generated CRD's spec carries a bound (so no field

@@ -32,7 +32,7 @@ from cachescale.audit.live import (
     read_counters,
 )
 from cachescale.commands.main import main
-from cachescale.gather.promql import detection_query
+from cachescale.gather.detection import detection_query
 from cachescale.gather.selector import QueryScope, Selector
 from tests.polling import wait_for
 from tests.prometheus_fixture import free_port_block, run_emulator, small_scenario

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.gather.gather_dataset import dataset
 from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
+from tests.tools import require_tool
 
 
 @pytest.fixture(scope="session")
 def synthetic_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a Prometheus serving ``gather_dataset.dataset()``; without the binaries
     it skips locally and fails under CI (as ``prometheus_fixture`` does)."""
-    if not prometheus_available():
-        reason = "needs the prometheus and promtool binaries (apt-get install -y prometheus)"
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"CI is set and this {reason}")
-        pytest.skip(reason)
+    require_tool(
+        prometheus_available(),
+        "this needs the prometheus and promtool binaries (apt-get install -y prometheus)",
+    )
     with backfilled_prometheus(dataset(), tmp_path_factory.mktemp("tsdb")) as url:
         yield url

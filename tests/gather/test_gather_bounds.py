@@ -19,12 +19,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cachescale.gather.prometheus import (
-    MAX_RESPONSE_BYTES,
+from cachescale.gather.prometheus import MAX_RESPONSE_BYTES, PrometheusClient, PrometheusConfig
+from cachescale.gather.prometheus_errors import (
     DeadlineReached,
     PrometheusBadResponse,
-    PrometheusClient,
-    PrometheusConfig,
     PrometheusResponseTooLarge,
 )
 from cachescale.snapshot import FetchFailure

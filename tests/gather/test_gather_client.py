@@ -15,17 +15,14 @@ from pathlib import Path
 import pytest
 
 from cachescale.gather.deadline import Deadline
-from cachescale.gather.prometheus import (
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series, redact_url
+from cachescale.gather.prometheus_errors import (
     DeadlineReached,
     PrometheusBadResponse,
-    PrometheusClient,
-    PrometheusConfig,
     PrometheusError,
     PrometheusQueryError,
     PrometheusTimeout,
     PrometheusUnreachable,
-    Series,
-    redact_url,
 )
 from cachescale.snapshot import FetchFailure
 from tests.gather.gather_fakes import (

@@ -8,8 +8,7 @@ produced it (the ground truth notes each scrape with the counters and gauges it 
 and takes the requests counted between the pod's first and last sample. Against that:
 
 - token hit rates, fleet and per pod, and the full-hit share within 0.02; req/s, prefill
-  and context tokens per request, preemptions/s and GPU-s/1k within 5% (the issue's
-  tolerances; the residuals are under 0.5%);
+  and context tokens per request, preemptions/s and GPU-s/1k within 5%;
 - TTFT p50/p95/p99 and ITL p95 inside the histogram bucket ``(lower, upper]`` holding the
   true quantile. ``histogram_quantile`` picks the first bucket whose cumulative count
   reaches q·N of the summed per-pod ``rate()`` histograms, and ``rate()`` scales each

@@ -19,20 +19,19 @@ import pytest
 
 from cachescale.api.spec import Engine
 from cachescale.gather.grouped import DetectionCache, GroupedGatherer, Outcome, PolicyRead, plan
-from cachescale.gather.prometheus import (
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
+from cachescale.gather.prometheus_errors import (
     DeadlineReached,
     PrometheusBadResponse,
-    PrometheusClient,
-    PrometheusConfig,
     PrometheusError,
     PrometheusQueryError,
     PrometheusUnreachable,
-    Series,
 )
 from cachescale.gather.promql import build_queries
 from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 from tests.gather.gather_dataset import AT, SPECIAL_MODELS, WINDOW_S
 from tests.gather.gather_fakes import HANG, closed_port_url, fake_prometheus, parts_of

@@ -16,7 +16,8 @@ import promql_parser as pp
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.gather.promql import build_queries, combine, detection_query, label_query
+from cachescale.gather.detection import detection_query
+from cachescale.gather.promql import build_queries, combine, label_query
 from cachescale.gather.selector import (
     OutsideNamespace,
     QueryScope,

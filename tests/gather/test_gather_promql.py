@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from cachescale.api.spec import Engine
+from cachescale.gather.detection import detect_profile, detection_query
 from cachescale.gather.prometheus import Series
-from cachescale.gather.promql import (
-    QueryKey,
-    build_queries,
-    detect_profile,
-    detection_query,
-    duration,
-    label_query,
-)
+from cachescale.gather.promql import QueryKey, build_queries, duration, label_query
 from cachescale.gather.selector import (
     QueryScope,
     Selector,

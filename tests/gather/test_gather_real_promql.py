@@ -20,7 +20,8 @@ from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Ser
 from cachescale.gather.promql import build_queries
 from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector, split_by_selector
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest, compute_signals
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import SignalRequest, compute_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration, Snapshot
 from tests.decide.decide_builders import learned, spec, workload
 from tests.gather.gather_dataset import AT, WINDOW_S

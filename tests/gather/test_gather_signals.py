@@ -14,22 +14,15 @@ from datetime import UTC, datetime
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.commands.signals import cache_config_line
-from cachescale.gather.prometheus import (
-    DeadlineReached,
-    PrometheusClient,
-    PrometheusConfig,
-    Series,
-)
-from cachescale.gather.promql import Detection, QueryKey, build_queries
+from cachescale.commands.signals_output import cache_config_line
+from cachescale.gather.detection import Detection
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
+from cachescale.gather.prometheus_errors import DeadlineReached
+from cachescale.gather.promql import QueryKey, build_queries
 from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import QueryScope, Selector
-from cachescale.gather.signals import (
-    AmbiguousSeriesError,
-    SignalRequest,
-    compute_signals,
-    demand_from_result,
-)
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import SignalRequest, compute_signals, demand_from_result
 from cachescale.snapshot import EngineCacheConfig, EngineSignals, Measured, MetricsGeneration, Unit
 from tests.gather.gather_fakes import (
     HANG,
@@ -164,7 +157,7 @@ def test_demand_query_must_return_one_rate(series: list[Series], fragment: str) 
 
 
 def test_gpu_seconds_per_1k_from_kubernetes_inputs() -> None:
-    # The brief's incident: ~32 req/s on 2-GPU replicas; 10 replicas -> 625 GPU-s/1k.
+    # The incident's fleet: ~32 req/s on 2-GPU replicas; 10 replicas -> 625 GPU-s/1k.
     results = healthy() | {QueryKey.REQUESTS: fleet(32)}
     request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, ready_replicas=10)
     assert compute(results, request).gpu_seconds_per_1k_requests.value == pytest.approx(625)

@@ -135,7 +135,7 @@ def test_whenever_the_list_allows_the_client_connects_to_an_allowed_entry() -> N
 @pytest.mark.parametrize(
     "url",
     [
-        "http://127.0.0.1:18080\\@prom.monitoring:9090",  # the example
+        "http://127.0.0.1:18080\\@prom.monitoring:9090",  # docs/security.md's example
         "http://prom.monitoring:9090\\@127.0.0.1:18080",
         "http://127.0.0.1:18080@prom.monitoring:9090",
         "http://prom.monitoring:9090@127.0.0.1:18080",
@@ -210,7 +210,7 @@ def test_real_connections_reach_only_the_allowed_listener() -> None:
         ]
         for url in spellings:
             assert not entries.allows(url), url
-        # Sent as written, the spelling really reaches the sink: the refusal matters.
+        # Sent as written, the first spelling really reaches the sink: the refusal matters.
         requests.post(spellings[0], timeout=5)
         assert sink.hits == 1
         normalized = entries.admits(f"HTTP://127.0.0.1:{good}/")

@@ -1,9 +1,11 @@
 """The syntax of a Kubernetes label selector, checked before anything is sent.
 
-``cachescale run --policy-selector`` hands its selector to the API server, which filters
-the watch of CacheScalingPolicies with it (``controller/runtime/serve.py``). A typo would
-otherwise surface only once kopf starts, as a 400 retried in its logs, with the shard
-serving nothing. So the selector is parsed here with the grammar the API server uses
+Two label selectors reach the API server: a policy's ``cache.promptSources[].labelSelector``
+(the spec refuses one that does not parse) and ``cachescale run --policy-selector``, which
+filters the watch of CacheScalingPolicies (``controller/runtime/serve.py``). A typo would
+otherwise surface only once the selector is used, as a 400 (for the watch, retried in
+kopf's logs, with the shard serving nothing). So a selector is parsed here with the grammar
+the API server uses
 (``k8s.io/apimachinery/pkg/labels``): comma-separated requirements, each one of
 
 - ``key`` / ``!key`` (the label is present / absent);
@@ -12,9 +14,9 @@ serving nothing. So the selector is parsed here with the grammar the API server 
 - ``key>N``, ``key<N`` (N an integer);
 
 where a key is a qualified name (an optional DNS-subdomain prefix and ``/``, then a name
-of at most 63 characters) and a value a label value. A malformed selector is a usage
-error (exit 2) naming the offending part. It lives in the API layer because it is part of
-the command line's contract and imports nothing.
+of at most 63 characters) and a value a label value. A malformed selector is refused
+naming the offending part: a validation error in a policy, a usage error (exit 2) on the
+command line.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ or ``docs/runbook.md`` says what it means (``tests/api/test_reasons.py`` checks 
 member is there). The values never change; a new reason is a new member.
 
 The families: ``Diagnosis`` (what an evaluation found), ``Action`` (what it did),
-``Hold`` (why the envelope's top is held), ``ConditionReason`` (the other condition
+``Hold`` (why the envelope's maxReplicas is held), ``ConditionReason`` (the other condition
 reasons), ``AlertCleared`` (the Events of a clearing alert) and ``Problem`` (why no
 decision could be made). Why Prometheus could not be read at all is
 ``cachescale.snapshot.FetchFailure``, part of the snapshot the decision reads.
@@ -94,7 +94,7 @@ class Action(StrEnum):
     NO_CHANGE = "NoChange"
     """Nothing changed."""
     FROZEN_ON_MISSING_METRICS = "FrozenOnMissingMetrics"
-    """Required signals unknown: nothing changed; also the ``ScalingHeld=True`` reason."""
+    """Required signals unknown: nothing changed; also the reason of ``ScalingHeld=False`` then."""
     WAITING_FOR_FULL_WINDOW = "WaitingForFullWindow"
     """The window still covers time without data: nothing changed."""
     WAITING_FOR_WARM_PODS = "WaitingForWarmPods"
@@ -106,7 +106,7 @@ class Action(StrEnum):
 
 
 class Hold(StrEnum):
-    """Why the top of the envelope is below what the HPA would otherwise get: the
+    """Why the envelope's maxReplicas is below what the HPA would otherwise get: the
     ``ScalingHeld=True`` reasons."""
 
     COLLAPSE = "CollapseHold"
@@ -138,7 +138,7 @@ class ConditionReason(StrEnum):
     COST_WITHIN_BUDGET = "CostWithinBudget"
     """``WithinBudget=True``."""
     NOT_HELD = "NotHeld"
-    """``ScalingHeld=False``: the envelope's top does not bind."""
+    """``ScalingHeld=False``: the envelope's maxReplicas does not bind."""
     CACHE_CONFIG_UNKNOWN = "CacheConfigUnknown"
     """``CacheIsolation=Unknown``: no engine's ``vllm:cache_config_info`` was read (SGLang
     exports none), or its hash algorithm is absent or not one cachescale knows."""

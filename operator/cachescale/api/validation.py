@@ -1,9 +1,10 @@
 """Validate policy YAML against the models and explain each problem in plain words.
 
-``cachescale validate`` and the tests use this. Pydantic's errors carry the wire path
-(camelCase, as the user wrote it) and a message; this module turns them into one line per
-problem — which document, which field, what is wrong — so a user can fix a file without
-reading a stack trace or a JSON-schema keyword.
+``cachescale validate`` (``commands/validate.py``), the simulator's scenario files and the
+tests use this. Pydantic's errors carry the wire path (camelCase, as the user wrote it) and
+a message; this module turns them into one line per problem — which document, which
+field, what is wrong — so a user can fix a file without reading a stack trace or a
+JSON-schema keyword.
 
 It reads YAML the way ``kubectl`` does where PyYAML would differ, so that a file passes
 here only if the API server can take it: ``1e3`` is a number (YAML 1.2, as in Go), a
@@ -307,11 +308,3 @@ def error_lines(
 def validate_yaml(text: str) -> list[Problem]:
     """The problems in a (multi-document) YAML text; non-policy documents are skipped."""
     return check_text(text).problems
-
-
-def no_policy_message(checked: list[Checked]) -> str:
-    """Why a file (or a folder of files) that holds no policy is refused."""
-    found = sorted({note.found for one in checked for note in one.skipped})
-    if found:
-        return f"no {KIND} found (expected {API_VERSION} {KIND}, found {', '.join(found)})"
-    return f"no {KIND} found: no YAML documents (empty, only comments, or only --- separators)"

@@ -1,11 +1,11 @@
 """``cachescale audit run | compare | demo``: flags, files and exit codes.
 
-The gate's exit codes (``api.exit_codes``): 0 pass, 1 regression, 2 usage or input error
-(a malformed corpus line, an empty corpus, an unreadable or incomparable result, an
-``--out`` that cannot be written): a CI step can tell a broken change from a broken
-input; live mode (``--endpoint``, ``audit/live.py``) adds 3, an engine it cannot reach.
-Every error is one line on stderr. Building the parser imports only this module; the
-replay (numpy, the simulator's engine) is imported when a subcommand runs.
+The gate's exit codes (``cachescale.exit_codes``): 0 pass, 1 regression, 2 usage or input
+error (a malformed corpus line, an empty corpus, an unreadable or incomparable result, an
+``--out`` that cannot be written): a CI step can tell a broken change from a broken input;
+live mode (``--endpoint``, ``audit/live.py``) adds 3, an engine it cannot reach. Every
+error is one line on stderr. Building the parser imports only this module; the replay
+(numpy, the simulator's engine) is imported when a subcommand runs.
 """
 
 from __future__ import annotations

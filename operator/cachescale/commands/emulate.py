@@ -7,11 +7,12 @@ It stops at the scenario's end (after ``--linger``), on SIGINT/SIGTERM or when t
 of its stdout leaves (a pipe's hang-up is watched, not only met on the next print), and
 always shuts every server down and empties the file_sd file on the way out, so a
 Prometheus watching it drops the targets instead of scraping closed ports.
+``python -m cachescale.emulator`` is this subcommand without the rest of the CLI.
 
-Exit codes follow the CLI's (``api.exit_codes``): 0 success (including a stop by signal),
-1 invalid input (bad scenario, an output path that cannot be written, a port already
-taken or past 65535), 2 usage error (flags are checked as ``cachescale simulate`` checks
-them, before anything starts).
+Exit codes follow the CLI's (``cachescale.exit_codes``): 0 success (including a stop by
+signal), 1 invalid input (bad scenario, an output path that cannot be written, a port
+already taken or past 65535), 2 usage error (flags are checked as ``cachescale simulate``
+checks them, before anything starts).
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 argparse turns an ``ArgumentTypeError`` into exit 2 with the flag's name
 (``exit_codes.py``), so a value is refused before any work starts; and an ``--out``
 folder is checked before a long run, not after it. Each kind of mistake is worded once
-here, whichever subcommand meets it. It lives in the API layer because every layer's
-command may import it.
+here, whichever subcommand meets it.
 """
 
 from __future__ import annotations
@@ -12,7 +11,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cachescale.api.durations import parse_duration_seconds
 
@@ -53,3 +54,41 @@ def output_folder(out: str) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"--out {out}: the folder is not writable"
     return None
+
+
+def evaluation_time(text: str) -> datetime:
+    """A moment (``--at``, ``--around``): ISO 8601 (UTC when no zone is given) or Unix seconds."""
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither ISO 8601 nor Unix seconds"
+        ) from error
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def check_url(url: str) -> None:
+    """``ValueError`` in a user's words when ``--prometheus`` is not an http(s) URL."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsing the port is the check)
+    except ValueError as error:
+        raise ValueError(f"--prometheus {url!r} is not a URL: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"--prometheus {url!r} is not an http:// or https:// URL; write the scheme and "
+            "host, e.g. http://prometheus.monitoring:9090"
+        )
+
+
+def prometheus_url(text: str) -> str:
+    """An argparse type for a ``--prometheus`` flag: an http(s) URL, or exit 2 saying so."""
+    try:
+        check_url(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--prometheus ")) from None
+    return text

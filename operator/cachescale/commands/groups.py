@@ -11,21 +11,22 @@ from the same ``scope_of``, ``detection_query`` and ``build_queries`` the gather
 Only the client is a stand-in: one ``Source`` per Prometheus URL and credential
 references (namespace included when there are any, as the Secrets are namespaced), the
 identity by which the operator's scheduler batches policies (``gather_group`` in
-``controller/runtime/handlers.py``; tests/gather/test_gather_groups_command.py holds the two
+``controller/runtime/handlers.py``; ``tests/commands/test_groups.py`` holds the two
 together). Credentials are never shown: the URL loses any user info, and of a Secret
 only its name and key are printed, never read.
 
-The engine profile is not known offline (the operator detects it): each engine's batch
-is shown for its newest profile, and the output says so. Files are loaded and checked as
-``cachescale validate`` does; any problem ends the command with validate's lines and
-exit 1 (invalid input), before anything is printed on stdout. Needs no extra.
+The engine profile is not known offline (the operator detects it): each engine's batch is
+shown for its newest profile, and the output says so. Files are loaded and checked as
+``cachescale validate`` does (``commands/validate.py``); any problem ends the command with
+validate's lines and exit 1 (invalid input), before anything is printed on stdout. Needs no
+extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ from typing import Any
 from cachescale.api.policy import API_VERSION, KIND, CacheScalingPolicy
 from cachescale.api.spec import Engine, PrometheusAuth
 from cachescale.api.validation import load_documents
-from cachescale.commands.signals import prometheus_url
+from cachescale.commands.flags import prometheus_url
+from cachescale.commands.validate import read_policy_files
 from cachescale.exit_codes import ExitCode
+from cachescale.gather.detection import detection_query
 from cachescale.gather.egress import redact_url
 from cachescale.gather.grouping import (
     DEFAULT_MAX_GROUP_SIZE,
@@ -45,13 +48,7 @@ from cachescale.gather.grouping import (
     plan,
     scope_of,
 )
-from cachescale.gather.promql import (
-    SERIES_LABELS,
-    build_queries,
-    detection_query,
-    duration,
-    label_query,
-)
+from cachescale.gather.promql import SERIES_LABELS, build_queries, duration, label_query
 from cachescale.gather.selector import (
     POD_LABEL,
     OutsideNamespace,
@@ -61,9 +58,6 @@ from cachescale.gather.selector import (
 )
 from cachescale.gather.signals import SignalRequest
 from cachescale.snapshot import MetricsGeneration
-
-ReadFiles = Callable[[Sequence[str]], list[tuple[Path, str]] | None]
-"""Loads and checks the FILE arguments as ``cachescale validate`` does (``cli.py``)."""
 
 NEWEST_PROFILE = {
     Engine.VLLM: MetricsGeneration.VLLM_0_13,
@@ -94,9 +88,7 @@ class Policy:
         return f"{self.namespace}/{self.name}"
 
 
-def add_parser(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], read_files: ReadFiles
-) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``cachescale groups``."""
     parser = subparsers.add_parser(
         "groups",
@@ -121,12 +113,12 @@ def add_parser(
         help="the operator's --default-prometheus-url, for policies without prometheusUrl",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=lambda args: run(args, read_files))
+    parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, read_files: ReadFiles) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handle ``cachescale groups``; return the exit code."""
-    files = read_files(args.files)
+    files = read_policy_files(args.files)
     if files is None:
         return ExitCode.INVALID
     policies = [policy for path, text in files for policy in policies_in(path, text)]

@@ -28,8 +28,7 @@ from pydantic import ValidationError
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.policy import API_VERSION, KIND
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.commands.flags import duration_seconds
-from cachescale.commands.signals import evaluation_time, prometheus_url
+from cachescale.commands.flags import duration_seconds, evaluation_time, prometheus_url
 from cachescale.controller.target.draft_target import (
     DraftError,
     EngineContainer,
@@ -190,7 +189,8 @@ def measure(
 ) -> Measured:
     """The first candidate selector that returns this Deployment's series alone, read
     over the history window."""
-    from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+    from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
+    from cachescale.gather.prometheus_errors import PrometheusError
 
     config = PrometheusConfig(
         url=args.prometheus, timeout_seconds=args.timeout, ca_file=args.ca_file
@@ -228,7 +228,8 @@ def _read_signals(
     """The signals over the history, or why this selector does not do."""
     from cachescale.gather.reading import gather_signals
     from cachescale.gather.selector import Selector
-    from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
+    from cachescale.gather.series_reader import AmbiguousSeriesError
+    from cachescale.gather.signals import SignalRequest
 
     request = SignalRequest(
         engine=container.engine,

@@ -1,35 +1,38 @@
 """``cachescale report``: the cost around a moment, window by window, with a verdict.
 
-The command line and the printing of ``gather/report.py``'s rows: a table, Markdown (for
-an incident document), JSON or CSV (for a script), and optionally a PNG. It follows
-``cachescale signals``' rules: flags checked by argparse types (a bad one is exit 2 naming
-it), the selector parsed as ``name="value"`` pairs only, one line on stderr for any
-failure (1 invalid input, 3 Prometheus or the API server unreadable), and the HTTP
-client imported only in ``run``, so registering the subcommand costs the CLI nothing.
-``--timeout`` is one deadline per window: each window is one signals evaluation.
+The flags and the run: it reads ``gather/report.py``'s rows and hands them to
+``commands/report_output.py`` to print (a table, Markdown, JSON or CSV, and optionally a
+PNG). It follows ``cachescale signals``' rules: flags checked by argparse types (a bad one
+is exit 2 naming it), the selector parsed as ``name="value"`` pairs only, one line on
+stderr for any failure (1 invalid input, 3 Prometheus or the API server unreadable), and
+the HTTP client imported only in ``run``, so registering the subcommand costs the CLI
+nothing. ``--timeout`` is one deadline per window: each window is one signals evaluation.
 
-``--around policy/NAME`` reads the policy from the API server through the reader the CLI
-hands :func:`add_parser` (``commands/report_policy.py``; the Kubernetes client is
-imported only then), centres on its last collapse (``report_around.collapse_centre``) and
-takes ``--prometheus``, ``--selector`` and ``--engine`` from its spec when not given.
+``--around policy/NAME`` reads the policy from the API server
+(``commands/report_policy.py``; the Kubernetes client is imported only then), centres on
+its last collapse (``report_around.collapse_centre``) and takes ``--prometheus``,
+``--selector`` and ``--engine`` from its spec when not given.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
-import io
-import json
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cachescale.api.spec import Engine
-from cachescale.commands.flags import duration_seconds, output_folder, positive_number
+from cachescale.commands import report_output
+from cachescale.commands.flags import (
+    duration_seconds,
+    evaluation_time,
+    output_folder,
+    positive_number,
+    prometheus_url,
+)
 from cachescale.commands.report_around import (
-    PolicyReader,
     PolicyReadError,
     PolicyRef,
     collapse_centre,
@@ -38,25 +41,17 @@ from cachescale.commands.report_around import (
     policy_ref,
     sources,
 )
-from cachescale.commands.signals import (
-    client_config,
-    evaluation_time,
-    measured_json,
-    prometheus_url,
-)
+from cachescale.commands.report_policy import read_policy
+from cachescale.commands.signals import client_config
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.report import (
-    COLUMNS,
-    Row,
-    notes,
-    positive_duration,
     read_report,
     verdict,
     windows,
 )
 from cachescale.gather.selector import Selector, SelectorError
-from cachescale.gather.signals import AmbiguousSeriesError, SignalRequest
-from cachescale.snapshot import Measured, Unit
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import SignalRequest
 
 FORMATS = ("table", "markdown", "json", "csv")
 PNG_NAME = "report.png"
@@ -82,10 +77,8 @@ def _around(text: str) -> datetime | PolicyRef:
     return evaluation_time(text)
 
 
-def add_parser(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], read_policy: PolicyReader
-) -> None:
-    """Register ``cachescale report``; ``read_policy`` reads ``--around policy/NAME``."""
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``cachescale report``."""
     parser = subparsers.add_parser(
         "report",
         help="hit rate, TTFT, replicas and cost per window around a moment, with a verdict",
@@ -169,7 +162,7 @@ def add_parser(
         metavar="SECONDS",
         help="time allowed for each window's queries and retries together (default %(default)g)",
     )
-    parser.set_defaults(handler=run, read_policy=read_policy, centred_on=None)
+    parser.set_defaults(handler=run, centred_on=None)
 
 
 def _fail(message: str, code: ExitCode) -> int:
@@ -180,7 +173,8 @@ def _fail(message: str, code: ExitCode) -> int:
 def run(args: argparse.Namespace) -> int:
     """Handle ``cachescale report``; return the exit code."""
     try:  # the HTTP client comes with the operator extra; the rest of the CLI needs none
-        from cachescale.gather.prometheus import PrometheusClient, PrometheusError
+        from cachescale.gather.prometheus import PrometheusClient
+        from cachescale.gather.prometheus_errors import PrometheusError
     except ImportError as error:
         return _fail(f"needs {error.name}: pip install 'cachescale[operator]'", ExitCode.INVALID)
 
@@ -239,13 +233,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(error), ExitCode.INVALID)
     elapsed = time.monotonic() - started
     sentences = verdict(rows, args.slo_ttft_p95)
-    header = _header(args, str(selector), len(rows), future, elapsed)
+    header = report_output.header(args, str(selector), len(rows), future, elapsed)
     if args.out is not None:
         title = f"{args.centred_on}\n{header}" if args.centred_on else header
-        _write_png(Path(args.out) / PNG_NAME, rows, title, args.slo_ttft_p95)
+        report_output.write_png(Path(args.out) / PNG_NAME, rows, title, args.slo_ttft_p95)
     if args.centred_on and args.format == "csv":  # the CSV on stdout stays rows only
         print(args.centred_on, file=sys.stderr)
-    sys.stdout.write(_render(args.format, rows, sentences, header, args, elapsed) + "\n")
+    output = report_output.render(args.format, rows, sentences, header, args, elapsed)
+    sys.stdout.write(output + "\n")
     return ExitCode.OK
 
 
@@ -255,7 +250,7 @@ def _centre_on_policy(args: argparse.Namespace, selector: Selector | None) -> Se
     ``--selector``, when given). Raises ``PolicyReadError`` or ``ImportError`` (no
     ``operator`` extra)."""
     name = args.around.name
-    read = args.read_policy(args.kubeconfig, args.namespace, name)
+    read = read_policy(args.kubeconfig, args.namespace, name)
     policy = f"{read.namespace}/{name}"
     centre = collapse_centre(policy, read.body.get("status") or {})
     if centre is None:
@@ -284,138 +279,3 @@ def _centre_on_policy(args: argparse.Namespace, selector: Selector | None) -> Se
         raise PolicyReadError(f"{where}: {error}", ExitCode.INVALID) from None
     args.selector = str(selector)
     return selector
-
-
-def _header(
-    args: argparse.Namespace, selector: str, count: int, future: int, elapsed: float
-) -> str:
-    around = args.around.isoformat(timespec="seconds")
-    left_out = f", {future} ending after now left out" if future else ""
-    return (
-        f"report for {selector} ({args.engine}) around {around}: {count} windows of "
-        f"{positive_duration(args.step)}{left_out}, read in {elapsed:.1f}s"
-    )
-
-
-def _cell(measured: Measured) -> str:
-    value = measured.value
-    if value is None:
-        return "?"
-    prefix = ">" if measured.lower_bound else ""
-    if measured.unit is Unit.RATIO:
-        return f"{value:.2f}"
-    if measured.unit is Unit.SECONDS:
-        return f"{prefix}{value:.2f}s"
-    if measured.unit is Unit.PODS:
-        return f"{value:.1f}"
-    if measured.unit is Unit.GPU_SECONDS_PER_1K_REQUESTS or value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}"
-
-
-def _table(rows: list[Row]) -> list[str]:
-    header = ["window", *COLUMNS.values()]
-    body = [[row.window.label, *(_cell(m) for m in row.columns().values())] for row in rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    return [
-        "  ".join(cell.rjust(width) for cell, width in zip(r, widths, strict=True))
-        for r in [header, *body]
-    ]
-
-
-def _render(
-    form: str,
-    rows: list[Row],
-    sentences: list[str],
-    header: str,
-    args: argparse.Namespace,
-    elapsed: float,
-) -> str:
-    if form == "json":
-        return json.dumps(_json(rows, sentences, args, elapsed), indent=2)
-    if form == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["window", "start", "end", *COLUMNS])
-        for row in rows:
-            values = ["" if m.value is None else f"{m.value:.6g}" for m in row.columns().values()]
-            start, end = row.window.start.isoformat(), row.window.end.isoformat()
-            writer.writerow([row.window.label, start, end, *values])
-        return buffer.getvalue().rstrip("\n")
-    if form == "markdown":
-        lines = [f"**{header}**", ""]
-        if args.centred_on:
-            lines += [f"_{args.centred_on}_", ""]
-        lines.append("| window | " + " | ".join(COLUMNS.values()) + " |")
-        lines.append("|" + "---|" * (len(COLUMNS) + 1))
-        for row in rows:
-            cells = [_cell(m) for m in row.columns().values()]
-            lines.append(f"| {row.window.label} | " + " | ".join(cells) + " |")
-        lines += ["", *(f"- {sentence}" for sentence in sentences)]
-        lines += [f"- note: {note}" for note in notes(rows)]
-        return "\n".join(lines)
-    lines = [*([args.centred_on] if args.centred_on else []), header, "", *_table(rows)]
-    lines += ["", "verdict:"]
-    lines += [f"  {sentence}" for sentence in sentences]
-    lines += [f"note: {note}" for note in notes(rows)]
-    return "\n".join(lines)
-
-
-def _json(
-    rows: list[Row], sentences: list[str], args: argparse.Namespace, elapsed: float
-) -> dict[str, object]:
-    return {
-        "engine": args.engine,
-        "selector": args.selector,
-        "around": args.around.isoformat(),
-        "centred_on": args.centred_on,
-        "step_seconds": args.step,
-        "gpus_per_pod": args.gpus_per_pod,
-        "slo_ttft_p95_seconds": args.slo_ttft_p95,
-        "windows": [
-            {
-                "window": row.window.label,
-                "start": row.window.start.isoformat(),
-                "end": row.window.end.isoformat(),
-                "signals": {name: measured_json(m) for name, m in row.columns().items()},
-            }
-            for row in rows
-        ],
-        "verdict": sentences,
-        "read_seconds": round(elapsed, 3),
-    }
-
-
-def _write_png(path: Path, rows: list[Row], title: str, slo_s: float | None) -> None:
-    """Hit rate, replicas, GPU-s/1k and TTFT p95 (and its SLO) per window, the moment
-    marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def series(name: str) -> list[float]:
-        values = [getattr(row, name).value for row in rows]
-        return [float("nan") if v is None else v for v in values]
-
-    hours = [row.window.end_offset_s / 3600 for row in rows]
-    panels = (
-        ("token_hit_rate", "token hit rate"),
-        ("replicas", "replicas"),
-        ("gpu_seconds_per_1k", "GPU-s / 1k req"),
-        ("ttft_p95_seconds", "TTFT p95 (s)"),
-    )
-    figure, axes = plt.subplots(len(panels), 1, figsize=(9, 10), sharex=True)
-    for axis, (name, label) in zip(axes, panels, strict=True):
-        axis.plot(hours, series(name), marker="o", drawstyle="steps-pre")
-        axis.axvline(0, color="grey", linestyle="--", linewidth=1)
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-    if slo_s is not None:
-        axes[-1].axhline(slo_s, color="red", linewidth=0.8, label="SLO")
-        axes[-1].legend(loc="best", fontsize=8)
-    axes[-1].set_xlabel("hours from --around (each point: the window ending there)")
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)

@@ -2,9 +2,8 @@
 where its metrics live, read from the policy object.
 
 Pure: the CacheScalingPolicy as the API server returned it in, the moment to centre on
-and the report's sources out. Reading the object needs the ``kubernetes`` client, which
-lives in the controller layer above this one, so the command is handed a
-:data:`PolicyReader` (``commands/report_policy.py``) rather than importing it.
+and the report's sources out. Reading the object is ``commands/report_policy.py``'s, the
+one part that needs the ``kubernetes`` client.
 
 Which moment, most faithful first:
 
@@ -25,18 +24,19 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import Engine
+from cachescale.api.spec_base import DNS_LABEL, DNS_SUBDOMAIN, MAX_LABEL, MAX_NAME
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.exit_codes import ExitCode
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
+_DNS_LABEL = re.compile(DNS_LABEL)
 COLLAPSE = Diagnosis.PREFIX_COLLAPSE.value
 
 
@@ -63,11 +63,6 @@ class PolicyRead:
     body: dict[str, Any]
 
 
-PolicyReader = Callable[[str | None, str | None, str], PolicyRead]
-"""``(kubeconfig, namespace or None for the context's, name)`` to the policy; raises
-:class:`PolicyReadError` (1 not found or refused, 3 the API server did not answer)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Centre:
     """The moment to centre on and the sentence saying where it came from."""
@@ -91,7 +86,7 @@ class Sources:
 def policy_ref(text: str) -> PolicyRef:
     """``policy/NAME`` (NAME a Kubernetes object name); raises ``ArgumentTypeError``."""
     name = text.removeprefix("policy/")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if len(name) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(name):
         raise argparse.ArgumentTypeError(
             f"{text!r}: policy/NAME needs a Kubernetes object name (lowercase letters, "
             "digits, '-' and '.')"
@@ -101,7 +96,7 @@ def policy_ref(text: str) -> PolicyRef:
 
 def namespace_name(text: str) -> str:
     """``--namespace``: a Kubernetes namespace name; raises ``ArgumentTypeError``."""
-    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+    if len(text) > MAX_LABEL or not _DNS_LABEL.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a namespace name (lowercase letters, digits and '-', at most 63)"
         )

@@ -1,21 +1,22 @@
 """Read one CacheScalingPolicy for ``cachescale report --around policy/NAME``.
 
-The report lives in the gather layer, below the Kubernetes client, so the CLI hands it
-:func:`read_policy`. It connects as ``cachescale init`` does (``draft_target.kube_api``:
-``--kubeconfig``, else in-cluster, else ``$KUBECONFIG`` or ``~/.kube/config``), fails as
-``init`` does (1 not found or refused, 3 the API server did not answer, each in one
-line), and reads nothing else. Without ``--namespace`` the namespace is the pod's own
-when connected in-cluster, else the kubeconfig context's, else ``default``.
+The one part of ``cachescale report`` that needs the Kubernetes client (the ``operator``
+extra), imported only when a policy is named. It connects as ``cachescale init`` does
+(``draft_target.kube_api``: ``--kubeconfig``, else in-cluster, else ``$KUBECONFIG`` or
+``~/.kube/config``), fails as ``init`` does (1 not found or refused, 3 the API server did
+not answer, each in one line), and reads nothing else. Without ``--namespace`` the
+namespace is the pod's own when connected in-cluster, else the kubeconfig context's, else
+``default``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from cachescale.api.policy import API_VERSION, KIND, PLURAL
 from cachescale.commands.report_around import PolicyRead, PolicyReadError
 from cachescale.controller.target.draft_target import DraftError, kube_api, read_object
 
-GROUP_VERSION = "cachescale.dev/v1alpha1"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -27,8 +28,8 @@ def read_policy(kubeconfig: str | None, namespace: str | None, name: str) -> Pol
         where = namespace or context_namespace(kubeconfig)
         body = read_object(
             api,
-            f"/apis/{GROUP_VERSION}/namespaces/{where}/cachescalingpolicies/{name}",
-            f"CacheScalingPolicy {name}",
+            f"/apis/{API_VERSION}/namespaces/{where}/{PLURAL}/{name}",
+            f"{KIND} {name}",
             where,
         )
     except DraftError as error:

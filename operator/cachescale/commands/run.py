@@ -30,11 +30,12 @@ import argparse
 import re
 
 from cachescale.api.label_selector import LabelSelector
-from cachescale.controller.reconcile.scheduler import DEFAULT_PER_NAMESPACE
+from cachescale.api.spec_base import DNS_LABEL, MAX_LABEL
+from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
 from cachescale.controller.runtime.launch import PRIORITIES, refused
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls, UrlRefused, reached_url
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(DNS_LABEL)
 
 
 def _port_or_off(text: str) -> int:
@@ -50,7 +51,7 @@ def _port_or_off(text: str) -> int:
 
 def _object_name(text: str) -> str:
     """``--namespace`` / ``--peering``: a Kubernetes name (a DNS label)."""
-    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+    if len(text) > MAX_LABEL or not _DNS_LABEL.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)"
         )

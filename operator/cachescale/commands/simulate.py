@@ -1,7 +1,8 @@
-"""``cachescale simulate`` as a library call: resolve a scenario, run it, present it.
+"""``cachescale simulate``: resolve a scenario, run it, present it.
 
-The CLI stays a thin shell around this module: it builds a :class:`SimulationRequest`
-from flags and prints what the :class:`SimulationOutcome` renders. Tests call the same
+The subcommand (``add_parser``, ``run``) is a thin shell around a library call: it builds a
+:class:`SimulationRequest` from flags and prints what the :class:`SimulationOutcome`
+renders, as text or ``--json``, with CSV and PNG files under ``--out``. Tests call the same
 functions, so what they check is what users see. Output is deterministic: the same
 scenario and seed give byte-identical JSON.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,9 @@ from pydantic import ValidationError
 
 from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.validation import error_lines
+from cachescale.commands.flags import output_folder
+from cachescale.exit_codes import ExitCode
+from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.keda import KedaAutoscaler
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
@@ -36,7 +41,7 @@ from cachescale.sim.present import (
     sweep_table,
     verdict,
 )
-from cachescale.sim.run import Autoscaler, HPAAutoscaler, RunResult, run_together
+from cachescale.sim.run import RunResult, run_together
 from cachescale.sim.scenario import (
     DEFAULT_SCENARIO,
     MAX_DURATION_S,
@@ -56,6 +61,88 @@ AUTOSCALER_CHOICES = {
 """``--autoscaler`` values and the runs each one makes (same seed, same requests)."""
 MAX_SEED = 2**32 - 1
 """The largest seed every random generator in the simulator accepts."""
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``cachescale simulate``."""
+    parser = commands.add_parser(
+        "simulate",
+        help="run the prefix-cache fleet simulator (default: the rag-rechunk incident)",
+        description=(
+            "Simulate a vLLM fleet with per-pod prefix caches under an autoscaler and print "
+            "an on-call report. Without flags it runs the rag-rechunk incident scenario."
+        ),
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--scenario", type=scenario_flag, metavar="NAME", help="built-in scenario name"
+    )
+    source.add_argument("--scenario-file", metavar="FILE", help="scenario YAML file")
+    parser.add_argument(
+        "--autoscaler",
+        choices=list(AUTOSCALER_CHOICES),
+        default="hpa",
+        help="hpa: the scenario's autoscaler alone (an HPA, or KEDA's for a scenario with "
+        "keda:); cachescale: the same one with cachescale reshaping its envelope and "
+        "--max-num-seqs; both: the two runs side by side (same requests)",
+    )
+    parser.add_argument(
+        "--seed", type=seed_flag, metavar="N", help="override the scenario's seed (0 or more)"
+    )
+    parser.add_argument(
+        "--duration",
+        type=duration_flag,
+        metavar="D",
+        help="override the duration, e.g. 30m, 2h (at most 168h)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="write CSV time series and PNG plots into this folder"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def _progress_bar() -> Callable[[float], None] | None:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(fraction: float) -> None:
+        filled = int(40 * fraction)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (40 - filled)}] {fraction:4.0%}")
+        if fraction >= 1:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``cachescale simulate``; return the exit code."""
+    try:
+        request = SimulationRequest.from_cli(
+            scenario=args.scenario,
+            scenario_file=args.scenario_file,
+            autoscaler=args.autoscaler,
+            seed=args.seed,
+            duration_s=args.duration,
+        )
+    except ValueError as error:  # ScenarioError: one line per problem, naming the file
+        print(f"cachescale simulate: {error}", file=sys.stderr)
+        return ExitCode.INVALID
+    if args.out is not None and (problem := output_folder(args.out)) is not None:
+        print(f"cachescale simulate: {problem}", file=sys.stderr)
+        return ExitCode.INVALID
+    for warning in request.warnings:
+        print(f"cachescale simulate: warning: {warning}", file=sys.stderr)
+    outcome = simulate(request, progress=_progress_bar())
+    if args.out is not None:
+        outcome.write_artifacts(Path(args.out))
+    if args.json:
+        sys.stdout.write(outcome.to_json() + "\n")
+    else:
+        sys.stdout.write(outcome.to_text() + "\n")
+    return ExitCode.OK
 
 
 def seed_flag(text: str) -> int:
@@ -175,7 +262,8 @@ class SimulationOutcome:
     sweep: list[tuple[dict[str, object], RunResult]] = field(default_factory=list)
 
     def to_json_object(self) -> dict[str, Any]:
-        """The ``--json`` object (see the issue's schema; sweeps add ``sweep``)."""
+        """The ``--json`` object: ``scenario``, ``seed`` and each run under ``runs`` (as
+        ``sim.present.run_json`` writes it); a sweep adds ``sweep``."""
         out: dict[str, Any] = {
             "scenario": self.scenario.name,
             "seed": self.scenario.seed,

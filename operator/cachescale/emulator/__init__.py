@@ -15,5 +15,6 @@ a client (``cachescale audit run --endpoint``) can watch its own requests hit th
 Modules: ``runtime`` (the simulation behind a lock, pods' endpoints, the real-time loop),
 ``endpoints`` (one HTTP server per pod), ``completions`` (the completions handler),
 ``targets`` (file_sd and scrape config), ``truth`` (the ground-truth ledger), ``files``
-(atomic rewrites), ``command`` (the CLI).
+(atomic rewrites). The subcommand is ``cachescale.commands.emulate``, which
+``python -m cachescale.emulator`` runs alone.
 """

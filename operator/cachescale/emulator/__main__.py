@@ -1,7 +1,8 @@
 """``python -m cachescale.emulator [FLAGS]``: ``cachescale emulate`` without the full CLI.
 
-Tests and scripts start the emulator as a subprocess; this entry point needs nothing but
-the emulator's own command module, and takes the same flags as ``cachescale emulate``.
+Tests and scripts start the emulator as a subprocess; this entry point builds no parser but
+the subcommand's own (``commands/emulate.py``), and takes the same flags as ``cachescale
+emulate``.
 """
 
 from __future__ import annotations

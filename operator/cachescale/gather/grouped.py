@@ -51,23 +51,18 @@ from threading import Lock
 from typing import TypeVar
 
 from cachescale.api.spec import Engine
+from cachescale.gather.detection import Detection, detect_profile, detection_query
 from cachescale.gather.grouping import DEFAULT_MAX_GROUP_SIZE as DEFAULT_MAX_GROUP_SIZE
 from cachescale.gather.grouping import SHARING_LABELS, Group, scope_of
 from cachescale.gather.grouping import PolicyRead as PolicyRead
 from cachescale.gather.grouping import plan as plan
-from cachescale.gather.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
-from cachescale.gather.promql import (
-    SERIES_LABELS,
-    Detection,
-    QueryKey,
-    build_queries,
-    detect_profile,
-    detection_query,
-    label_query,
-)
+from cachescale.gather.prometheus import PrometheusClient
+from cachescale.gather.prometheus_errors import PrometheusError, PrometheusQueryError
+from cachescale.gather.promql import SERIES_LABELS, QueryKey, build_queries, label_query
 from cachescale.gather.reading import read_demand
 from cachescale.gather.selector import ResultSeries, Selector, split_by_selector
-from cachescale.gather.signals import AmbiguousSeriesError, compute_signals
+from cachescale.gather.series_reader import AmbiguousSeriesError
+from cachescale.gather.signals import compute_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 K = TypeVar("K", bound=Hashable)

@@ -1,12 +1,9 @@
 """Prometheus HTTP access for the gather layer: instant queries POSTed as a form.
 
-Why a wrapper: the decision layer must tell "Prometheus is down" from "it answered with
-garbage" from "our query was rejected", and a CLI user must get one clear line, never a
-traceback or a token. So every failure leaves this module as one of five typed errors
-(``PrometheusUnreachable``, ``PrometheusTimeout``, ``PrometheusBadResponse``,
-``PrometheusResponseTooLarge``, ``PrometheusQueryError``), each naming the URL without
-credentials. Transport policy
-lives here too: TLS verified by default (optionally against a CA bundle), a bearer token
+Why a wrapper: every failure leaves this module as one of the typed errors of
+``gather.prometheus_errors``, one line naming the URL without credentials, never a
+traceback, a token or the answer's body. Transport policy lives here: TLS verified by
+default (optionally against a CA bundle), a bearer token
 from the caller, a connect timeout, and bounded retries with exponential backoff on
 connection failures and on 429/5xx answers — never on a read timeout, since repeating a
 query that Prometheus is too slow to answer only adds load.
@@ -20,7 +17,7 @@ server trickles its answer (only a DNS lookup or a TLS handshake in progress can
 and ends by its own timeout). The error (``DeadlineReached``) gives the budget and the time
 actually spent.
 
-LearnedState is bounded too: an answer is streamed, never read whole, and its body may not
+Memory is bounded too: an answer is streamed, never read whole, and its body may not
 exceed ``max_response_bytes``, as received or as decoded (a ``Content-Length`` above it is
 refused before anything is read; gzip is decoded here, so a small compressed answer cannot
 expand past it). Over the cap the read fails (``PrometheusResponseTooLarge``, naming the
@@ -28,11 +25,7 @@ cap and where it is set) and its connection is closed. So whatever server a poli
 one read costs at most the cap in memory and nothing after its deadline
 (``gather/bounded.py``).
 
-What an error says is fixed text, never the answer's body: the URL may be chosen by a
-policy author who cannot reach it, so anything echoed into a status or an Event would be a
-way to read an internal address (``docs/security.md``). An error names the HTTP status
-code, Prometheus' ``errorType`` when it is one of the documented few, and a short fixed
-reason. Redirects are never followed (a 3xx is a bad response): a Prometheus that answers
+Redirects are never followed (a 3xx is a bad response): a Prometheus that answers
 with one is misconfigured, and following it could lead the bearer token or the request to
 another host.
 
@@ -50,16 +43,14 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime
-from http import HTTPStatus
 from types import TracebackType
-from typing import ClassVar, NamedTuple, Self, TypeVar
+from typing import NamedTuple, Self, TypeVar
 
 import requests
 from urllib3.util.retry import Retry
@@ -75,17 +66,19 @@ from cachescale.gather.bounded import (
     read_body,
 )
 from cachescale.gather.deadline import Deadline
+from cachescale.gather.detection import Detection, detect_profile, detection_query
 from cachescale.gather.egress import redact_url as redact_url
-from cachescale.gather.promql import Detection, combine, detect_profile, detection_query
-from cachescale.gather.selector import QUERY_TAG_LABEL, QueryScope, Selector
-from cachescale.snapshot import FetchFailure
-
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-"""Answers worth retrying: overload and gateway errors."""
-PROMETHEUS_ERROR_TYPES = frozenset(
-    {"timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found"}
+from cachescale.gather.prometheus_errors import (
+    DeadlineReached,
+    PrometheusBadResponse,
+    PrometheusError,
+    PrometheusResponseTooLarge,
+    PrometheusUnreachable,
+    short_cause,
+    status_error,
 )
-"""The ``errorType`` values of Prometheus' HTTP API: the only part of an error body shown."""
+from cachescale.gather.promql import combine
+from cachescale.gather.selector import QUERY_TAG_LABEL, QueryScope, Selector
 
 _K = TypeVar("_K", bound=Hashable)
 
@@ -140,87 +133,9 @@ class PrometheusConfig:
     fails (``PrometheusResponseTooLarge``) without reading further."""
 
 
-class PrometheusError(Exception):
-    """Prometheus could not be read; ``failure`` says how, the message says where."""
-
-    failure: ClassVar[FetchFailure]
-    _template: ClassVar[str]
-
-    def __init__(self, url: str, detail: str, *, retryable: bool = False) -> None:
-        self.url = redact_url(url)
-        self.detail = detail
-        self.retryable = retryable
-        """A connection failure or a 429/5xx answer: worth another attempt."""
-        super().__init__(self._template.format(url=self.url, detail=detail))
-
-
-class PrometheusUnreachable(PrometheusError):  # noqa: N818 (names from the issue)
-    """No connection could be made (refused, DNS, TLS, connect timeout)."""
-
-    failure = FetchFailure.UNREACHABLE
-    _template = "Prometheus is unreachable at {url}: {detail}"
-
-
-class PrometheusTimeout(PrometheusError):  # noqa: N818 (names from the issue)
-    """Connected, but no answer in time (or Prometheus' own query timeout fired)."""
-
-    failure = FetchFailure.TIMEOUT
-    _template = "Prometheus at {url} timed out: {detail}"
-
-
-class DeadlineReached(PrometheusTimeout):
-    """The evaluation's deadline ran out with queries unanswered (``Deadline.reached``):
-    nothing of the evaluation is to be trusted as complete, so it fails as a whole."""
-
-
-class PrometheusBadResponse(PrometheusError):  # noqa: N818 (names from the issue)
-    """An answer that is not a Prometheus API result (5xx, auth failure, not JSON...)."""
-
-    failure = FetchFailure.BAD_RESPONSE
-    _template = "Prometheus at {url} sent a bad response: {detail}"
-
-
-class PrometheusResponseTooLarge(PrometheusBadResponse):
-    """An answer over ``max_response_bytes``: not read further, and not retried (it would
-    be as large again)."""
-
-    failure = FetchFailure.TOO_LARGE
-    _template = "Prometheus at {url} sent a response over the size limit: {detail}"
-
-
-class PrometheusQueryError(PrometheusError):
-    """Prometheus rejected or failed to evaluate a query (HTTP 400/422)."""
-
-    failure = FetchFailure.QUERY_ERROR
-    _template = "Prometheus at {url} rejected a query: {detail}"
-
-
 def _duration(seconds: float) -> str:
     """``seconds`` as a Prometheus duration, in whole milliseconds (at least one)."""
     return f"{max(1, int(seconds * 1000))}ms"
-
-
-_ERRNO_RE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
-
-
-def _short_cause(error: BaseException) -> str:
-    """The OS-level reason inside a requests error, without URLs or pool internals."""
-    found = _ERRNO_RE.search(str(error))
-    return found.group(1).strip() if found else type(error).__name__
-
-
-def _api_error(code: int, body: bytes | None) -> str:
-    """``HTTP <code> <standard phrase>``, then Prometheus' ``errorType`` when the body
-    names a documented one: fixed words only, never the body's (or the server's) text."""
-    try:
-        detail = f"HTTP {code} {HTTPStatus(code).phrase}"
-    except ValueError:
-        detail = f"HTTP {code}"
-    try:
-        error_type = json.loads(body or b"")["errorType"]
-    except (ValueError, KeyError, TypeError):
-        return detail
-    return f"{detail} ({error_type})" if error_type in PROMETHEUS_ERROR_TYPES else detail
 
 
 class PrometheusClient:
@@ -264,20 +179,6 @@ class PrometheusClient:
         """The pause before the ``retry``-th retry (1-based)."""
         return 0.0 if retry <= 1 else self._config.backoff_seconds * 2 ** (retry - 1)
 
-    def _status_error(self, code: int, body: bytes | None) -> PrometheusError:
-        """The typed error of a non-200 answer (``retryable`` for 429/5xx: ``query``
-        tries again while the deadline allows); ``body`` is read for its ``errorType``."""
-        detail = _api_error(code, body)
-        if 300 <= code < 400:
-            return PrometheusBadResponse(self._url, f"{detail}: redirects are not followed")
-        if code in (400, 422):
-            return PrometheusQueryError(self._url, detail)
-        if detail.endswith("(timeout)"):  # Prometheus gave up: like a read timeout, final
-            return PrometheusTimeout(self._url, detail)
-        if code in (401, 403):
-            detail += " (check the bearer token)"
-        return PrometheusBadResponse(self._url, detail, retryable=code in RETRY_STATUSES)
-
     def query(self, promql: str, at: datetime) -> list[Series]:
         """Evaluate ``promql`` at ``at``; an instant vector, or a typed ``PrometheusError``
         (``DeadlineReached`` when the deadline runs out first).
@@ -317,14 +218,14 @@ class PrometheusClient:
                 data=form,
                 timeout=(connect, remaining),
                 verify=self._session.verify,  # or requests lets REQUESTS_CA_BUNDLE win
-                allow_redirects=False,  # a 3xx is a bad response (``_status_error``)
+                allow_redirects=False,  # a 3xx is a bad response (``status_error``)
                 stream=True,  # read by ``_body``, within the cap and the deadline
             )
         except requests.exceptions.ReadTimeout as error:
             raise DeadlineReached(self._url, deadline.reached()) from error
         except requests.exceptions.SSLError as error:
             raise PrometheusUnreachable(
-                self._url, f"TLS verification failed ({_short_cause(error)}); pass the CA bundle"
+                self._url, f"TLS verification failed ({short_cause(error)}); pass the CA bundle"
             ) from error
         except requests.exceptions.ConnectTimeout as error:
             if connect < self._config.connect_timeout_seconds:
@@ -335,12 +236,14 @@ class PrometheusClient:
                 retryable=True,
             ) from error
         except requests.exceptions.ConnectionError as error:
-            raise PrometheusUnreachable(self._url, _short_cause(error), retryable=True) from error
+            raise PrometheusUnreachable(self._url, short_cause(error), retryable=True) from error
         except requests.exceptions.RequestException as error:
             raise PrometheusBadResponse(self._url, type(error).__name__) from error
         try:
             if response.status_code != 200:
-                raise self._status_error(response.status_code, self._error_body(response, deadline))
+                raise status_error(
+                    self._url, response.status_code, self._error_body(response, deadline)
+                )
             return self._body(response, deadline)
         finally:
             response.close()  # a connection not read to its end is closed, never pooled

@@ -24,30 +24,33 @@ is asked once per batch, not once per signal, and each series comes back under t
 that produced it. Every value is the one the query alone returns: the tag is the only
 label added, and no operand's series can match another's.
 
-Pure: builds strings and interprets label sets; the HTTP side is ``gather.prometheus``.
+The series names per engine are ``gather.engine_series``'; the query that tells the
+engine generation apart is ``gather.detection``'s.
+
+Pure: builds strings; the HTTP side is ``gather.prometheus``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cachescale.api.engine_metrics import (
-    SGLANG_PREFILL_EFFECTIVE_TOKENS,
-    VLLM_EXTERNAL_PREFIX_CACHE_HITS,
-    VLLM_LEGACY_PREFIX_CACHE_QUERIES,
-    VLLM_PREFIX_CACHE_HITS,
-    VLLM_PREFIX_CACHE_QUERIES,
+from cachescale.gather.engine_series import (
+    CACHE_CONFIG_LABELS,
+    SGLANG,
+    SGLANG_COMPUTED,
+    VLLM,
+    VLLM_CACHE_CONFIG,
+    VLLM_COMPUTED,
+    VLLM_PROMPT_TOKENS,
+    EngineCounter,
 )
-from cachescale.api.spec import Engine
 from cachescale.gather.selector import (
     NAMESPACE_LABEL,
     POD_LABEL,
     QUERY_TAG_LABEL,
     QueryScope,
-    ResultSeries,
-    Selector,
     escape_regex,
 )
 from cachescale.snapshot import MetricsGeneration
@@ -99,74 +102,6 @@ class Query:
     reads: str
 
 
-@dataclass(frozen=True)
-class _Counter:
-    metric: str
-    matchers: str = ""
-
-
-@dataclass(frozen=True)
-class _Family:
-    """An engine's series for each signal."""
-
-    hits_local: _Counter
-    hits_external: _Counter
-    looked_up: _Counter
-    requests: _Counter
-    finished: _Counter
-    """Every finished request, whatever the finish reason (aborts included)."""
-    preemptions: _Counter
-    ttft: str
-    itl: tuple[str, ...]
-    """Histogram names, first present wins (vLLM renamed its ITL histogram)."""
-    kv_usage: str
-    waiting: str
-    running: str
-    prompt_tokens: _Counter
-    generation_tokens: _Counter
-
-
-_VLLM = _Family(
-    hits_local=_Counter(VLLM_PREFIX_CACHE_HITS),
-    hits_external=_Counter(VLLM_EXTERNAL_PREFIX_CACHE_HITS),
-    looked_up=_Counter(VLLM_PREFIX_CACHE_QUERIES),
-    requests=_Counter("vllm:request_success_total", 'finished_reason!~"abort|error"'),
-    finished=_Counter("vllm:request_success_total"),
-    preemptions=_Counter("vllm:num_preemptions_total"),
-    ttft="vllm:time_to_first_token_seconds",
-    itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    kv_usage="vllm:kv_cache_usage_perc",
-    waiting="vllm:num_requests_waiting",
-    running="vllm:num_requests_running",
-    prompt_tokens=_Counter("vllm:prompt_tokens_total"),
-    generation_tokens=_Counter("vllm:generation_tokens_total"),
-)
-_SGLANG_EFFECTIVE = SGLANG_PREFILL_EFFECTIVE_TOKENS
-_SGLANG = _Family(
-    hits_local=_Counter(_SGLANG_EFFECTIVE, 'mode=~"device_hit|host_hit"'),
-    hits_external=_Counter(_SGLANG_EFFECTIVE, 'mode="storage_hit"'),
-    looked_up=_Counter(_SGLANG_EFFECTIVE, 'mode=~"input|device_hit|host_hit|storage_hit"'),
-    requests=_Counter("sglang:num_requests_total"),
-    finished=_Counter("sglang:num_requests_total"),
-    preemptions=_Counter("sglang:num_retracted_requests_total"),
-    ttft="sglang:time_to_first_token_seconds",
-    itl=("sglang:inter_token_latency_seconds",),
-    kv_usage="sglang:token_usage",
-    waiting="sglang:num_queue_reqs",
-    running="sglang:num_running_reqs",
-    prompt_tokens=_Counter("sglang:prompt_tokens_total"),
-    generation_tokens=_Counter("sglang:generation_tokens_total"),
-)
-VLLM_CACHE_CONFIG = "vllm:cache_config_info"
-"""vLLM's info gauge (value 1) with every CacheConfig field as a label; it carries the
-``engine`` label but no ``model_name``, so it is joined to the selected pods."""
-CACHE_CONFIG_LABELS = ("prefix_caching_hash_algo", "enable_prefix_caching", "block_size")
-"""The labels of ``VLLM_CACHE_CONFIG`` the cache isolation check reads."""
-_VLLM_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
-_VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
-_SGLANG_COMPUTED = _Counter(_SGLANG_EFFECTIVE, 'mode="input"')
-
-
 def duration(seconds: float) -> str:
     """Seconds as a PromQL duration (``300s``; ``1500ms`` when not whole seconds)."""
     if float(seconds).is_integer():
@@ -197,7 +132,7 @@ class _Builder:
         matchers = ",".join(part for part in (self._scope.namespaces, extra) if part)
         return f"{metric}{{{matchers}}}" if matchers else metric
 
-    def rate(self, counter: _Counter, *, per_pod: bool = False) -> str:
+    def rate(self, counter: EngineCounter, *, per_pod: bool = False) -> str:
         by = self._by_pod if per_pod else self._by
         selected = self.select(counter.metric, counter.matchers)
         return f"sum by ({by}) (rate({selected}[{self._window}]))"
@@ -219,7 +154,7 @@ class _Builder:
         matchers = ",".join(part for part in (f'__name__=~"{names}"', self._scope.matchers) if part)
         return f"count by ({self._by}) ({{{matchers}}})"
 
-    def arrivals(self, finished: _Counter, in_system: Sequence[str]) -> str:
+    def arrivals(self, finished: EngineCounter, in_system: Sequence[str]) -> str:
         """Requests arriving per second: every finished request plus the growth of the
         requests in the system (``delta`` of each gauge) over the window, never below 0."""
         growth = " + ".join(
@@ -310,7 +245,7 @@ def label_query(
 def _queries(
     profile: MetricsGeneration, b: _Builder, kube_state_metrics: bool, ksm_step_seconds: float
 ) -> dict[QueryKey, Query]:
-    fam = _SGLANG if profile is MetricsGeneration.SGLANG_0_5_20 else _VLLM
+    fam = SGLANG if profile is MetricsGeneration.SGLANG_0_5_20 else VLLM
     queries = {
         QueryKey.HITS_LOCAL: Query(b.rate(fam.hits_local), fam.hits_local.metric),
         QueryKey.HITS_EXTERNAL: Query(b.rate(fam.hits_external), fam.hits_external.metric),
@@ -355,97 +290,17 @@ def _prefill_queries(profile: MetricsGeneration, b: _Builder) -> dict[QueryKey, 
     if profile is MetricsGeneration.VLLM_0_13:
         return {
             QueryKey.PREFILL_COMPUTED: Query(
-                b.rate(_Counter(_VLLM_COMPUTED + "_sum")), _VLLM_COMPUTED + "_sum"
+                b.rate(EngineCounter(VLLM_COMPUTED + "_sum")), VLLM_COMPUTED + "_sum"
             ),
             QueryKey.COMPUTED_COUNT: Query(
-                b.rate(_Counter(_VLLM_COMPUTED + "_count")), _VLLM_COMPUTED + "_count"
+                b.rate(EngineCounter(VLLM_COMPUTED + "_count")), VLLM_COMPUTED + "_count"
             ),
             QueryKey.COMPUTED_BUCKETS: Query(
-                b.buckets((_VLLM_COMPUTED,)), _VLLM_COMPUTED + "_bucket"
+                b.buckets((VLLM_COMPUTED,)), VLLM_COMPUTED + "_bucket"
             ),
         }
     if profile is MetricsGeneration.VLLM_0_9_2:
-        prompt, hits = b.rate(_Counter(_VLLM_PROMPT_TOKENS)), b.rate(_VLLM.hits_local)
-        reads = f"{_VLLM_PROMPT_TOKENS} - {_VLLM.hits_local.metric}"
+        prompt, hits = b.rate(EngineCounter(VLLM_PROMPT_TOKENS)), b.rate(VLLM.hits_local)
+        reads = f"{VLLM_PROMPT_TOKENS} - {VLLM.hits_local.metric}"
         return {QueryKey.PREFILL_COMPUTED: Query(f"{prompt} - {hits}", reads)}
-    return {QueryKey.PREFILL_COMPUTED: Query(b.rate(_SGLANG_COMPUTED), _SGLANG_COMPUTED.metric)}
-
-
-# Series whose presence tells the engine generation apart.
-_VLLM_HISTOGRAM = _VLLM_COMPUTED + "_count"
-_VLLM_COUNTERS = _VLLM.looked_up.metric
-_VLLM_LEGACY = VLLM_LEGACY_PREFIX_CACHE_QUERIES
-_SGLANG_RUNNING = _SGLANG.running
-_MARKERS = {
-    Engine.VLLM: (_VLLM_HISTOGRAM, _VLLM_COUNTERS, _VLLM_LEGACY),
-    Engine.SGLANG: (_SGLANG_EFFECTIVE, _SGLANG_RUNNING),
-}
-
-
-def detection_query(engine: Engine, scope: QueryScope) -> str:
-    """How many series of each generation-marking metric exist, per group."""
-    names = "|".join(escape_regex(name) for name in _MARKERS[engine])
-    matchers = ",".join(part for part in (f'__name__=~"{names}"', scope.matchers) if part)
-    return f"count by (__name__, {', '.join(scope.group_by)}) ({{{matchers}}})"
-
-
-@dataclass(frozen=True)
-class Detection:
-    """The profile chosen from the series that exist, or why none could be."""
-
-    profile: MetricsGeneration | None
-    reason: str = ""
-    """Why no profile (when ``profile`` is None)."""
-    notes: tuple[str, ...] = ()
-
-
-def detect_profile(engine: Engine, selector: Selector, series: Iterable[ResultSeries]) -> Detection:
-    """Interpret ``detection_query``'s results for one selector."""
-    counts: dict[str, float] = {}
-    for s in series:
-        name = s.labels.get("__name__", "")
-        counts[name] = counts.get(name, 0.0) + s.value
-    if engine is Engine.SGLANG:
-        return _detect_sglang(selector, counts)
-    return _detect_vllm(selector, counts)
-
-
-def _detect_vllm(selector: Selector, counts: Mapping[str, float]) -> Detection:
-    histograms, counters = counts.get(_VLLM_HISTOGRAM, 0.0), counts.get(_VLLM_COUNTERS, 0.0)
-    if counters == 0:
-        if counts.get(_VLLM_LEGACY, 0.0) > 0:
-            return Detection(
-                None,
-                f"only {_VLLM_LEGACY} matches {selector}: vLLM older than 0.9.2 is not supported",
-            )
-        return Detection(
-            None,
-            f"no vLLM series match {selector} ({_VLLM_COUNTERS} is absent): check the "
-            "selector, the scrape config and that the engine is up",
-        )
-    if histograms == 0:
-        return Detection(MetricsGeneration.VLLM_0_9_2)
-    if histograms < counters:
-        note = (
-            f"only {histograms:g} of {counters:g} engines export {_VLLM_COMPUTED} (mixed "
-            "vLLM versions, e.g. mid-rollout): using the vLLM 0.9.2-0.12 formulas"
-        )
-        return Detection(MetricsGeneration.VLLM_0_9_2, notes=(note,))
-    return Detection(MetricsGeneration.VLLM_0_13)
-
-
-def _detect_sglang(selector: Selector, counts: Mapping[str, float]) -> Detection:
-    if counts.get(_SGLANG_EFFECTIVE, 0.0) > 0:
-        return Detection(MetricsGeneration.SGLANG_0_5_20)
-    if counts.get(_SGLANG_RUNNING, 0.0) > 0:
-        return Detection(
-            None,
-            f"SGLang older than 0.5.20 at {selector}: {_SGLANG_EFFECTIVE} is absent and a "
-            "windowed hit rate needs it (the sglang:cache_hit_rate gauge covers only the "
-            "last batch); upgrade SGLang",
-        )
-    return Detection(
-        None,
-        f"no SGLang series match {selector} ({_SGLANG_RUNNING} is absent): check the "
-        "selector, the scrape config and that SGLang runs with --enable-metrics",
-    )
+    return {QueryKey.PREFILL_COMPUTED: Query(b.rate(SGLANG_COMPUTED), SGLANG_COMPUTED.metric)}

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cachescale.gather.deadline import Deadline
-from cachescale.gather.promql import Detection, Query, QueryKey, build_queries
+from cachescale.gather.detection import Detection
+from cachescale.gather.promql import Query, QueryKey, build_queries
 from cachescale.gather.selector import QueryScope, ResultSeries
 from cachescale.gather.signals import (
     DEMAND_QUERY_FIELD,
@@ -101,7 +102,7 @@ def read_queries(
 def read_demand(client: PrometheusClient, promql: str, at: datetime) -> Measured:
     """The demand query's answer; a failure of this one query makes only arrivals unknown
     (the deadline running out fails the whole gathering, as it would for any query)."""
-    from cachescale.gather.prometheus import DeadlineReached, PrometheusError  # with the client
+    from cachescale.gather.prometheus_errors import DeadlineReached, PrometheusError
 
     try:
         series = client.query(promql, at)

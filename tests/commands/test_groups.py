@@ -19,7 +19,8 @@ from cachescale.api.spec import Engine
 from cachescale.commands.groups import Policy, policies_in, source_of
 from cachescale.commands.main import main
 from cachescale.exit_codes import ExitCode
-from cachescale.gather.promql import build_queries, detection_query
+from cachescale.gather.detection import detection_query
+from cachescale.gather.promql import build_queries
 from cachescale.gather.selector import QueryScope, Selector
 from cachescale.snapshot import MetricsGeneration
 from tests.import_probe import OPERATOR_EXTRA, heavy_modules_imported
@@ -323,7 +324,7 @@ def test_the_json_is_stable_and_follows_the_files(
 
 def test_one_prometheus_is_what_the_scheduler_batches_together(tmp_path: Path) -> None:
     """The command's Source (with the window) partitions policies as ``gather_group`` does."""
-    handlers = pytest.importorskip("cachescale.controller.runtime.handlers")
+    handlers = pytest.importorskip("cachescale.controller.runtime.members")
     token = {"bearerTokenSecretRef": {"name": "reader", "key": "token"}}
     other = {"bearerTokenSecretRef": {"name": "reader", "key": "other"}}
     documents = [

@@ -4,7 +4,7 @@ the command's answers when the policy cannot give one.
 The status reading is pure (``commands/report_around.py``) and checked on status objects in
 the shape the operator writes (``api/status.py``). The command is run against kmock's
 fake API server over real HTTP, through a kubeconfig, as an on-call engineer would run it;
-the report itself, read from a real Prometheus, is in ``test_gather_report.py``.
+the report itself, read from a real Prometheus, is in ``test_report.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cachescale.commands.report_around import (
     sources,
 )
 from cachescale.exit_codes import ExitCode
+from tests.commands.report_policy import RESOURCE, alert, kubeconfig, stored_policy
 from tests.controller.cluster import FakeCluster, fake_cluster
-from tests.gather.report_policy import RESOURCE, alert, kubeconfig, stored_policy
 
 ONSET = "2026-11-30T14:02:00Z"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,11 +23,12 @@ from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
 from cachescale.gather.report import Row, read_report, verdict, windows
 from cachescale.gather.selector import Selector
 from cachescale.gather.signals import SignalRequest
+from tests.commands import report_dataset as incident
+from tests.commands.report_policy import RESOURCE, alert, kubeconfig, stored_policy
 from tests.controller.cluster import fake_cluster
-from tests.gather import report_dataset as incident
 from tests.gather.gather_dataset import AT
 from tests.gather.gather_tsdb import backfilled_prometheus, prometheus_available
-from tests.gather.report_policy import RESOURCE, alert, kubeconfig, stored_policy
+from tests.tools import require_tool
 
 HOUR = 3600.0
 AROUND = datetime.fromtimestamp(incident.AROUND, UTC)
@@ -36,11 +36,10 @@ AROUND = datetime.fromtimestamp(incident.AROUND, UTC)
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not prometheus_available():
-        reason = "needs the prometheus and promtool binaries (apt-get install -y prometheus)"
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"CI is set and this {reason}")
-        pytest.skip(reason)
+    require_tool(
+        prometheus_available(),
+        "this needs the prometheus and promtool binaries (apt-get install -y prometheus)",
+    )
     with backfilled_prometheus(incident.incident(), tmp_path_factory.mktemp("incident")) as url:
         yield url
 
