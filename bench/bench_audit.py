@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python bench/bench_audit.py
+    .venv/bin/python -m bench.bench_audit
 
 It writes a corpus of 500 requests (a 2,000-token system prompt, then 400 tokens of
 history a turn: prompts of 2.2k to 5.8k tokens, ~4k on average) to a temporary folder,

@@ -24,7 +24,8 @@ run pair with what users felt and paid:
 - from the first change to the end: mean replicas, the peak, GPU-s/1k, and how many of
   the minute windows had a TTFT p95 above the scenario's SLO (with the worst);
 
-and, per row, which of issue 11's acceptance rules cachescale breaks, if any:
+and, per row, which of the acceptance rules (``docs/design/acceptance.md``) cachescale breaks,
+if any:
 
 - ``p95``: its last-third TTFT p95 above the HPA alone's by more than 20% or 0.2 s,
   whichever is larger, unless the policy chose ``onCollapse: CapAtBudget``;
@@ -43,7 +44,8 @@ minutes above the SLO of each, and the range of its worst minute against the HPA
 One seed's last third is where each fleet happened to land after the incident; the count
 over seeds is what a rule change moves.
 
-The output is recorded in ``bench/RESULTS.md`` and ``docs/decisions.md`` (section 7).
+The output is recorded in ``bench/RESULTS.md``; the rules it checks are
+``docs/design/acceptance.md``.
 """
 
 from __future__ import annotations

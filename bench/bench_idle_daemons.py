@@ -2,8 +2,8 @@
 
 Why: the operator keeps one kopf daemon per policy (``controller/runtime/handlers.py``) that only
 registers the policy with the scheduler and waits, so that kopf's peering pause, deletion
-and relabelling still stop it. This measures that choice (docs/decisions.md,
-"Scheduling evaluations"):
+and relabelling still stop it. This measures that choice
+(``docs/design/operator-scale.md``):
 
 1. N ``CacheScalingPolicy`` objects in a real API server (envtest, ``e2e/harness``);
 2. a kopf operator process with the operator's kopf settings, watching them, twice:
@@ -145,7 +145,7 @@ def _constant(value: Hashable) -> Callable[[], Hashable]:
 
 def measure_schedule(count: int) -> dict[str, float]:
     """The scheduler's bookkeeping for ``count`` policies in 20 groups."""
-    from cachescale.controller.reconcile.scheduler import Schedule
+    from cachescale.controller.reconcile.schedule import Schedule
 
     tracemalloc.start()
     schedule: Schedule[str] = Schedule()

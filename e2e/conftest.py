@@ -3,8 +3,9 @@
 The cluster is the one KUBECONFIG points at (kind, a real cluster) or, without it, a
 control plane started for the session from the envtest binaries in KUBEBUILDER_ASSETS
 (e2e/harness/), with a node stand-in that runs the pods. Neither: every test skips with
-the reason. `make test` runs them with everything else (all on one pytest-xdist worker,
-so one control plane serves them: e2e/scheduling.py); `make e2e` runs only them.
+the reason. `make e2e` runs them as a pytest session of their own (all on one pytest-xdist
+worker, so one control plane serves them: e2e/scheduling.py); `make test` runs that session
+beside the unit tests' one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from e2e.harness.cluster import Cluster, session_cluster, tool, why_no_cluster
 from e2e.harness.release import Release, install_cycle, uninstall
+from tests.tools import require_tool
 
 E2E = Path(__file__).resolve().parent
 
@@ -34,7 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called under `pytest -n`
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadfile`` (`make unit`), keep the e2e suite on one worker, so the
+    """Under ``--dist loadfile`` (`make e2e`), keep the e2e suite on one worker, so the
     session starts one cluster (e2e/scheduling.py)."""
     if config.getoption("dist") != "loadfile":
         return None
@@ -76,8 +78,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 def release(cluster: Cluster) -> Iterator[Release]:
     """The chart installed with its default values after a full install → upgrade →
     uninstall → install cycle (each step recorded); uninstalled when the session ends."""
-    if tool("helm") is None:
-        pytest.skip("helm is not in .tools/bin (make tools) nor on PATH")
+    require_tool(tool("helm") is not None, "helm is not in .tools/bin (make tools) nor on PATH")
     installed = install_cycle(cluster)
     yield installed
     uninstall(cluster, installed)

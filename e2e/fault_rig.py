@@ -9,7 +9,7 @@ what is new, :meth:`Faults.writes_between` for a stretch of time) and a watch th
 every version of the HPA the server publishes (:class:`HpaWatch`). :class:`Faults` is the
 stack and :meth:`Faults.check_unharmed` the common check: the HPA neither scaled down nor
 patched again, no alert but the outage's own, the baseline kept; each case records a
-:class:`Row` of docs/reliability.md's table.
+:class:`Row`, what docs/reliability.md's table states.
 
 It is a module of its own so that e2e/test_faults.py holds only its fixture and the cases:
 what is broken, and what must hold.
@@ -41,6 +41,7 @@ from e2e.serving import APP
 from tests.controller.engine_fake import EngineFake
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess, run_operator
 from tests.gather.gather_fakes import answer_combined, form_of
+from tests.polling import wait_for
 from tests.prometheus_fixture import free_port_block
 
 T = TypeVar("T")
@@ -248,7 +249,7 @@ class HpaWatch:
 
 @dataclass
 class Row:
-    """One line of docs/reliability.md's table."""
+    """One fault's outcome, as docs/reliability.md's table states it."""
 
     fault: str
     observed: str
@@ -450,14 +451,13 @@ def _evaluations(status: dict[str, Any]) -> int:
 
 
 def wait(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``check`` every 0.25 s until it returns something other than None."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Poll ``check`` every 0.25 s until it returns something other than None; an
+    API server that is down or restarting (``ApiError``, ``OSError``) is asked again."""
+
+    def asked() -> T | None:
         try:
-            result = check()
+            return check()
         except (ApiError, OSError):
-            result = None  # the API server is down or restarting: keep asking
-        if result is not None:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g}s waiting for {what}"
-        time.sleep(0.25)
+            return None
+
+    return wait_for(asked, timeout_s, what, every_s=0.25)

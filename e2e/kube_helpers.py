@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from e2e.harness.cluster import Cluster
+from tests.polling import wait_for
 
 T = TypeVar("T")
 PAUSE = "registry.k8s.io/pause:3.10"
 
 
 def until(check: Callable[[], T | None], what: str, timeout_s: float = 120.0) -> T:
-    """Poll ``check`` every 0.5 s until it returns something other than None."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g}s waiting for {what}"
-        time.sleep(0.5)
+    """Poll ``check`` every 0.5 s until it returns something other than None (a test
+    failure after ``timeout_s``)."""
+    return wait_for(check, timeout_s, what, every_s=0.5)
 
 
 def apply(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> None:

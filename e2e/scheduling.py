@@ -1,12 +1,12 @@
-"""How `make unit` shares the pytest suite between pytest-xdist workers.
+"""How the e2e suite stays on one pytest-xdist worker.
 
-`make unit` runs ``pytest -n 2 --dist loadfile``: every test module is one unit of work, so
-its module-scoped fixtures are built once, on one worker (the simulator's long closed-loop
-runs, which several modules read, start at collection and are made once for both workers:
-``tests/sim/conftest.py``). The e2e suite is the exception to "one module, one unit": all
-of it shares the session's cluster (``e2e/conftest.py``), and one envtest control plane per
-worker would cost both cores, so the whole of ``e2e/`` is a single unit: one worker runs it
-while the other takes ``tests/``.
+`make e2e` (and so `make test`) runs ``pytest -n 2 --dist loadfile e2e``. Under
+``--dist loadfile`` every test module is one unit of work, so its module-scoped fixtures
+are built once; the e2e suite is the exception to "one module, one unit": all of it shares
+the session's cluster (``e2e/conftest.py``), and one envtest control plane per worker
+would cost both cores, so the whole of ``e2e/`` is a single unit, run by one worker. The
+same holds for a plain ``pytest -n 2 --dist loadfile`` over ``tests/`` and ``e2e/``
+together: one worker runs ``e2e/`` while the other takes ``tests/``.
 
 The grouping is by node id here rather than by xdist's ``xdist_group`` mark, because
 ``--dist loadgroup`` carries the mark to the scheduler by rewriting node ids, which

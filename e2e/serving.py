@@ -12,7 +12,6 @@ the emulated pods are named after the real ones.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from e2e.harness.cluster import Cluster
 from e2e.kube_helpers import PAUSE, apply, ready_pods, until
 from tests.controller.cluster import deployment as deployment_body
 from tests.controller.cluster import hpa as hpa_body
+from tests.polling import wait_for
 from tests.prometheus_fixture import (
     EmulatorProcess,
     PrometheusServer,
@@ -141,7 +141,9 @@ def wait_for_rates(metrics: Metrics, model: str, count: int, timeout_s: float = 
     """Until every pod's counters have two samples, so the first evaluation reads rates."""
     selector = f'{{namespace="{metrics.namespace}",model_name="{model}"}}'
     query = f"rate(vllm:prefix_cache_queries_total{selector}[1m])"
-    deadline = time.monotonic() + timeout_s
-    while len(metrics.prometheus.query(query)) < count:
-        assert time.monotonic() < deadline, "Prometheus holds no rates for the emulated pods"
-        time.sleep(0.2)
+    wait_for(
+        lambda: True if len(metrics.prometheus.query(query)) >= count else None,
+        timeout_s,
+        "Prometheus to hold rates for every emulated pod",
+        every_s=0.2,
+    )

@@ -1,6 +1,6 @@
 """Change correlation's reads on a real API server (``controller/target/changes.py``).
 
-The kmock tests (tests/controller/test_controller_changes.py) drive a whole collapse; what
+The kmock tests (tests/controller/target/test_changes.py) drive a whole collapse; what
 they cannot show is how a real API server answers: ReplicaSets numbered by the real
 Deployment controller, ``managedFields`` kept by the server with the manager's name, label
 selectors applied by the server, and a ``PartialObjectMetadataList`` that leaves a
@@ -20,7 +20,8 @@ from typing import Any
 
 from cachescale.api.spec import PromptSourceKind
 from cachescale.controller.kube.client import METADATA_ONLY, KubeApi, load_config
-from cachescale.controller.target.changes import Place, describe, scan
+from cachescale.controller.target.change_scan import Place, scan
+from cachescale.controller.target.changes import describe
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, until

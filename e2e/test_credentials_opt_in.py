@@ -9,7 +9,6 @@ records every request and its headers: what reaches it is what the operator sent
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from cachescale.api.policy import PROMETHEUS_CREDENTIALS
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import CHART, Release
 from e2e.kube_helpers import apply, events_for, get, until
+from e2e.operators import evaluated_again
 from e2e.serving import APP, create_stack
 from tests.controller.cluster import policy as policy_body
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
@@ -65,7 +65,7 @@ def test_an_unlabelled_secret_is_not_sent_until_it_is_labelled(
     apply(cluster, namespace, secret)
     with (
         fake_prometheus() as prometheus,
-        run_operator(tmp_path, kubeconfig, namespace, LOOPBACK_PROMETHEUS),
+        run_operator(tmp_path, kubeconfig, namespace, LOOPBACK_PROMETHEUS) as operator,
     ):
         body = policy_body(
             APP,
@@ -91,7 +91,7 @@ def test_an_unlabelled_secret_is_not_sent_until_it_is_labelled(
         assert [e["reason"] for e in warnings if e["type"] == "Warning"] == [
             "CredentialsNotAllowed"
         ]
-        time.sleep(12)  # at least one more evaluation (interval 10 s): still nothing sent
+        evaluated_again(operator, namespace, APP)  # refused again: still nothing sent
         assert prometheus.queries == []
 
         labelled = cluster.kubectl(

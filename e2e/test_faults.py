@@ -53,6 +53,7 @@ from e2e.tenancy import grant_enforce
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
+from tests.polling import wait_for
 
 MODEL = "faults-model"
 PODS = 2
@@ -256,13 +257,10 @@ def test_operator_killed_with_sigkill_during_a_patch_sequence(faults: Faults) ->
                 return event
         return None
 
-    deadline = time.monotonic() + 3 * INTERVAL_S
-    found = None
-    while found is None:
-        assert time.monotonic() < deadline, f"no HPA patch after the raise\n{faults.story()}"
-        found = patched()
-        if found is None:
-            time.sleep(0.01)
+    try:
+        found = wait_for(patched, 3 * INTERVAL_S, "an HPA patch after the raise", every_s=0.01)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{faults.story()}") from None
     faults.operator.process.kill()
     faults.operator.process.wait()
     killed_at = time.time()

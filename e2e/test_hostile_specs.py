@@ -645,6 +645,6 @@ def test_when_the_holder_is_deleted_the_next_policy_takes_over(hostile: Hostile)
 
         until(renamed, f"{name} naming the new holder", INTERVAL_S * 3)
     # Until the takeover nothing wrote to the HPA; from there "late" enforces (its first
-    # patch comes after a full window of its own: tests/controller/test_controller_claims.py).
+    # patch comes after a full window of its own: tests/controller/target/test_claims.py).
     assert at_takeover == hostile.before, "no write before the takeover"
     hostile.alive()

@@ -13,7 +13,7 @@ periodic refresh (whose first slot after a write falls anywhere in its period, s
 is in the status within one interval, still without a read (that status write is
 counted: the counter is live). In Enforce mode too an evaluation that changes nothing
 reads nothing; one that patches reads the HPA whole first
-(tests/controller/test_controller_indexes.py).
+(tests/controller/kube/test_indexes.py).
 
 Then the reads themselves, without the operator: ``read_target`` through indexes built
 from the API server's own lists equals ``read_target`` sent to it, and the pod selectors
@@ -39,8 +39,8 @@ from e2e.operators import operator_process
 from e2e.serving import APP, create_stack
 from tests.controller.cluster import Clock
 from tests.controller.cluster import policy as policy_body
+from tests.controller.kube.test_indexes import LABELS, SELECTORS, comparable
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
-from tests.controller.test_controller_indexes import LABELS, SELECTORS, comparable
 from tests.prometheus_fixture import free_port
 
 INTERVAL_S = 10.0

@@ -23,7 +23,8 @@ import pytest
 
 from cachescale.api.spec import PromptSourceKind
 from cachescale.controller.kube.client import KubeApi, load_config
-from cachescale.controller.target.changes import Change, Place, describe, scan
+from cachescale.controller.target.change_scan import Change, Place, scan
+from cachescale.controller.target.changes import describe
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, until

@@ -44,6 +44,7 @@ import promql_parser as pp
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import get, until
+from e2e.operators import evaluated_again
 from e2e.tenancy import Tenancy, tenancy, tenant_operator  # noqa: F401 (a fixture)
 from tests.controller.cluster import deployment as deployment_body
 from tests.controller.cluster import hpa as hpa_body
@@ -334,8 +335,8 @@ def refused(cluster: Cluster, namespace: str, name: str, reason: str) -> dict[st
         return until(said, f"{name}: Ready=False {reason}", 60)
     except AssertionError as error:
         status = (get(cluster, "csp", name, "-n", namespace) or {}).get("status", {})
-        said = json.dumps(status.get("conditions"))
-        raise AssertionError(f"{error}; its conditions: {said}") from None
+        conditions = json.dumps(status.get("conditions"))
+        raise AssertionError(f"{error}; its conditions: {conditions}") from None
 
 
 SECRET_METRIC = "SECRETMETRIC"
@@ -348,7 +349,7 @@ def test_no_query_to_the_operators_prometheus_selects_another_namespace(
     tmp_path: Path,
 ) -> None:
     a, b = tenancy.a, tenancy.b
-    hostile = {
+    hostile: dict[str, dict[str, Any]] = {
         "cross": {"selector": {"namespace": b, "model_name": "m"}},
         "demand": {"demandQuery": f'sum({SECRET_METRIC}{{namespace="{b}"}})'},
     }
@@ -358,7 +359,7 @@ def test_no_query_to_the_operators_prometheus_selects_another_namespace(
         recording_prometheus() as prometheus,
         tenant_operator(
             cluster, release, tmp_path, tenancy, flags=("--default-prometheus-url", prometheus.url)
-        ),
+        ) as operator,
     ):
         policies = [tenant_policy("plain", a, None, {"selector": {"model_name": "m"}})]
         policies += [tenant_policy(n, a, None, metrics) for n, metrics in hostile.items()]
@@ -366,7 +367,7 @@ def test_no_query_to_the_operators_prometheus_selects_another_namespace(
         cross = refused(cluster, a, "cross", "SelectorOutsideNamespace")
         demand = refused(cluster, a, "demand", "DemandQueryNotAllowed")
         until(lambda: prometheus.queries() or None, "the plain policy's queries", 60)
-        time.sleep(INTERVAL_S + 1)  # one more evaluation of each
+        evaluated_again(operator, a, *names)  # one more evaluation of each
         queries = prometheus.queries()
         for name, reason in (("cross", cross["reason"]), ("demand", demand["reason"])):
             still = ready_condition(cluster, a, name)

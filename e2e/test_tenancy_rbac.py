@@ -11,13 +11,13 @@ and HPA and listing every ConfigMap, kube-system's included.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, events_for, get, until
+from e2e.operators import evaluated_again
 from e2e.tenancy import (
     Tenancy,
     account_can_i,
@@ -176,7 +176,7 @@ def test_a_policy_naming_another_tenants_target_gets_nothing_from_it(
             return found if any(c.get("reason") == "TargetNotFound" for c in conditions) else None
 
         policy = until(reported, "her policy's status: TargetNotFound in her namespace", 60)
-        time.sleep(11)  # one more evaluation (interval 10 s): still nothing from tenant-b
+        evaluated_again(operator, a, "reach")  # still nothing from tenant-b
         policy = get(cluster, "csp", "reach", "-n", a)
         seen_by_her = json.dumps(
             [policy["status"], events_for(cluster, a, "CacheScalingPolicy", "reach")]

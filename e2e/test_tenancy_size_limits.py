@@ -39,8 +39,9 @@ from e2e.tenancy import Tenancy, tenancy, tenant_operator  # noqa: F401 (a fixtu
 from tests.api.test_size_limits import go_json_bytes, maximal_spec
 from tests.controller.cluster import policy as policy_body
 
-GONE_WITHIN_S = 10.0
-"""From ``kubectl delete`` to the policy being gone (the restore has nothing to do)."""
+GONE_WITHIN_S = 30.0
+"""From ``kubectl delete`` to the policy being gone (the restore has nothing to do): a
+policy kopf cannot patch keeps its finalizer for minutes, a healthy one goes in seconds."""
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 DIFF_BASE = f"{ANNOTATION_PREFIX}/last-handled-configuration"
 
@@ -125,12 +126,11 @@ def deleted_within(cluster: Cluster, namespace: str, name: str) -> float:
     deleted = cluster.kubectl("delete", "csp", name, "-n", namespace, "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
     start = time.monotonic()
-    gone = until(
+    until(
         lambda: True if get(cluster, "csp", name, "-n", namespace) is None else None,
         f"{name} gone after its deletion",
         GONE_WITHIN_S,
     )
-    assert gone
     took = time.monotonic() - start
     print(f"  {name}: gone {took:.1f}s after the delete")
     return took

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from cachescale.api.policy import PROMETHEUS_CREDENTIALS
 from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, get, until
+from e2e.operators import evaluated_again
 from e2e.serving import APP, create_stack
 from e2e.tenancy import Tenancy, tenancy, tenant_operator  # noqa: F401 (a fixture)
 from e2e.test_credentials_opt_in import grant_secret
@@ -112,8 +112,7 @@ def test_a_backslash_url_naming_the_allowed_host_reaches_nothing(
         created = tenancy.apply_as_tenant(a, hostile_policy("bypass", hostile, a, auth))
         if created.returncode != 0:  # the CRD's pattern refused it at admission
             assert "prometheusUrl" in created.stderr, created.stderr
-            assert get(cluster, "csp", "bypass", "-n", a) is None
-            time.sleep(11)  # as long as an evaluation would have taken
+            assert get(cluster, "csp", "bypass", "-n", a) is None  # nothing to evaluate
         else:  # the operator refuses it: its own spec pattern, or the egress check
             ready = refused_by_operator(
                 cluster, a, "bypass", ("MetricsURLNotAllowed", "InvalidSpec")
@@ -121,7 +120,7 @@ def test_a_backslash_url_naming_the_allowed_host_reaches_nothing(
             if ready["reason"] == "MetricsURLNotAllowed":
                 assert "backslash" in ready["message"], ready
                 assert "prom.monitoring" not in ready["message"]
-            time.sleep(11)  # at least one more evaluation (interval 10 s)
+            evaluated_again(operator, a, "bypass")
         log = operator.output()
     assert sink.queries == [], "the operator connected to the sink"
     assert sink.headers == [], "the operator sent the sink a request"
@@ -139,13 +138,16 @@ def test_without_an_allowed_url_the_status_tells_no_open_port_from_a_closed_one(
     auth = labelled_token(cluster, release, a)
     closed = closed_port_url()
     said = {}
-    with fake_prometheus() as sink, tenant_operator(cluster, release, tmp_path, tenancy):
+    with (
+        fake_prometheus() as sink,
+        tenant_operator(cluster, release, tmp_path, tenancy) as operator,
+    ):
         # One after the other: two policies on one HPA would be TargetClaimed, not probed.
         for name, url in (("open", sink.url), ("closed", closed)):
             created = tenancy.apply_as_tenant(a, hostile_policy(name, url, a, auth))
             assert created.returncode == 0, created.stderr
             said[name] = refused_by_operator(cluster, a, name)["message"]
-            time.sleep(11)  # at least one more evaluation (interval 10 s)
+            evaluated_again(operator, a, name)
             deleted = tenancy.as_tenant("delete", "csp", name, "-n", a, "--timeout=60s")
             assert deleted.returncode == 0, deleted.stderr
     assert said["open"].replace(sink.url, "URL") == said["closed"].replace(closed, "URL"), said

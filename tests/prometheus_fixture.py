@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 import yaml
 from prometheus_client import disable_created_metrics
 
@@ -38,6 +37,7 @@ from cachescale.emulator.runtime import Emulator, EmulatorSettings, EngineKind
 from cachescale.sim.run import Simulation
 from cachescale.sim.scenario import Scenario
 from tests.polling import wait_for
+from tests.tools import require_tool
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent / "operator"
@@ -265,12 +265,11 @@ def run_emulator(
 
 def prometheus_binary() -> Path:
     """The Prometheus binary, or a skip (locally) / failure (under CI) saying why not."""
-    if PROMETHEUS.exists():
-        return PROMETHEUS
-    reason = f"{PROMETHEUS} not found: install the Debian package (apt-get install -y prometheus)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-        pytest.fail(f"CI is set and {reason}")
-    pytest.skip(reason)
+    require_tool(
+        PROMETHEUS.exists(),
+        f"{PROMETHEUS} not found: install the Debian package (apt-get install -y prometheus)",
+    )
+    return PROMETHEUS
 
 
 class PrometheusServer:

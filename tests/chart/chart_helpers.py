@@ -36,6 +36,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.tools import require_tool
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "cachescale"
 CRD_SOURCE = REPO / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
@@ -52,26 +54,16 @@ STACK = REPO / "examples" / "stack"
 Manifest = dict[str, Any]
 
 
-def in_ci() -> bool:
-    """Whether the CI environment variable is set (then missing tools fail, not skip)."""
-    return os.environ.get("CI", "").lower() not in ("", "0", "false")
-
-
-def _missing(tool: str, how: str) -> None:
-    reason = f"{tool} not found; {how}"
-    if in_ci():
-        pytest.fail(f"CI is set and {reason}")
-    pytest.skip(reason)
-
-
 def helm_binary() -> str:
     """``.tools/bin/helm``, else ``helm`` on PATH; skip (locally) or fail (CI) without."""
     local = REPO / ".tools" / "bin" / "helm"
     if local.is_file() and os.access(local, os.X_OK):
         return str(local)
     found = shutil.which("helm")
-    if found is None:
-        _missing("helm", "run scripts/install-helm.sh (installs it into .tools/bin)")
+    require_tool(
+        found is not None,
+        "helm not found; run scripts/install-helm.sh (installs it into .tools/bin)",
+    )
     assert found is not None
     return found
 
@@ -79,8 +71,10 @@ def helm_binary() -> str:
 def promtool_binary() -> str:
     """``promtool`` on PATH; skip (locally) or fail (CI) without."""
     found = shutil.which("promtool")
-    if found is None:
-        _missing("promtool", "install Debian's prometheus package (make system-deps)")
+    require_tool(
+        found is not None,
+        "promtool not found; install Debian's prometheus package (make system-deps)",
+    )
     assert found is not None
     return found
 

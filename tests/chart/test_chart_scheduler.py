@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachescale.commands.main import build_parser
-from cachescale.controller.reconcile.scheduler import DEFAULT_PER_NAMESPACE
+from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
 from tests.chart.chart_helpers import one, render, render_error
 
 
