@@ -16,7 +16,7 @@ APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/cach
 IMAGE ?= ghcr.io/cachescale/cachescale:$(APP_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps tools lint types imports unit test e2e envtest generate demo image clean
+.PHONY: help setup system-deps tools lint types imports unit test e2e referee envtest generate demo image clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -30,8 +30,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install cachescale with its dev tools
 
 lint: setup ## ruff lint and format check
-	$(BIN)/ruff check operator tests e2e scripts
-	$(BIN)/ruff format --check operator tests e2e scripts
+	$(BIN)/ruff check operator tests e2e referee scripts
+	$(BIN)/ruff format --check operator tests e2e referee scripts
 
 types: setup ## mypy --strict on the package
 	$(BIN)/mypy
@@ -68,6 +68,9 @@ WORKERS ?= 2
 # install the chart (e2e/conftest.py).
 UNIT_TIMEOUT ?= 1200
 E2E_TIMEOUT ?= 600
+# A referee test's setup starts real vLLM (up to 7 min on 2 busy cores) and drives a minute
+# of load before its first check.
+REFEREE_TIMEOUT ?= 900
 # Prefix for the unit session's pytest: `make test` lowers its CPU priority (see there).
 UNIT_NICE ?=
 
@@ -77,10 +80,18 @@ unit: setup system-deps tools ## tests/ on WORKERS=2 pytest-xdist workers, UNIT_
 e2e: setup tools ## e2e/ on KUBECONFIG's cluster, else envtest (KUBEBUILDER_ASSETS); E2E_TIMEOUT=600 s a test
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(E2E_TIMEOUT) e2e
 
+# The referee suite (referee/README.md): cachescale against real vLLM on the CPU, from the
+# venv scripts/vllm-venv.sh installs (without it the suite skips, under CI=true it fails).
+# One process: each test module runs one vLLM server, which takes both cores.
+referee: setup system-deps ## referee/: cachescale checked against real vLLM (scripts/vllm-venv.sh); REFEREE_TIMEOUT=900 s a test
+	$(BIN)/pytest --timeout $(REFEREE_TIMEOUT) referee
+
 # The two sessions run side by side (one after the other they would take the sum of both),
 # each one's output printed whole when it ends, and either failing fails `make test`. The
 # e2e suite mostly waits on its control plane and operators, which answer to real
 # deadlines, so the unit session runs at a lower CPU priority and takes the cores meanwhile.
+# The referee session is not part of it yet: its vLLM server fills both cores, so it
+# would run after them, and the two already take about 25 of CI's 30 minutes on 2 cores.
 test: lint types imports ## everything CI runs: lint, types, imports, then unit and e2e side by side
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e UNIT_NICE="nice -n 5"
 
