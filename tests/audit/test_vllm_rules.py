@@ -5,6 +5,9 @@ Block size 16 throughout. Conversation "w" is the warm-up pass, "a" the audit pa
 
 from __future__ import annotations
 
+import pytest
+
+from cachescale.audit.corpus import CorpusError
 from cachescale.audit.replay import replay
 from cachescale.sim.hashing import hash_blocks
 from tests.audit.helpers import corpus, two_conversations
@@ -61,10 +64,40 @@ def test_a_bounded_pool_evicts_least_recently_used_and_says_so() -> None:
         {"conversation_id": "b", "turn": 0, "prompt_token_ids": [*b, 1]},
         {"conversation_id": "a", "turn": 0, "prompt_token_ids": [*a, 1]},
     ]
-    result = replay(corpus(*records), kv_blocks=6, warmup_conversations=1)
+    result = replay(corpus(*records), kv_blocks=7, warmup_conversations=1)
     audited = [o for o in result.outcomes if o.pass_name == "audit"]
-    # Six blocks hold three of the 2-block prompts: D evicted A, the least recently used.
+    # Six usable blocks hold three of the 2-block prompts: D evicted A, the least recently
+    # used.
     assert [o.cached_tokens for o in audited] == [32, 0]
     assert audited[1].cause == "evicted"
     unbounded = replay(corpus(*records), warmup_conversations=1)
     assert [o.cached_tokens for o in unbounded.outcomes[4:]] == [32, 32]
+
+
+@pytest.mark.parametrize(
+    ("kv_blocks", "want"),
+    [
+        # 6 usable: A, B and C (2 blocks each) fill the pool; A is still whole.
+        (7, 32),
+        # 5 usable: C takes the free block and evicts A's block 1 (freed tail first).
+        (6, 16),
+        # 4 usable: A and B fill the pool; C evicts both of A's blocks.
+        (5, 0),
+    ],
+)
+def test_kv_blocks_is_num_gpu_blocks_and_one_is_the_null_block(kv_blocks: int, want: int) -> None:
+    a, b, c = (list(range(start, start + 32)) for start in (1, 40, 80))
+    records = [
+        {"conversation_id": "w", "turn": t, "prompt_token_ids": p} for t, p in enumerate([a, b, c])
+    ]
+    records.append({"conversation_id": "a", "turn": 0, "prompt_token_ids": [*a, 1]})
+    result = replay(corpus(*records), kv_blocks=kv_blocks, warmup_conversations=1)
+    assert [o.cached_tokens for o in result.outcomes] == [0, 0, 0, want]
+    assert result.kv_blocks == kv_blocks  # the result says the engine's figure
+
+
+def test_a_prompt_must_fit_in_the_blocks_besides_the_null_block() -> None:
+    tokens = two_conversations([list(range(1, 34))], [list(range(1, 34))])  # 3 blocks each
+    assert [o.cached_tokens for o in replay(tokens, kv_blocks=4).outcomes] == [0, 32]
+    with pytest.raises(CorpusError, match=r"--kv-blocks 3 holds 2 \(vLLM keeps one as its null"):
+        replay(tokens, kv_blocks=3)

@@ -229,6 +229,7 @@ class Engine:
     profile: Profile
     block_size: int | None
     num_blocks: int | None
+    """``num_gpu_blocks``: vLLM's pool, its null block included."""
     hash_algo: str | None
 
     @property
@@ -237,12 +238,15 @@ class Engine:
         return "sglang" if self.profile.name == "sglang" else "vllm"
 
 
-def _engine(client: _Client, samples: list[tuple[str, dict[str, str], float]]) -> Engine:
+def read_engine(metrics_url: str, samples: list[tuple[str, dict[str, str], float]]) -> Engine:
+    """The engine an exposition (read from ``metrics_url``) describes: its counters, and
+    from ``vllm:cache_config_info`` its block size, ``num_gpu_blocks`` (the pool as vLLM
+    states it, its null block included: what offline ``--kv-blocks`` takes) and hash."""
     profile = choose_profile(samples)
     if profile is None:
         names = ", ".join(p.queries[0][0] for p in PROFILES)
         raise LiveError(
-            f"{client.metrics_url}: no prefix-cache counters ({names}): is it the engine's "
+            f"{metrics_url}: no prefix-cache counters ({names}): is it the engine's "
             "/metrics (give --metrics-url), with prefix caching on?"
         )
     info = next((labels for name, labels, _ in samples if name == "vllm:cache_config_info"), {})
@@ -297,7 +301,7 @@ def live_result(
     warm_ids = set(corpus.conversations[:warm_count])
     client = _Client(live.endpoint, live.metrics_url, live.timeout_s)
     first = client.samples()
-    engine = _engine(client, first)
+    engine = read_engine(client.metrics_url, first)
     if engine.block_size is not None and engine.block_size != live.block_size:
         raise LiveError(
             f"the engine's block size is {engine.block_size} (vllm:cache_config_info): "

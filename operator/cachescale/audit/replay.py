@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachescale.audit.corpus import Corpus, CorpusError, Record
-from cachescale.audit.engines import Lookup, SglangCache, VllmCache
+from cachescale.audit.engines import Lookup, SglangCache, VllmCache, usable_blocks
 from cachescale.audit.explain import Outcome, explain
 from cachescale.audit.hashing import chain_hasher
 
@@ -57,6 +57,7 @@ class Replay:
     outcomes: list[Outcome]
     block_size: int
     kv_blocks: int | None
+    """The engine's ``num_gpu_blocks`` (vLLM's null block included), None when unbounded."""
     warmup_conversations: int
     hash_algo: str = "sha256"
     engine: str = "vllm"
@@ -97,18 +98,16 @@ def _server(engine: str, order: list[Record], block_size: int, kv_blocks: int | 
 
         return serve_sglang
     if kv_blocks is not None:
+        pool = usable_blocks(kv_blocks)
         for record in order:
             need = -(-len(record.tokens) // block_size)
-            if need > kv_blocks:
+            if need > pool:
                 raise CorpusError(
                     f"line {record.line}: the prompt needs {need} KV blocks; "
-                    f"--kv-blocks {kv_blocks} cannot hold it"
+                    f"--kv-blocks {kv_blocks} holds {pool} (vLLM keeps one as its null block)"
                 )
-    pool = (
-        kv_blocks
-        if kv_blocks is not None
-        else sum(-(-len(r.tokens) // block_size) for r in order) + 1
-    )
+    else:
+        pool = sum(-(-len(r.tokens) // block_size) for r in order) + 1
     vllm = VllmCache(block_size, pool, max(len(r.tokens) for r in order))
 
     def serve_vllm(index: int, record: Record, hashes: list[bytes]) -> Lookup:

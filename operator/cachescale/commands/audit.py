@@ -295,7 +295,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--kv-blocks",
         type=_positive_int,
         metavar="N",
-        help="bound the pool to N blocks with vLLM's LRU eviction (default: unbounded)",
+        help="bound the pool as vLLM's --num-gpu-blocks-override N does: N blocks, one of "
+        "them vLLM's null block, with vLLM's LRU eviction (default: unbounded)",
     )
     run.add_argument(
         "--warmup-conversations",
