@@ -52,7 +52,9 @@ def engine_queries(engine: str, truth: dict[str, Any]) -> dict[str, dict[str, fl
         return {
             "vllm:prefix_cache_hits_total": per_pod("prefix_cache_hits_tokens"),
             "vllm:prefix_cache_queries_total": per_pod("prefix_cache_queries_tokens"),
-            "vllm:request_success_total": per_pod("finished_requests"),
+            'sum by (pod) (vllm:request_success_total{finished_reason!="abort"})': per_pod(
+                "finished_requests"
+            ),
         }
     effective = "sglang:prefill_effective_tokens_total"
     return {

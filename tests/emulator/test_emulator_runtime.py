@@ -117,20 +117,23 @@ def test_values_move_with_simulated_time_and_match_the_truth(emulator: Emulator)
     early = scrape(target)
     emulator.advance_to(12.0)
     late = scrape(target)
-    for name in (
-        "vllm:prefix_cache_queries_total",
-        "vllm:prompt_tokens_total",
-        "vllm:request_success_total",
-        "vllm:time_to_first_token_seconds_count",
+    for name, labels in (
+        ("vllm:prefix_cache_queries_total", {}),
+        ("vllm:prompt_tokens_total", {}),
+        ("vllm:request_success_total", {"finished_reason": "stop"}),
+        ("vllm:time_to_first_token_seconds_count", {}),
     ):
-        assert value(late, name) > value(early, name), name
+        assert value(late, name, **labels) > value(early, name, **labels), name
     truth = emulator.truth_snapshot()
     pod = truth["pods"][target.pod]
     assert truth["sim_time_s"] == 12.0
     assert pod["served"] is True
     assert value(late, "vllm:prefix_cache_queries_total") == pod["prefix_cache_queries_tokens"]
     assert value(late, "vllm:prefix_cache_hits_total") == pod["prefix_cache_hits_tokens"]
-    assert value(late, "vllm:request_success_total") == pod["finished_requests"]
+    assert (
+        value(late, "vllm:request_success_total", finished_reason="stop")
+        == pod["finished_requests"]
+    )
     assert value(late, "vllm:time_to_first_token_seconds_sum") == pytest.approx(
         pod["ttft_s"]["sum"]
     )

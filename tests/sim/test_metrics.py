@@ -6,7 +6,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachescale.sim.fleet import Fleet, RouterKind
-from cachescale.sim.metrics import TTFT_BUCKETS_S, BucketCounts, VllmReplicaCollector, token_buckets
+from cachescale.sim.metrics import (
+    FINISHED_REASONS,
+    TTFT_BUCKETS_S,
+    BucketCounts,
+    VllmReplicaCollector,
+    token_buckets,
+)
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
@@ -53,13 +59,17 @@ def test_series_names_match_vllm() -> None:
         assert name in samples, name
     labels = dict(next(iter(samples["vllm:prefix_cache_hits_total"])))
     assert labels == {"model_name": "llama-3-8b", "engine": "0"}
-    reasons = {dict(k)["finished_reason"] for k in samples["vllm:request_success_total"]}
-    assert reasons == {"stop"}
+    reasons = {
+        dict(k)["finished_reason"]: v for k, v in samples["vllm:request_success_total"].items()
+    }
+    assert list(reasons) == list(FINISHED_REASONS)  # all registered, as vLLM does at start
+    assert reasons["stop"] > 0
+    assert reasons["length"] == reasons["abort"] == reasons["error"] == reasons["repetition"] == 0
 
 
 def test_values_are_consistent() -> None:
     samples = scrape()
-    finished = value(samples, "vllm:request_success_total")
+    finished = sum(samples["vllm:request_success_total"].values())
     assert finished > 100
     assert value(samples, "vllm:time_to_first_token_seconds_count") == finished
     assert value(samples, "vllm:request_prefill_kv_computed_tokens_count") == finished

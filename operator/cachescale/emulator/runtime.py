@@ -177,6 +177,7 @@ class Emulator:
                 prompt_tokens=len(tokens) // 4,
                 output_tokens=1,
                 block_hashes=hash_blocks(tokens, block_size, salt.encode()),
+                max_tokens=1,  # it stops by length, as its reply says
             )
             try:
                 engine.submit(request, simulation.now_s)

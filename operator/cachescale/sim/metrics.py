@@ -1,22 +1,29 @@
 """vLLM V1's Prometheus series for one simulated replica, through prometheus_client.
 
-Each simulated pod keeps the series a real vLLM ≥ 0.13 server exports, with their real
-names, types, label names and bucket bounds (the names gather reads are in
-:mod:`cachescale.api.engine_metrics`), so a real Prometheus scraping the emulator sees what
-it would see in production and the gather layer's PromQL is exercised for real.
+Each simulated pod keeps the series a real vLLM server exports (the families of vLLM 0.32,
+``tests/emulator/fixtures``), with their real names, types, label names and bucket bounds
+(the names gather reads are in :mod:`cachescale.api.engine_metrics`), so a real Prometheus
+scraping the emulator sees what it would see in production and the gather layer's PromQL
+is exercised for real. Every value comes from the simulated engine or its finished
+requests; what the simulator has no counterpart for (a KV connector, multi-modal inputs,
+sleep mode, admission limits, MFU estimates) holds the value vLLM exports without that
+feature. The families left out, and why, are ``NOT_EXPOSED`` (listed in docs/emulator.md).
 
 Why a custom collector instead of ``Histogram.observe``: a default simulation finishes
 ~230,000 requests, and per-observation locking in prometheus_client's metric objects would
 cost seconds. Here each finished request updates plain bucket counts (a bisect and two
-adds), and the families are built only when something scrapes. Exposition still goes
-through prometheus_client (``generate_latest``), so the text format is the library's.
+adds) for the histograms the simulator itself reads, and is only appended to a list for
+the others (:class:`RequestPhases`), which are folded in when something scrapes; the
+families are built on scrape. Exposition still goes through prometheus_client
+(``generate_latest``), so the text format is the library's.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -29,6 +36,7 @@ from prometheus_client.registry import Collector
 from cachescale.api.engine_metrics import VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
+from cachescale.sim.vllm_cache_config import cache_config_labels
 
 MAX_MODEL_LEN_TOKENS = 8192
 """Llama 3's context length: caps the token histograms' buckets, as vLLM does."""
@@ -46,6 +54,25 @@ REQUEST_LATENCY_BUCKETS_S = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+REQUEST_NUM_PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+REQUEST_PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+
+# Label values vLLM registers at start, in its order (vllm/v1/metrics/loggers.py).
+FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
+WAITING_REASONS: Final = ("capacity", "deferred")
+SLEEP_STATES: Final = ("awake", "weights_offloaded", "discard_all")
+PROMPT_TOKEN_SOURCES: Final = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHE_HIT_SOURCES: Final = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
+
+NOT_EXPOSED: Final = {
+    "vllm:iteration_tokens_total": (
+        "tokens per engine step: the simulated engine runs a decode-only stretch as one "
+        "event and keeps no per-step record"
+    ),
+}
+"""vLLM 0.32 families the emulator does not serve, with why (docs/emulator.md, "Parity
+with real vLLM", lists the same)."""
 
 
 def token_buckets(max_model_len: int) -> tuple[float, ...]:
@@ -87,11 +114,52 @@ class BucketCounts:
         return out
 
 
+class RequestPhases:
+    """vLLM's per-request histograms that only an exposition reads: the request's phases
+    (from its first admission, ``scheduled_s``), its mean time per output token, its
+    preemptions and its ``max_tokens``; and the requests that finished by ``length``."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+        self.queue = BucketCounts(REQUEST_LATENCY_BUCKETS_S)
+        self.prefill = BucketCounts(REQUEST_LATENCY_BUCKETS_S)
+        self.decode = BucketCounts(REQUEST_LATENCY_BUCKETS_S)
+        self.inference = BucketCounts(REQUEST_LATENCY_BUCKETS_S)
+        self.time_per_output_token = BucketCounts(ITL_BUCKETS_S)
+        self.preemptions = BucketCounts(REQUEST_NUM_PREEMPTIONS_BUCKETS)
+        self.max_tokens = BucketCounts(token_buckets(max_model_len))
+        self.length_total = 0
+
+    def observe(self, request: SimRequest) -> None:
+        """Account one finished request as vLLM's ``update_from_finished_request`` does."""
+        scheduled, first, finished = request.scheduled_s, request.first_token_s, request.finished_s
+        assert scheduled is not None
+        assert first is not None
+        assert finished is not None
+        self.queue.observe(scheduled - request.arrival_s)
+        self.prefill.observe(first - scheduled)
+        self.decode.observe(finished - first)
+        self.inference.observe(finished - scheduled)
+        steps = request.output_tokens - 1
+        self.time_per_output_token.observe((finished - first) / steps if steps > 0 else 0.0)
+        self.preemptions.observe(request.num_preemptions)
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            # The client set none: vLLM's OpenAI server fills in what the context leaves.
+            max_tokens = self.max_model_len - request.prompt_tokens
+        elif request.output_tokens >= max_tokens:
+            self.length_total += 1
+        if max_tokens > 0:
+            self.max_tokens.observe(max_tokens)
+
+
 class ReplicaSeries:
     """Per-replica histogram and counter state that the engine does not keep itself."""
 
     def __init__(self, max_model_len: int = MAX_MODEL_LEN_TOKENS) -> None:
         tokens = token_buckets(max_model_len)
+        self.max_model_len = max_model_len
+        """The context length the token buckets stop at (and ``cache_config_info`` uses)."""
         self.ttft = BucketCounts(TTFT_BUCKETS_S)
         self.e2e_latency = BucketCounts(REQUEST_LATENCY_BUCKETS_S)
         self.inter_token_latency = BucketCounts(ITL_BUCKETS_S)
@@ -99,7 +167,10 @@ class ReplicaSeries:
         self.prompt_tokens = BucketCounts(tokens)
         self.generation_tokens = BucketCounts(tokens)
         self.success_total = 0
+        """Finished requests, by ``stop`` or ``length`` (aborts are ``aborted_total``)."""
         self.aborted_total = 0
+        self._phases = RequestPhases(max_model_len)
+        self._unfolded: list[SimRequest] = []
 
     def record_finished(self, request: SimRequest) -> None:
         """Account one finished request as vLLM's output processor would."""
@@ -118,10 +189,19 @@ class ReplicaSeries:
             mean_itl = (request.finished_s - request.first_token_s) / (request.output_tokens - 1)
             self.inter_token_latency.observe(mean_itl, request.output_tokens - 1)
         self.success_total += 1
+        self._unfolded.append(request)
 
     def record_aborted(self) -> None:
         """Account one request its client gave up on (``finished_reason="abort"``)."""
         self.aborted_total += 1
+
+    def phases(self) -> RequestPhases:
+        """The exposition-only histograms, with every request finished so far folded in
+        (a simulation nobody scrapes pays one append per request for them)."""
+        for request in self._unfolded:
+            self._phases.observe(request)
+        self._unfolded.clear()
+        return self._phases
 
 
 class VllmReplicaCollector(Collector):
@@ -136,6 +216,7 @@ class VllmReplicaCollector(Collector):
     ) -> None:
         self._engine = engine
         self._series = series
+        self._model_name = model_name
         self._labels = {"model_name": model_name, "engine": "0"}
         self._hash_algo = hash_algo
         """``--prefix-caching-hash-algo`` as ``vllm:cache_config_info`` reports it (only
@@ -151,55 +232,208 @@ class VllmReplicaCollector(Collector):
         family.add_metric(list(self._labels.values()), value)
         return family
 
+    def _by_label(
+        self,
+        family: CounterMetricFamily | GaugeMetricFamily,
+        label_values: Sequence[str],
+        values: Mapping[str, float],
+    ) -> Metric:
+        """``family`` (labelled with the engine's labels and one more): a sample for each of
+        vLLM's ``label_values``, in its order, from ``values`` (0 where it has none)."""
+        for label in label_values:
+            family.add_metric([*self._labels.values(), label], values.get(label, 0))
+        return family
+
     def _histogram(self, name: str, doc: str, counts: BucketCounts) -> HistogramMetricFamily:
         family = HistogramMetricFamily(name, doc, labels=list(self._labels))
         family.add_metric(list(self._labels.values()), counts.cumulative(), counts.total)
         return family
 
     def collect(self) -> Iterator[Metric]:
-        """Every series, with vLLM's names (the ``_total`` suffix added by the library)."""
+        """Every family, in vLLM's order, with vLLM's names (``_total`` added by the
+        library to counters)."""
+        yield from self._mfu_families()
+        yield from self._scheduler_families()
+        yield from self._counter_families()
+        yield from self._histogram_families()
+        info = cache_config_labels(self._engine, self._series.max_model_len, self._hash_algo)
+        family = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(info)
+        )
+        family.add_metric(list(info.values()), 1.0)
+        yield family
+
+    def _scheduler_families(self) -> Iterator[Metric]:
+        engine = self._engine
+        labels = [*self._labels]
+        yield self._gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            engine.num_running,
+        )
+        yield self._gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            engine.num_waiting,
+        )
+        # Nothing defers a simulated request (no LoRA budget, no KV transfer).
+        yield self._by_label(
+            GaugeMetricFamily(
+                "vllm:num_requests_waiting_by_reason",
+                (
+                    "Number of waiting requests by reason. Reason labels: 'capacity' = waiting "
+                    "for scheduling capacity; 'deferred' = deferred by transient constraints "
+                    "(LoRA budget, KV transfer, blocked status). Sum of all reasons equals "
+                    "vllm:num_requests_waiting."
+                ),
+                labels=[*labels, "reason"],
+            ),
+            WAITING_REASONS,
+            {"capacity": engine.num_waiting},
+        )
+        yield self._by_label(
+            GaugeMetricFamily(
+                "vllm:engine_sleep_state",
+                (
+                    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means "
+                    "engine is awake; weights_offloaded = 1 means sleep level 1; "
+                    "discard_all = 1 means sleep level 2."
+                ),
+                labels=[*labels, "sleep_state"],
+            ),
+            SLEEP_STATES,
+            {"awake": 1},
+        )
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            engine.kv_usage,
+        )
+
+    def _counter_families(self) -> Iterator[Metric]:
         engine, series = self._engine, self._series
-        yield self._gauge("vllm:num_requests_running", "Requests in the batch.", engine.num_running)
-        yield self._gauge(
-            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", engine.num_waiting
-        )
-        yield self._gauge(
-            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent.", engine.kv_usage
-        )
+        labels = [*self._labels]
+        hits = engine.prefix_cache_hits_tokens
         yield self._counter(
             VLLM_PREFIX_CACHE_QUERIES.removesuffix("_total"),
-            "Prefix cache queries, in tokens.",
+            "Prefix cache queries, in terms of number of queried tokens.",
             engine.prefix_cache_queries_tokens,
         )
         yield self._counter(
             VLLM_PREFIX_CACHE_HITS.removesuffix("_total"),
-            "Prefix cache hits, in tokens.",
-            engine.prefix_cache_hits_tokens,
+            "Prefix cache hits, in terms of number of cached tokens.",
+            hits,
         )
+        # No KV connector and a text-only model: vLLM exports these at 0 too.
+        for name, doc in (
+            (
+                "vllm:external_prefix_cache_queries",
+                "External prefix cache queries from KV connector cross-instance cache "
+                "sharing, in terms of number of queried tokens.",
+            ),
+            (
+                "vllm:external_prefix_cache_hits",
+                "External prefix cache hits from KV connector cross-instance cache sharing, "
+                "in terms of number of cached tokens.",
+            ),
+            (
+                "vllm:mm_cache_queries",
+                "Multi-modal cache queries, in terms of number of queried items.",
+            ),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        ):
+            yield self._counter(name, doc, 0)
         yield self._counter(
             "vllm:num_preemptions",
-            "Cumulative number of preemptions.",
+            "Cumulative number of preemption from the engine.",
             engine.num_preemptions_total,
         )
+        prompt, cached = engine.prompt_tokens_total, engine.prompt_cached_tokens_total
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", prompt)
+        yield self._by_label(
+            CounterMetricFamily(
+                "vllm:prompt_tokens_by_source",
+                "Number of prompt tokens by source.",
+                labels=[*labels, "source"],
+            ),
+            PROMPT_TOKEN_SOURCES,
+            {"local_compute": prompt - cached, "local_cache_hit": cached},
+        )
         yield self._counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens_total
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            cached,
+        )
+        yield self._by_label(
+            CounterMetricFamily(
+                "vllm:prompt_tokens_cached_by_source",
+                (
+                    "Prefix-cache hit tokens by the cache tier that supplied them: device "
+                    "(local HBM), host (offloaded to DRAM), disk, p2p (transferred from "
+                    "another vLLM instance) or external_unspecified. Counted at admission; "
+                    "sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."
+                ),
+                labels=[*labels, "source"],
+            ),
+            CACHE_HIT_SOURCES,
+            {"device": hits},
         )
         yield self._counter(
             "vllm:generation_tokens",
             "Number of generation tokens processed.",
             engine.generation_tokens_total,
         )
-        success = CounterMetricFamily(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            labels=[*self._labels, "finished_reason"],
+        length = series.phases().length_total
+        finished = {
+            "stop": series.success_total - length,
+            "length": length,
+            "abort": series.aborted_total,
+        }
+        yield self._by_label(
+            CounterMetricFamily(
+                "vllm:request_success",
+                "Count of successfully processed requests.",
+                labels=[*labels, "finished_reason"],
+            ),
+            FINISHED_REASONS,
+            finished,
         )
-        success.add_metric([*self._labels.values(), "stop"], series.success_total)
-        if series.aborted_total:
-            # vLLM registers every finish reason at start; here the abort series appears
-            # with the first client timeout, so runs without timeouts export what they did.
-            success.add_metric([*self._labels.values(), "abort"], series.aborted_total)
-        yield success
+        rejections = CounterMetricFamily(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            labels=["model_name", "reason"],
+        )
+        for reason in ADMISSION_REASONS:  # the simulated engine has no queue limit
+            rejections.add_metric([self._model_name, reason], 0)
+        yield rejections
+
+    def _histogram_families(self) -> Iterator[Metric]:
+        series = self._series
+        phases = series.phases()
+        yield self._histogram(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            series.prompt_tokens,
+        )
+        yield self._histogram(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            series.generation_tokens,
+        )
+        # One sequence per request (n = 1): its longest sequence is its only one.
+        yield self._histogram(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            series.generation_tokens,
+        )
+        n = BucketCounts(REQUEST_PARAMS_N_BUCKETS)
+        n.observe(1, series.success_total)
+        yield self._histogram("vllm:request_params_n", "Histogram of the n request parameter.", n)
+        yield self._histogram(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            phases.max_tokens,
+        )
         yield self._histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
@@ -211,37 +445,47 @@ class VllmReplicaCollector(Collector):
             series.inter_token_latency,
         )
         yield self._histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            phases.time_per_output_token,
+        )
+        yield self._histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             series.e2e_latency,
+        )
+        for phase, state, counts in (
+            ("queue", "WAITING", phases.queue),
+            ("inference", "RUNNING", phases.inference),
+            ("prefill", "PREFILL", phases.prefill),
+            ("decode", "DECODE", phases.decode),
+        ):
+            yield self._histogram(
+                f"vllm:request_{phase}_time_seconds",
+                f"Histogram of time spent in {state} phase for request.",
+                counts,
+            )
+        yield self._histogram(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            phases.preemptions,
         )
         yield self._histogram(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             series.prefill_kv_computed,
         )
-        yield self._histogram(
-            "vllm:request_prompt_tokens",
-            "Number of prefill tokens processed.",
-            series.prompt_tokens,
-        )
-        yield self._histogram(
-            "vllm:request_generation_tokens",
-            "Number of generation tokens processed.",
-            series.generation_tokens,
-        )
-        info = GaugeMetricFamily(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            labels=[
-                "engine",
-                "block_size",
-                "enable_prefix_caching",
-                "num_gpu_blocks",
-                "prefix_caching_hash_algo",
-            ],
-        )
-        info.add_metric(
-            ["0", str(engine.block_size), "True", str(engine.num_blocks), self._hash_algo], 1.0
-        )
-        yield info
+
+    def _mfu_families(self) -> Iterator[Metric]:
+        """vLLM's FLOPs and bytes estimates: 0 unless it runs with ``--enable-mfu-metrics``
+        (off by default), so 0 here."""
+        for name, what in (
+            ("vllm:estimated_flops_per_gpu", "floating point operations"),
+            ("vllm:estimated_read_bytes_per_gpu", "bytes read from memory"),
+            ("vllm:estimated_write_bytes_per_gpu", "bytes written to memory"),
+        ):
+            yield self._counter(
+                name,
+                f"Estimated number of {what} per GPU (for Model Flops Utilization calculations).",
+                0,
+            )

@@ -26,9 +26,9 @@ scheduler and the clock that drive them:
   not supply, so preemptions land on the right step; the cached blocks that growth
   evicts are evicted at the stretch's end, i.e. slightly late.
 
-Ground truth goes back into ``SimRequest`` (``cached_tokens`` once, at first admission;
-``first_token_s``; ``finished_s``; ``num_preemptions``); cumulative counters mirror the
-vLLM series the exporter publishes. No prometheus_client here.
+Ground truth goes back into ``SimRequest`` (``cached_tokens`` and ``scheduled_s`` once, at
+first admission; ``first_token_s``; ``finished_s``; ``num_preemptions``); cumulative
+counters mirror the vLLM series the exporter publishes. No prometheus_client here.
 """
 
 from __future__ import annotations
@@ -227,6 +227,8 @@ class EngineReplica(Sequences):
                     break
                 running[new.uid] = new
                 waiting.popleft()
+                if req.scheduled_s is None:
+                    req.scheduled_s = self._now
                 take = new.remaining if new.remaining < budget else budget
                 new.remaining -= take
                 budget -= take

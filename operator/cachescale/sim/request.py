@@ -33,6 +33,12 @@ class SimRequest:
     replica: int | None = None
     aborted_s: float | None = None
     """When the client gave up waiting (``workload.client_timeout_s``); it never finishes."""
+    scheduled_s: float | None = None
+    """When the engine first admitted it (vLLM's first ``SCHEDULED`` event, which ends its
+    queue time); a preempted request keeps its first."""
+    max_tokens: int | None = None
+    """The client's ``max_tokens``, or None when it set none (the workload's requests end by
+    themselves); a request whose output reaches it finishes by ``length``."""
 
     @property
     def ttft_s(self) -> float | None:

@@ -50,6 +50,7 @@ class Sequences(BlockPool):
         "_now",
         "_preemptions",
         "_prefill",
+        "_prompt_cached",
         "_prompt_tokens",
         "_running",
         "_steps",
@@ -80,6 +81,7 @@ class Sequences(BlockPool):
         # Cumulative counters (the block pool keeps the prefix cache's).
         self._preemptions = 0
         self._prompt_tokens = 0
+        self._prompt_cached = 0
         self._gen_tokens = 0
 
     # --- clients that give up -----------------------------------------------------
@@ -129,6 +131,11 @@ class Sequences(BlockPool):
         return self._prompt_tokens
 
     @property
+    def prompt_cached_tokens_total(self) -> int:
+        """Cached prompt tokens, counted with ``prompt_tokens_total`` (at the first token)."""
+        return self._prompt_cached
+
+    @property
     def generation_tokens_total(self) -> int:
         """Output tokens produced (updated at each internal event)."""
         return self._gen_tokens
@@ -167,6 +174,7 @@ class Sequences(BlockPool):
         if req.first_token_s is None:
             req.first_token_s = self._now
             self._prompt_tokens += req.prompt_tokens
+            self._prompt_cached += req.cached_tokens or 0
         seq.finish = k + req.output_tokens - (seq.generated + 1)
         seq.state = DECODE
         heappush(self._decode_heap, (seq.finish, seq.uid, seq))
