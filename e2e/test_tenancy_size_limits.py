@@ -42,6 +42,9 @@ from tests.controller.cluster import policy as policy_body
 GONE_WITHIN_S = 30.0
 """From ``kubectl delete`` to the policy being gone (the restore has nothing to do): a
 policy kopf cannot patch keeps its finalizer for minutes, a healthy one goes in seconds."""
+HELD_WITHIN_S = 300.0
+"""From creation to the finalizer and a status: the largest spec's interval (4m, the status
+comes with the first evaluation at its group's slot) and a minute to write it."""
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 DIFF_BASE = f"{ANNOTATION_PREFIX}/last-handled-configuration"
 
@@ -120,7 +123,9 @@ def deleted_within(cluster: Cluster, namespace: str, name: str) -> float:
         finalizers = (found or {}).get("metadata", {}).get("finalizers", [])
         return found if FINALIZER in finalizers and found.get("status") else None
 
-    found = until(held, f"{name}: the operator's finalizer and a status", 60)
+    # The status comes with the first evaluation, which may wait for its group's slot: up to
+    # the policy's interval (the largest spec has the longest one the CRD admits).
+    found = until(held, f"{name}: the operator's finalizer and a status", HELD_WITHIN_S)
     print(f"\n  {name}: {len(json.dumps(found)):,} bytes stored, annotations:", end=" ")
     print(sorted(found["metadata"].get("annotations", {})))
     deleted = cluster.kubectl("delete", "csp", name, "-n", namespace, "--wait=false")
