@@ -107,6 +107,8 @@ def test_steady_pod_reads_its_rates_ratios_and_quantiles() -> None:
     assert s.profile is MetricsGeneration.VLLM_0_13
     assert s.requests_per_second.value == pytest.approx(2.0)
     assert s.token_hit_rate_local.value == pytest.approx(0.6)
+    # No KV connector: the external hits are exported at 0, so local + external is local.
+    assert s.token_hit_rate_with_external.value == s.token_hit_rate_local.value
     assert s.request_full_hit_share.value == pytest.approx(1.0)  # 100 tokens computed each
     assert s.full_hit_max_computed_tokens == 200.0
     assert s.prefill_tokens_per_request.value == pytest.approx(100.0)
@@ -251,7 +253,7 @@ def test_no_traffic_is_a_measured_zero_rate_and_unknown_ratios() -> None:
     assert reasons["request_full_hit_share"] == "no requests finished in the window"
     assert reasons["prefill_tokens_per_request"] == "no requests finished in the window"
     assert reasons["gpu_seconds_per_1k_requests"].startswith("no requests finished")
-    assert "no KV connector" in reasons["token_hit_rate_with_external"]
+    assert reasons["token_hit_rate_with_external"] == reasons["token_hit_rate_local"]
     (listed,) = s.pods
     assert listed.token_hit_rate.reason is not None
 

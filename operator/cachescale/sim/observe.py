@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from cachescale.api.engine_metrics import VLLM_EXTERNAL_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES
+from cachescale.api.engine_metrics import VLLM_PREFIX_CACHE_QUERIES
 from cachescale.histogram import histogram_quantile
 from cachescale.sim.fleet import Pod
 from cachescale.sim.scrape import (
@@ -60,7 +60,6 @@ from cachescale.snapshot import (
 
 # Series named in "unknown" reasons, as vLLM exports them.
 _QUERIES = VLLM_PREFIX_CACHE_QUERIES
-_EXTERNAL_HITS = VLLM_EXTERNAL_PREFIX_CACHE_HITS
 _RUNNING = "vllm:num_requests_running"
 _COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 _TTFT = "vllm:time_to_first_token_seconds_bucket"
@@ -267,11 +266,10 @@ class _Evaluation:
         return _ratio(self._rates[HITS_AT], self._rates[QUERIES_AT], Unit.RATIO, no_lookups)
 
     def _hit_rate_with_external(self) -> Measured:
-        return Measured.unknown(
-            f"{_EXTERNAL_HITS} has no data over the {_duration(self._window_s)} window (no KV "
-            "connector or storage tier configured? the simulated pods have none)",
-            Unit.RATIO,
-        )
+        """The local hit rate: the simulated pods have no KV connector, so they export
+        ``vllm:external_prefix_cache_hits`` at 0, as vLLM does without one (the emulator
+        serves it so), and local plus external hits are the local hits."""
+        return self._hit_rate()
 
     def _full_hit_bound(self) -> float | None:
         """The highest bucket bound of the computed-tokens histogram not above the
