@@ -13,6 +13,12 @@ their output.
 client sends its next turn when the last answer arrives, and stops at the deadline.
 Sessions are drawn in a seeded order, so a run's prompts depend only on the seed and how
 many requests the engine completed before the deadline.
+
+Setting ``stamp`` switches the template mid-run, the classic prefix collapse: from then
+on every prompt is sent as ``timestamp_at_top`` renders it, the request's time (to the
+millisecond) above the system prompt, so no request shares even its first block with
+another and every turn re-sends its history behind a new prefix. Setting ``stop`` ends
+the run early.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ FIRST_TOKEN_ID = 3
 """Below it: the tiny model's special tokens (``<unk>``, ``<s>``, ``</s>``)."""
 LAST_TOKEN_ID = 499
 """Within the tiny model's vocabulary of 512."""
+TIME_HEADER = (FIRST_TOKEN_ID + 10, FIRST_TOKEN_ID + 11, FIRST_TOKEN_ID + 12)
+"""The template's "Current time:" before the digits of the time."""
 
 Span = tuple[int, int]
 """An inclusive range to draw a length from."""
@@ -78,6 +86,13 @@ def sessions(load: ChatLoad) -> Iterator[list[Turn]]:
         yield turns
 
 
+def timestamp_at_top(prompt: list[int], at: float) -> list[int]:
+    """``prompt`` as a template that writes the time ``at`` above the system prompt renders
+    it: ``TIME_HEADER``, then the Unix time to the millisecond, a token a digit."""
+    digits = f"{at:.3f}".replace(".", "")
+    return [*TIME_HEADER, *(FIRST_TOKEN_ID + int(digit) for digit in digits), *prompt]
+
+
 @dataclass
 class LoadRun:
     """What a run sent: when it started and ended, the requests answered, the failures."""
@@ -91,9 +106,18 @@ class LoadRun:
 class _Clients:
     """The clients' shared state: the session source and the run's record."""
 
-    def __init__(self, server: VllmServer, load: ChatLoad, until: float) -> None:
+    def __init__(
+        self,
+        server: VllmServer,
+        load: ChatLoad,
+        until: float,
+        stamp: threading.Event,
+        stop: threading.Event,
+    ) -> None:
         self._server = server
         self._until = until
+        self._stamp = stamp
+        self._stop = stop
         self._sessions = sessions(load)
         self._lock = threading.Lock()
         self.run = LoadRun(started=time.time())
@@ -102,14 +126,21 @@ class _Clients:
         with self._lock:
             return next(self._sessions)
 
+    def _running(self) -> bool:
+        return time.time() < self._until and not self._stop.is_set()
+
+    def _rendered(self, prompt: list[int]) -> list[int]:
+        return timestamp_at_top(prompt, time.time()) if self._stamp.is_set() else prompt
+
     def client(self) -> None:
-        """Send sessions turn by turn until the deadline; stop at the first failure."""
-        while time.time() < self._until:
+        """Send sessions turn by turn until the deadline or ``stop``; stop at the first
+        failure."""
+        while self._running():
             for prompt, max_tokens in self._next_session():
-                if time.time() >= self._until:
+                if not self._running():
                     return
                 try:
-                    self._server.complete(prompt, max_tokens)
+                    self._server.complete(self._rendered(prompt), max_tokens)
                 except OSError as error:  # URLError, HTTPError, timeouts, a reset
                     with self._lock:
                         self.run.failures.append(f"{type(error).__name__}: {error}")
@@ -118,10 +149,17 @@ class _Clients:
                     self.run.requests += 1
 
 
-def drive(server: VllmServer, load: ChatLoad, until: float) -> LoadRun:
-    """Run ``load`` against ``server`` until Unix time ``until``; return the record once
-    every client has had its last answer."""
-    clients = _Clients(server, load, until)
+def drive(
+    server: VllmServer,
+    load: ChatLoad,
+    until: float,
+    stamp: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> LoadRun:
+    """Run ``load`` against ``server`` until Unix time ``until`` or ``stop``, its prompts
+    stamped (``timestamp_at_top``) once ``stamp`` is set; return the record once every
+    client has had its last answer."""
+    clients = _Clients(server, load, until, stamp or threading.Event(), stop or threading.Event())
     with ThreadPoolExecutor(load.clients, thread_name_prefix="chat-client") as pool:
         for future in [pool.submit(clients.client) for _ in range(load.clients)]:
             future.result()

@@ -75,6 +75,9 @@ class EngineSettings:
     """``--num-gpu-blocks-override``: the KV pool, the null block included."""
     max_num_seqs: int = 8
     max_model_len: int = 1024
+    threads: int | None = None
+    """The server's OpenMP threads (``OMP_NUM_THREADS``); None: vLLM's own choice, which
+    takes every core. A fleet sharing the cores gives each server fewer."""
 
     def flags(self) -> list[str]:
         """The server's command-line flags for these settings."""
@@ -166,7 +169,12 @@ def run_vllm(workdir: Path, settings: EngineSettings | None = None) -> Iterator[
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        # The engine core in the API server's process: one Python process fewer to
+        # import vLLM and torch at every start (the model runs in its worker either way).
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     }
+    if settings.threads is not None:
+        env["OMP_NUM_THREADS"] = str(settings.threads)
     with log.open("wb") as stream:
         process = subprocess.Popen(
             command, stdout=stream, stderr=subprocess.STDOUT, env=env, start_new_session=True
