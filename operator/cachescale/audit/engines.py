@@ -7,8 +7,9 @@ freeing, so the audit and the simulator can never disagree about a hit. A bound 
 as vLLM states it, ``num_gpu_blocks`` (``--kv-blocks``, ``vllm:cache_config_info``): vLLM's
 block pool takes one of those blocks for its null block (the placeholder of skipped
 attention blocks), which never holds KV, so the pool here holds
-:func:`usable_blocks` of them. Unbounded (the default) means a pool as large as every block
-of the corpus: nothing is evicted and only the prompts' structure decides what hits.
+:func:`~cachescale.sim.profiles.usable_blocks` of them. Unbounded (the default) means a
+pool as large as every block of the corpus: nothing is evicted and only the prompts'
+structure decides what hits.
 
 ``SglangCache`` is SGLang's radix cache at page size 1 (``audit/radix.py``): a request
 reuses the longest common token prefix it shares with any earlier prompt of the same salt,
@@ -42,15 +43,6 @@ class Lookup:
     """Leading tokens the cache is known to hold (the explanation starts there)."""
     candidates: list[int]
     """Indices of earlier requests that share those tokens and go on past them."""
-
-
-NULL_BLOCKS = 1
-"""Blocks of vLLM's ``num_gpu_blocks`` its ``BlockPool`` reserves at start: the null block."""
-
-
-def usable_blocks(num_gpu_blocks: int) -> int:
-    """The blocks that can hold KV in a vLLM engine of ``num_gpu_blocks`` blocks."""
-    return num_gpu_blocks - NULL_BLOCKS
 
 
 def _audit_profile(block_size: int, num_blocks: int, budget: int) -> ReplicaProfile:

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachescale.audit.corpus import Corpus, CorpusError, Record
-from cachescale.audit.engines import Lookup, SglangCache, VllmCache, usable_blocks
+from cachescale.audit.engines import Lookup, SglangCache, VllmCache
 from cachescale.audit.explain import Outcome, explain
 from cachescale.audit.hashing import chain_hasher
+from cachescale.sim.profiles import usable_blocks
 
 #: Cause ids, in the order reports list them, with their one-line meaning.
 CAUSES: dict[str, str] = {

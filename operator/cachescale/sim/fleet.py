@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
 
-from cachescale.sim.metrics import ReplicaSeries
+from cachescale.sim.metrics import MAX_MODEL_LEN_TOKENS, ReplicaSeries
 from cachescale.sim.profiles import ReplicaProfile
 from cachescale.sim.replica import EngineReplica
 from cachescale.sim.request import SimRequest
@@ -92,7 +92,10 @@ class Fleet:
         initial_replicas: int,
         start_warm: bool = True,
         client_timeout_s: float | None = None,
+        max_model_len: int | None = None,
     ) -> None:
+        """``max_model_len`` sizes the pods' token histograms (None: the exporter's own
+        default)."""
         self.profile = profile
         self.max_num_seqs = max_num_seqs
         self.router = router
@@ -106,6 +109,7 @@ class Fleet:
         self.finished: list[SimRequest] = []
         self.client_timeout_s = client_timeout_s
         self.aborted: list[SimRequest] = []
+        self.max_model_len = max_model_len
         for _ in range(initial_replicas):
             # Pods present at t=0 are ready at t=0 (their caches are still empty: "warm"
             # here means started, not cache-warm; the first minutes of a run warm them).
@@ -121,7 +125,7 @@ class Fleet:
         pod = Pod(
             name=f"engine-{index}",
             engine=engine,
-            series=ReplicaSeries(),
+            series=ReplicaSeries(self.max_model_len or MAX_MODEL_LEN_TOKENS),
             created_s=now_s,
             ready_s=ready_s,
             gpus=self.profile.gpus_per_replica,
@@ -199,6 +203,13 @@ class Fleet:
                     and pod.engine.num_waiting == 0
                 ):
                     pod.gone_s = now_s
+
+    def next_event_s(self) -> float:
+        """When the first pod's engine next finishes a step or a decode run."""
+        return min(
+            (pod.engine.next_event_s for pod in self.pods if pod.gone_s is None),
+            default=math.inf,
+        )
 
     def _advance_pod(self, pod: Pod, now_s: float) -> None:
         for request in pod.engine.advance_to(now_s):

@@ -137,6 +137,9 @@ class ReplicaProfile:
     block_size: int
     max_num_batched_tokens: int
     step: StepTimeModel
+    kv_blocks: int | None = None
+    """The pool in usable blocks when a scenario states the engine's block count
+    (``num_gpu_blocks`` less the null block); None: computed from the GPU's memory."""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -157,8 +160,22 @@ class ReplicaProfile:
 
     @property
     def num_blocks(self) -> int:
-        """KV blocks in the replica's pool."""
+        """Usable KV blocks in the replica's pool: the stated ``kv_blocks``, else what the
+        GPU memory left after the weights holds (vLLM would report one more block as
+        ``num_gpu_blocks``, its null block)."""
+        if self.kv_blocks is not None:
+            return self.kv_blocks
         return num_kv_blocks(self.free_kv_bytes, self.kv_bytes_per_token, self.block_size)
+
+
+NULL_BLOCKS = 1
+"""Blocks of vLLM's ``num_gpu_blocks`` its ``BlockPool`` reserves at start: the null block
+(the placeholder of skipped attention blocks), which never holds KV."""
+
+
+def usable_blocks(num_gpu_blocks: int) -> int:
+    """The blocks that can hold KV in a vLLM engine of ``num_gpu_blocks`` blocks."""
+    return num_gpu_blocks - NULL_BLOCKS
 
 
 # --- GPUs ---------------------------------------------------------------------------

@@ -170,6 +170,12 @@ class EngineReplica(Sequences):
         return self._start_s
 
     @property
+    def next_event_s(self) -> float:
+        """When the engine's next step or decode run ends (infinity when idle): a driver
+        that must react to each finish steps the engine from event to event."""
+        return self._seg_end_t
+
+    @property
     def busy_seconds(self) -> float:
         """Seconds the engine spent running steps, up to the last ``advance_to``."""
         if self._seg_kind == _IDLE:

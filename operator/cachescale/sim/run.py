@@ -11,6 +11,10 @@ request is generated once (its prompt assembled and hashed), and runs whose flee
 alike are served by one simulated fleet until their autoscalers decide differently, when the
 simulation splits into exact copies (``Simulation``). The engines are most of a run's cost,
 and an HPA and cachescale usually agree until the incident a scenario is about.
+
+A scenario with closed-loop ``clients`` (:mod:`cachescale.sim.clients`) has no stream
+drawn ahead: a client sends its next turn when its answer arrives, so the loop steps the
+fleet from engine event to engine event, and each run has its own fleet and clients.
 """
 
 from __future__ import annotations
@@ -22,10 +26,18 @@ from itertools import tee
 from typing import Any, cast
 
 from cachescale.sim.autoscaler import Autoscaler, PolicyRecord, ScaleDecision, fleet_observation
+from cachescale.sim.clients import ClosedLoopClients
+from cachescale.sim.context_cap import CappedTraffic
+from cachescale.sim.engine_spec import max_model_len
 from cachescale.sim.fleet import Fleet, Pod
-from cachescale.sim.profiles import get_profile
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import FLEET_EVENTS, RollingRestart, Scenario
+from cachescale.sim.scenario import (
+    FLEET_EVENTS,
+    RollingRestart,
+    Scenario,
+    replica_profile,
+    stream_workload,
+)
 from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import Perturbation
 
@@ -103,19 +115,26 @@ class Simulation:
         scenario's stream): every request is copied before an engine writes into it.
         ``index`` is the run's place among ``run_together``'s."""
         self.scenario = scenario
+        engine = scenario.fleet.engine
         self.fleet = Fleet(
-            get_profile(scenario.fleet.profile),
+            replica_profile(scenario),
             scenario.fleet.max_num_seqs,
             scenario.fleet.router,
             scenario.fleet.pod_start_delay_s,
             scenario.fleet.replicas,
             client_timeout_s=scenario.workload.client_timeout_s,
+            max_model_len=None if engine is None else engine.max_model_len,
         )
         self._runs = [_Run(index, scenario, autoscaler)]
         self._shared = shared_requests
-        self._requests: Iterator[SimRequest] = (
-            iter(_traffic(scenario)) if shared_requests is None else map(_own_copy, shared_requests)
-        )
+        self._clients = _clients(scenario)
+        self._answered = (0, 0)
+        """Finished and aborted requests already told to the clients."""
+        self._requests: Iterator[SimRequest] = iter(())  # closed loop: the clients send
+        if shared_requests is not None:
+            self._requests = map(_own_copy, shared_requests)
+        elif self._clients is None:
+            self._requests = iter(_traffic(scenario))
         self._pending = next(self._requests, None)
         self._rollouts = _rollouts(scenario)
         self._sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
@@ -140,6 +159,8 @@ class Simulation:
         otherwise), each at the tick it split at: advance them as well.
         """
         until_s = min(until_s, self.scenario.duration_s)
+        if self._clients is not None:
+            return self._advance_closed(until_s, self._clients)
         split: list[Simulation] = []
         while True:
             request = self._pending
@@ -158,6 +179,45 @@ class Simulation:
         self.fleet.advance_to(until_s)
         self.now_s = until_s
         return split
+
+    def _advance_closed(self, until_s: float, clients: ClosedLoopClients) -> list[Simulation]:
+        """``advance_to`` for closed-loop clients: the fleet is stepped from engine event
+        to engine event, so each answer reaches its client when it is given and the next
+        turn is sent then (after the think time)."""
+        fleet = self.fleet
+        split: list[Simulation] = []
+        while True:
+            arrival = clients.next_arrival_s()
+            event = fleet.next_event_s()
+            if self._next_tick <= min(arrival, event, until_s):
+                tick = self._next_tick
+                self._next_tick += self._sync_s
+                split.extend(self._tick(tick))
+                self._answer(clients, tick)
+            elif event < until_s and event <= arrival:
+                fleet.advance_to(event)
+                self._answer(clients, event)
+            elif arrival < until_s:
+                request = clients.take()
+                self.arrivals_s.append(arrival)
+                if not fleet.route(request):
+                    self.dropped += 1
+                    clients.dropped(request, arrival)
+                self._answer(clients, arrival)
+            else:
+                break
+        fleet.advance_to(until_s)
+        self._answer(clients, until_s)
+        self.now_s = until_s
+        return split
+
+    def _answer(self, clients: ClosedLoopClients, now_s: float) -> None:
+        """Tell the clients of every request finished or aborted since the last call."""
+        finished, aborted = self.fleet.finished, self.fleet.aborted
+        for done in (finished[self._answered[0] :], aborted[self._answered[1] :]):
+            for request in done:
+                clients.answered(request, now_s)
+        self._answered = (len(finished), len(aborted))
 
     def _tick(self, now_s: float) -> list[Simulation]:
         fleet = self.fleet
@@ -281,6 +341,9 @@ def run_together(
             raise ValueError(
                 f"{scenario.name} does not share {first.name}'s workload: run them apart"
             )
+    if first.clients is not None:  # closed loop: each fleet makes its own requests
+        alone = [Simulation(*pair, index=index) for index, pair in enumerate(runs)]
+        return _run_all(alone, first.duration_s, progress)
     cohorts: dict[Hashable, list[int]] = {}
     for index, (scenario, autoscaler) in enumerate(runs):
         cohorts.setdefault(_fleet_key(scenario, autoscaler), []).append(index)
@@ -292,8 +355,17 @@ def run_together(
         for index in riders:
             simulation.ride(index, *runs[index])
         simulations.append(simulation)
+    return _run_all(simulations, first.duration_s, progress)
+
+
+def _run_all(
+    simulations: list[Simulation],
+    duration_s: float,
+    progress: Callable[[float], None] | None,
+) -> list[RunResult]:
+    """Advance ``simulations`` in step to ``duration_s``; their runs' results in order."""
     now_s = 0.0
-    while now_s < first.duration_s:
+    while now_s < duration_s:
         now_s += PROGRESS_STEP_S
         behind = list(simulations)
         while behind:
@@ -301,21 +373,24 @@ def run_together(
             simulations.extend(split)
             behind.extend(split)
         if progress is not None:
-            progress(min(1.0, now_s / first.duration_s))
+            progress(min(1.0, now_s / duration_s))
     results = {
         index: result for simulation in simulations for index, result in simulation.results()
     }
-    return [results[index] for index in range(len(runs))]
+    return [results[index] for index in range(len(results))]
 
 
 def traffic_key(scenario: Scenario) -> Hashable:
     """Everything the request stream depends on: scenarios with equal keys draw the same
     requests at the same instants, whatever their fleets and autoscalers do."""
+    engine = scenario.fleet.engine
     return (
-        scenario.workload.model_dump_json(),
+        stream_workload(scenario).model_dump_json(),
         scenario.seed,
         scenario.duration_s,
         tuple(p.model_dump_json() for p in _traffic_perturbations(scenario)),
+        None if engine is None else max_model_len(engine),
+        None if scenario.clients is None else scenario.clients.model_dump_json(),
     )
 
 
@@ -324,11 +399,33 @@ def _traffic_perturbations(scenario: Scenario) -> list[Perturbation]:
 
 
 def _traffic(scenario: Scenario) -> Traffic:
+    """The open-loop stream; conversations capped at ``max_model_len`` when the scenario
+    states its engine (``sim/context_cap.py``)."""
+    workload, engine = stream_workload(scenario), scenario.fleet.engine
+    perturbations = _traffic_perturbations(scenario)
+    if engine is not None:
+        return CappedTraffic(
+            workload,
+            max_model_len(engine),
+            seed=scenario.seed,
+            perturbations=perturbations,
+            until_s=scenario.duration_s,
+        )
     return Traffic(
-        scenario.workload,
-        seed=scenario.seed,
-        perturbations=_traffic_perturbations(scenario),
-        until_s=scenario.duration_s,
+        workload, seed=scenario.seed, perturbations=perturbations, until_s=scenario.duration_s
+    )
+
+
+def _clients(scenario: Scenario) -> ClosedLoopClients | None:
+    """The scenario's closed-loop clients, if it has them."""
+    if scenario.clients is None:
+        return None
+    return ClosedLoopClients(
+        scenario.clients,
+        scenario.seed,
+        replica_profile(scenario).block_size,
+        max_model_len(scenario.fleet.engine),
+        scenario.duration_s,
     )
 
 

@@ -21,9 +21,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cachescale.api.validation import decode, error_lines, load_documents, yaml_error_line
+from cachescale.sim.clients_spec import ClientsSpec
+from cachescale.sim.engine_spec import (
+    EngineSpec,
+    engine_profile,
+    longest_turn_tokens,
+    max_model_len,
+)
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
-from cachescale.sim.profiles import PROFILES
+from cachescale.sim.profiles import PROFILES, ReplicaProfile
 from cachescale.sim.traffic_spec import (
     WorkloadChange,
     WorkloadSpec,
@@ -109,6 +116,12 @@ class FleetSpec(_Model):
     )
     router: RouterKind = Field(
         default=RouterKind.ROUND_ROBIN, description="round_robin, least_loaded or prefix_aware."
+    )
+    engine: EngineSpec | None = Field(
+        default=None,
+        description="vLLM's settings as a server is started with them (block size, "
+        "num_gpu_blocks, max_model_len, batched tokens, step times), in place of what the "
+        "profile derives; null: the profile's.",
     )
 
     @model_validator(mode="after")
@@ -228,11 +241,84 @@ class Scenario(_Model):
     )
     report: ReportSpec = Field(default_factory=ReportSpec, description="Summary settings.")
     sweep: SweepSpec | None = Field(default=None, description="Settings to sweep, if any.")
+    clients: ClientsSpec | None = Field(
+        default=None,
+        description="Closed-loop chat clients in place of the workload's open-loop stream: "
+        "each sends its conversation's next turn when its last answer arrives.",
+    )
+
+    @model_validator(mode="after")
+    def _engine_fits(self) -> Scenario:
+        problems = list(engine_problems(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def change_at_s(self) -> float | None:
         """When the first perturbation happens (None without perturbations)."""
         return min((p.at_s for p in self.perturbations), default=None)
+
+
+def replica_profile(scenario: Scenario) -> ReplicaProfile:
+    """Every pod's engine: the fleet's profile with what ``fleet.engine`` states."""
+    return engine_profile(PROFILES[scenario.fleet.profile], scenario.fleet.engine)
+
+
+def stream_workload(scenario: Scenario) -> WorkloadSpec:
+    """The workload the request stream is made with: hashed at the engine's block size
+    (``fleet.engine.block_size`` is the one place a scenario sets it)."""
+    block_size = replica_profile(scenario).block_size
+    if scenario.workload.block_size == block_size:
+        return scenario.workload
+    return scenario.workload.model_copy(update={"block_size": block_size})
+
+
+def engine_problems(scenario: Scenario) -> Iterator[str]:
+    """What keeps the scenario's engine from serving its requests, as vLLM would refuse."""
+    profile = replica_profile(scenario)
+    workload, engine = scenario.workload, scenario.fleet.engine
+    if "block_size" in workload.model_fields_set and workload.block_size != profile.block_size:
+        yield (
+            f"workload.block_size {workload.block_size} differs from the engine's block size "
+            f"{profile.block_size}: set it once, as fleet.engine.block_size"
+        )
+    seqs = [scenario.fleet.max_num_seqs, *(scenario.sweep.max_num_seqs if scenario.sweep else ())]
+    if max(seqs) > profile.max_num_batched_tokens:
+        yield (
+            f"max_num_seqs {max(seqs)} exceeds the engine's max_num_batched_tokens "
+            f"{profile.max_num_batched_tokens} (vLLM refuses it)"
+        )
+    longest = max_model_len(engine)
+    if profile.num_blocks * profile.block_size < longest:
+        yield (
+            f"the engine's pool holds {profile.num_blocks} usable blocks of "
+            f"{profile.block_size} tokens, fewer than one request of max_model_len {longest} "
+            "needs (vLLM refuses to start)"
+        )
+    yield from _stream_problems(scenario, longest)
+
+
+def _stream_problems(scenario: Scenario, longest: int) -> Iterator[str]:
+    clients = scenario.clients
+    if clients is not None:
+        if "workload" in scenario.model_fields_set:
+            yield "clients replace the workload's open-loop stream: remove workload"
+        if any(not isinstance(p, FLEET_EVENTS) for p in scenario.perturbations):
+            yield "workload perturbations do not apply to clients"
+        if clients.longest_first_turn() > longest:
+            yield (
+                f"a client's first turn can take {clients.longest_first_turn()} tokens with its "
+                f"output, more than max_model_len {longest}"
+            )
+    elif scenario.fleet.engine is not None:
+        changes = [p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)]
+        turn = longest_turn_tokens(scenario.workload, changes)
+        if turn > longest:
+            yield (
+                f"a request can take {turn} tokens without any history, more than "
+                f"max_model_len {longest}"
+            )
 
 
 def builtin_names() -> list[str]:

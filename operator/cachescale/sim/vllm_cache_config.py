@@ -8,6 +8,7 @@ the engine's settings from the emulator as from vLLM.
 
 from __future__ import annotations
 
+from cachescale.sim.profiles import NULL_BLOCKS
 from cachescale.sim.replica import EngineReplica
 
 VLLM_DEFAULT_BLOCK_SIZE = 16
@@ -19,11 +20,14 @@ def cache_config_labels(
 ) -> dict[str, str]:
     """``vllm:cache_config_info``'s labels: the 37 of vLLM 0.32 (every ``CacheConfig``
     field, as ``str()`` writes it, and ``engine``), in its exposition's order. The block
-    size, the pool, the memory fraction, the KV dtype and the hash come from the simulated
-    replica; the capacity fields are vLLM's arithmetic on them; the rest are vLLM's values
-    for a dense model on a GPU with no ``--num-gpu-blocks-override`` or KV offloading."""
+    size, the pool (with the null block, as vLLM counts it), the memory fraction, the KV
+    dtype and the hash come from the simulated replica; the capacity fields are vLLM's
+    arithmetic on them; the rest are vLLM's values for a dense model on a GPU with no
+    ``--num-gpu-blocks-override`` or KV offloading."""
     profile = engine.profile
-    block_size, blocks = engine.block_size, engine.num_blocks
+    # vLLM's num_gpu_blocks counts the null block its pool reserves; the replica's pool
+    # is the blocks that hold KV.
+    block_size, blocks = engine.block_size, engine.num_blocks + NULL_BLOCKS
     concurrency = blocks / -(-max_model_len // block_size)
     return {
         "_block_size_resolved": "True",
