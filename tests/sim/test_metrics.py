@@ -13,7 +13,7 @@ from cachescale.sim.metrics import (
     VllmReplicaCollector,
     token_buckets,
 )
-from cachescale.sim.profiles import get_profile
+from cachescale.sim.profiles import get_profile, usable_blocks
 from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
 
@@ -95,3 +95,14 @@ def test_bucket_counts_are_cumulative_and_le_inclusive() -> None:
 def test_token_buckets_follow_1_2_5_up_to_max_model_len() -> None:
     assert token_buckets(100) == (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
     assert token_buckets(8192)[-1] == 5000.0
+
+
+def test_cache_config_counts_the_null_block_as_vllm_does() -> None:
+    """vLLM's ``num_gpu_blocks`` is its whole pool, the null block included; the replica's
+    pool is the blocks that hold KV, one fewer."""
+    (labels,) = scrape()["vllm:cache_config_info"]
+    config = dict(labels)
+    engine_pool = Fleet(get_profile("llama3-8b-a100"), 32, RouterKind.ROUND_ROBIN, 0.0, 1)
+    usable = engine_pool.pods[0].engine.num_blocks
+    assert int(config["num_gpu_blocks"]) == usable + 1
+    assert usable_blocks(int(config["num_gpu_blocks"])) == usable
