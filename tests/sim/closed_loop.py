@@ -36,8 +36,9 @@ from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.present import SAME_LATENCY_S, SAME_LATENCY_SHARE, before_after, run_json
 from cachescale.sim.report import Signals, Windows
-from cachescale.sim.run import RunResult, TimelineSample, run_together, traffic_key
+from cachescale.sim.run import RunResult, TimelineSample, run_together
 from cachescale.sim.scenario import Scenario, load_builtin
+from cachescale.sim.streams import traffic_key
 
 NICENESS = 5
 """How much less CPU priority a simulation worker takes than the test process."""

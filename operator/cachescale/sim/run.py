@@ -27,19 +27,10 @@ from typing import Any, cast
 
 from cachescale.sim.autoscaler import Autoscaler, PolicyRecord, ScaleDecision, fleet_observation
 from cachescale.sim.clients import ClosedLoopClients
-from cachescale.sim.context_cap import CappedTraffic
-from cachescale.sim.engine_spec import max_model_len
 from cachescale.sim.fleet import Fleet, Pod
 from cachescale.sim.request import SimRequest
-from cachescale.sim.scenario import (
-    FLEET_EVENTS,
-    RollingRestart,
-    Scenario,
-    replica_profile,
-    stream_workload,
-)
-from cachescale.sim.traffic import Traffic
-from cachescale.sim.traffic_spec import Perturbation
+from cachescale.sim.scenario import RollingRestart, Scenario, replica_profile
+from cachescale.sim.streams import closed_loop_clients, open_stream, traffic_key
 
 HPA_SYNC_PERIOD_S = 15.0
 """Default when the scenario has no autoscaler (the timeline is still sampled)."""
@@ -127,14 +118,14 @@ class Simulation:
         )
         self._runs = [_Run(index, scenario, autoscaler)]
         self._shared = shared_requests
-        self._clients = _clients(scenario)
+        self._clients = closed_loop_clients(scenario)
         self._answered = (0, 0)
         """Finished and aborted requests already told to the clients."""
         self._requests: Iterator[SimRequest] = iter(())  # closed loop: the clients send
         if shared_requests is not None:
             self._requests = map(_own_copy, shared_requests)
         elif self._clients is None:
-            self._requests = iter(_traffic(scenario))
+            self._requests = iter(open_stream(scenario))
         self._pending = next(self._requests, None)
         self._rollouts = _rollouts(scenario)
         self._sync_s = autoscaler.sync_period_s if autoscaler else HPA_SYNC_PERIOD_S
@@ -349,7 +340,7 @@ def run_together(
         cohorts.setdefault(_fleet_key(scenario, autoscaler), []).append(index)
     simulations: list[Simulation] = []
     for (head, *riders), branch in zip(
-        cohorts.values(), tee(_traffic(first), len(cohorts)), strict=True
+        cohorts.values(), tee(open_stream(first), len(cohorts)), strict=True
     ):
         simulation = Simulation(*runs[head], branch, index=head)
         for index in riders:
@@ -378,55 +369,6 @@ def _run_all(
         index: result for simulation in simulations for index, result in simulation.results()
     }
     return [results[index] for index in range(len(results))]
-
-
-def traffic_key(scenario: Scenario) -> Hashable:
-    """Everything the request stream depends on: scenarios with equal keys draw the same
-    requests at the same instants, whatever their fleets and autoscalers do."""
-    engine = scenario.fleet.engine
-    return (
-        stream_workload(scenario).model_dump_json(),
-        scenario.seed,
-        scenario.duration_s,
-        tuple(p.model_dump_json() for p in _traffic_perturbations(scenario)),
-        None if engine is None else max_model_len(engine),
-        None if scenario.clients is None else scenario.clients.model_dump_json(),
-    )
-
-
-def _traffic_perturbations(scenario: Scenario) -> list[Perturbation]:
-    return [p for p in scenario.perturbations if not isinstance(p, FLEET_EVENTS)]
-
-
-def _traffic(scenario: Scenario) -> Traffic:
-    """The open-loop stream; conversations capped at ``max_model_len`` when the scenario
-    states its engine (``sim/context_cap.py``)."""
-    workload, engine = stream_workload(scenario), scenario.fleet.engine
-    perturbations = _traffic_perturbations(scenario)
-    if engine is not None:
-        return CappedTraffic(
-            workload,
-            max_model_len(engine),
-            seed=scenario.seed,
-            perturbations=perturbations,
-            until_s=scenario.duration_s,
-        )
-    return Traffic(
-        workload, seed=scenario.seed, perturbations=perturbations, until_s=scenario.duration_s
-    )
-
-
-def _clients(scenario: Scenario) -> ClosedLoopClients | None:
-    """The scenario's closed-loop clients, if it has them."""
-    if scenario.clients is None:
-        return None
-    return ClosedLoopClients(
-        scenario.clients,
-        scenario.seed,
-        replica_profile(scenario).block_size,
-        max_model_len(scenario.fleet.engine),
-        scenario.duration_s,
-    )
 
 
 def _own_copy(request: SimRequest) -> SimRequest:
