@@ -93,6 +93,7 @@ USER_FACING = [
     REPO / "README.md",
     REPO / "CHANGELOG.md",
     REPO / "docs" / "simulator.md",
+    REPO / "docs" / "scenario-engine.md",
     *sorted((REPO / "operator" / "cachescale" / "sim" / "scenarios").glob("*.yaml")),
     *sorted((REPO / "examples" / "scenarios").glob("*.yaml")),
 ]
