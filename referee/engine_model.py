@@ -26,32 +26,27 @@ The servers run with vLLM's torch on one thread (``run_engine``).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 from cachescale.audit.live import parse_samples
 from cachescale.sim.clients import ChatClient, system_prompts
 from cachescale.sim.engine_spec import max_model_len
 from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import Scenario
-from referee.vllm import MODEL_NAME, EngineSettings, VllmServer, run_vllm
+from referee.vllm import EngineSettings, VllmServer, run_vllm
 
 TTFT = "vllm:time_to_first_token_seconds"
 PREEMPTIONS = "vllm:num_preemptions_total"
 STEPS = "vllm:iteration_tokens_total_count"
 ITL = "vllm:inter_token_latency_seconds"
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1"}
+THREADS = 1
 """vLLM's torch runs one thread: with two (the cores), every step waits for both, and a core
 taken by anything else on the machine (the clients, the API server, other work) stalls
 steps many times over; the tiny model gains nothing from the second thread."""
@@ -114,25 +109,6 @@ def _counter(text: str, name: str) -> float:
     return sum(value for sample, _, value in parse_samples(text) if sample == name)
 
 
-def _complete(server: VllmServer, prompt: list[int], max_tokens: int) -> dict[str, Any]:
-    body = {
-        "model": MODEL_NAME,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
-    request = urllib.request.Request(
-        f"{server.url}/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=120) as answer:
-        result: dict[str, Any] = json.loads(answer.read())
-    return result
-
-
 class _RealClients:
     """The clients' shared record while they run against a server."""
 
@@ -147,7 +123,7 @@ class _RealClients:
         while time.time() < self.until:
             prompt, max_tokens = client.next_turn()
             try:
-                answer = _complete(self.server, prompt, max_tokens)
+                answer = self.server.complete(prompt, max_tokens, token_ids=True)
             except OSError as error:
                 with self.lock:
                     self.measured.failures.append(f"{type(error).__name__}: {error}")
@@ -163,8 +139,8 @@ class _RealClients:
 
 @contextmanager
 def run_engine(workdir: Path, settings: EngineSettings) -> Iterator[VllmServer]:
-    """``run_vllm`` with vLLM's torch on one thread (``SINGLE_THREAD``)."""
-    with mock.patch.dict(os.environ, SINGLE_THREAD), run_vllm(workdir, settings) as server:
+    """``run_vllm`` with vLLM's torch on ``THREADS`` threads."""
+    with run_vllm(workdir, replace(settings, threads=THREADS)) as server:
         yield server
 
 

@@ -113,15 +113,19 @@ class VllmServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as answer:
             return str(answer.read().decode())
 
-    def complete(self, prompt: Sequence[int], max_tokens: int = 4) -> dict[str, Any]:
+    def complete(
+        self, prompt: Sequence[int], max_tokens: int = 4, *, token_ids: bool = False
+    ) -> dict[str, Any]:
         """One ``/v1/completions`` request over token ids, greedy and of fixed length (EOS
-        ignored); the answer as JSON, its ``usage`` with the cached prompt tokens."""
+        ignored); the answer as JSON, its ``usage`` with the cached prompt tokens, and with
+        ``token_ids`` the generated token ids too."""
         body = {
             "model": MODEL_NAME,
             "prompt": list(prompt),
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "ignore_eos": True,
+            **({"return_token_ids": True} if token_ids else {}),
         }
         request = urllib.request.Request(
             f"{self.url}/v1/completions",
