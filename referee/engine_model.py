@@ -172,9 +172,16 @@ def drive_real(server: VllmServer, scenario: Scenario, seconds: float) -> Measur
     return measured
 
 
-def measure_sim(result: RunResult, bounds: Sequence[float]) -> Measured:
-    """The same figures of a simulated run, TTFTs put into the buckets ``bounds``."""
-    done = [r for r in result.finished if r.cached_tokens is not None]
+def measure_sim(result: RunResult, bounds: Sequence[float], requests: int) -> Measured:
+    """The same figures over the first ``requests`` a simulated run answered (by finish
+    time), TTFTs put into the buckets ``bounds``.
+
+    A closed loop moves along its conversations by answers, not by seconds: compared at
+    the number of requests real vLLM answered, both sides are at the same point of every
+    client's conversation, however much of the machine the real server got."""
+    answered = [r for r in result.finished if r.cached_tokens is not None]
+    answered.sort(key=lambda r: (r.finished_s or 0.0, r.request_id))
+    done = answered[:requests]
     ttfts = sorted(r.ttft_s for r in done if r.ttft_s is not None)
     buckets = [(bound, float(sum(1 for t in ttfts if t <= bound))) for bound in bounds]
     decoding = [r for r in done if r.finished_s is not None and r.first_token_s is not None]
