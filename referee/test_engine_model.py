@@ -32,7 +32,7 @@ from referee.vllm import EngineSettings
 
 SCENARIO = Path(__file__).with_name("engine-model.yaml")
 LOAD_S = 12.0
-"""Seconds of load per setting (and simulated seconds)."""
+"""Seconds of real load per setting."""
 SIM_SPAN = 3.0
 """The simulated run lasts this many times ``LOAD_S``: enough to answer as many requests as
 real vLLM did on a machine that ran it faster than the step times say."""
