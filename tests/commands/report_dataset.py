@@ -116,11 +116,32 @@ def _pod(s: Series, pod: str, times: list[int]) -> None:
     _gauge(s, "vllm:kv_cache_usage_perc", labels, lambda t: 0.95 if _after(t) else 0.6, times)
 
 
+KSM_SAMPLE_S = 120
+"""kube-state-metrics' sample spacing: within the 5 min lookback of each 30 s subquery step."""
+
+
+def _ksm(s: Series, pod: str, times: list[int]) -> None:
+    """kube-state-metrics' view of a scheduled pod of ReplicaSet ``vllm-7c9d`` requesting 2
+    GPUs (from the moment it is scheduled, before it exports anything)."""
+    ids = {"namespace": LABELS["namespace"], "pod": pod}
+    gpu = {**ids, "container": "vllm", "resource": "nvidia_com_gpu", "unit": "integer"}
+    _gauge(s, "kube_pod_container_resource_requests", gpu, lambda t: 2, times)
+    _gauge(s, "kube_pod_status_scheduled", {**ids, "condition": "true"}, lambda t: 1, times)
+    owner = {**ids, "owner_kind": "ReplicaSet", "owner_name": "vllm-7c9d"}
+    _gauge(s, "kube_pod_owner", owner, lambda t: 1, times)
+
+
 def incident() -> Series:
-    """Ten pods for four days, eight more from 20 minutes after the change."""
+    """Ten pods for four days, eight more scheduled at the change and exporting from 20
+    minutes after it (loading weights until then), with kube-state-metrics' view."""
     s = Series()
     every = list(range(START, END + 1, SAMPLE_S))
+    held = list(range(START, END + 1, KSM_SAMPLE_S))
     for index in range(18):
         times = every if index < 10 else [t for t in every if t >= SCALE_UP]
         _pod(s, f"vllm-{index}", times)
+        _ksm(s, f"vllm-{index}", held if index < 10 else [t for t in held if t >= AROUND])
+    deployment = {"owner_kind": "Deployment", "owner_name": "vllm"}
+    replicaset = {"namespace": LABELS["namespace"], "replicaset": "vllm-7c9d", **deployment}
+    _gauge(s, "kube_replicaset_owner", replicaset, lambda t: 1, held)
     return s

@@ -20,7 +20,7 @@ import pytest
 from cachescale.api.spec import Engine
 from cachescale.commands.main import main
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
-from cachescale.gather.report import Row, read_report, verdict, windows
+from cachescale.gather.report import SCRAPED_ONLY, Row, read_report, verdict, windows
 from cachescale.gather.selector import Selector
 from cachescale.gather.signals import SignalRequest
 from tests.commands import report_dataset as incident
@@ -145,6 +145,7 @@ def test_the_table_shows_the_rows_and_the_verdict(
     assert last[:7] == ["+36h..+48h", "0.04", "0.00", "0.89s", "18.0", "31.60", "1,139"]
     assert "verdict:" in lines
     assert "Divergence:" in out
+    assert f"note: {SCRAPED_ONLY}" in lines
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
@@ -155,12 +156,32 @@ def test_json_and_csv_parse(prometheus: str, capsys: pytest.CaptureFixture[str])
     assert first["token_hit_rate"]["value"] == pytest.approx(0.85, abs=0.005)
     assert first["replicas"] == {"value": pytest.approx(10.0), "unit": "pods", "reason": None}
     assert any(sentence.startswith("Divergence:") for sentence in document["verdict"])
+    assert (document["kube_state_metrics"], document["caveats"]) == (False, [SCRAPED_ONLY])
     table = list(csv.DictReader(io.StringIO(_cli(prometheus, capsys, "--format", "csv"))))
     assert [row["window"] for row in table][3:5] == ["-12h..+0h", "+0h..+12h"]
     assert float(table[-1]["gpu_seconds_per_1k"]) == pytest.approx(1139, rel=0.01)
     assert float(table[-1]["replicas"]) == pytest.approx(18.0)
     markdown = _cli(prometheus, capsys, "--format", "markdown")
     assert "| +36h..+48h | 0.04 | 0.00 | 0.89s | 18.0 | 31.60 | 1,139 |" in markdown
+
+
+def test_kube_state_metrics_count_the_pods_loading_weights(
+    prometheus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The eight new pods are scheduled at the change and export from 20 minutes later: the
+    # engine series see 17.8 pods in the first window after it, kube-state-metrics all 18
+    # holding GPUs for the whole window, so its cost is 18 pods' (2 GPUs each).
+    document = json.loads(_cli(prometheus, capsys, "--format", "json", "--kube-state-metrics"))
+    first_after = document["windows"][4]
+    assert first_after["window"] == "+0h..+12h"
+    assert first_after["signals"]["replicas"]["value"] == pytest.approx(18.0)
+    cost = first_after["signals"]["gpu_seconds_per_1k"]["value"]
+    assert cost == pytest.approx(2 * 18 * 1000 / incident.RPS_AFTER, rel=0.01)
+    before = document["windows"][0]["signals"]
+    assert before["replicas"]["value"] == pytest.approx(10.0)
+    assert (document["kube_state_metrics"], document["caveats"]) == (True, [])
+    scraped = json.loads(_cli(prometheus, capsys, "--format", "json"))["windows"][4]
+    assert scraped["signals"]["replicas"]["value"] == pytest.approx(17.8, abs=0.05)
 
 
 def test_around_a_policy_centres_on_its_alert_and_reads_where_it_reads(

@@ -27,6 +27,7 @@ from tests.controller.reconcile.test_evaluation import (
     DEPLOYMENTS,
     HPAS,
     POLICIES,
+    ROOM_OVER_11,
     SETTLE,
     run,
     stack,
@@ -104,4 +105,4 @@ def test_an_enforce_policy_refused_a_patch_says_the_fix_in_its_warning_event(
         assert "serviceaccount" not in message.lower()
         assert "forbidden" not in message
     # The status is still written: the decision is reported, only not applied.
-    assert cluster.get(POLICIES, "vllm")["status"]["lastDecision"]["maxReplicas"] == 12
+    assert cluster.get(POLICIES, "vllm")["status"]["lastDecision"]["maxReplicas"] == ROOM_OVER_11

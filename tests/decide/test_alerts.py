@@ -48,7 +48,9 @@ def test_slo_at_risk_at_the_budget_cap_while_pods_start_does_not_ask_for_a_budge
 
 
 def test_slo_alert_names_the_trade_off_when_the_budget_forbids_scaling() -> None:
-    engine = signals(ttft_p95_seconds=1.5)
+    # Prefill per request 1.5 × the 400 baseline: dearer requests, so the budget binds (at
+    # a steady cost maxReplicas would leave the HPA room: decide.headroom.demand_headroom).
+    engine = signals(ttft_p95_seconds=1.5, prefill_tokens_per_request=600.0)
     decisions = run(spec(), [snapshot(engine, workload(replicas=12, hpa=(4, 12, 24.0)))] * 3)
     (raised,) = decisions[-1].raised
     assert raised.reason == Diagnosis.SLO_AT_RISK
@@ -146,7 +148,7 @@ ALERT_CASES = [
         found=(COLLAPSE,),
         wanted={
             COLLAPSE: "E; this costs 420 GPU-s per 1k requests over the baseline, 323 "
-            "GPU-hours per day; replicas held at 11"
+            "GPU-hours per day (learned baseline 680 GPU-s/1k); replicas held at 11"
         },
         quiet=frozenset({EVICTION, OVER, SLO}),
         clear_now=METRICS | {DEGRADED},
@@ -179,13 +181,15 @@ ALERT_CASES = [
     AlertCase(
         "sustained eviction the ceiling is not lowered for",
         found=(EVICTION,),
-        wanted={EVICTION: "E; ceiling not lowered: --max-num-seqs is not managed by this policy"},
+        wanted={
+            EVICTION: "E; ceiling not lowered now: --max-num-seqs is not managed by this policy"
+        },
         quiet=frozenset({DEGRADED, OVER, SLO}),
     ),
     AlertCase(
         "sustained eviction with a change blocked says what blocks it",
         found=(EVICTION,),
-        wanted={EVICTION: "E; ceiling not lowered: a rollout is in progress"},
+        wanted={EVICTION: "E; ceiling not lowered now: a rollout is in progress"},
         quiet=frozenset({DEGRADED, OVER, SLO}),
         batch=BatchPlan(128, None, "why; blocked", "a rollout is in progress"),
     ),
@@ -193,6 +197,17 @@ ALERT_CASES = [
         "sustained eviction the ceiling is being lowered for raises nothing",
         found=(EVICTION,),
         quiet=frozenset({DEGRADED, OVER, SLO}),
+        batch=BatchPlan(96, Action.LOWERED_MAX_NUM_SEQS, "--max-num-seqs 128 → 96"),
+    ),
+    AlertCase(
+        "an active eviction alert says the ceiling is being lowered, never that it is not",
+        found=(EVICTION,),
+        wanted={EVICTION: "E; --max-num-seqs 128 → 96"},
+        quiet=frozenset({DEGRADED, OVER, SLO}),
+        memory=learned(
+            streaks=SUSTAINED,
+            alerts=[LearnedAlert(reason=EVICTION, since=T0, message="E; ceiling not lowered")],
+        ),
         batch=BatchPlan(96, Action.LOWERED_MAX_NUM_SEQS, "--max-num-seqs 128 → 96"),
     ),
     AlertCase(
@@ -220,6 +235,17 @@ ALERT_CASES = [
         found=(OVER,),
         wanted={OVER: "E; maxReplicas capped at 12"},
         quiet=frozenset({EVICTION, DEGRADED, SLO}),
+    ),
+    AlertCase(
+        "over budget quotes the learned baseline its extra cost is counted from",
+        # 1,100 − 680 = 420 GPU-s/1k over the baseline the decision learned, quoted as such.
+        found=(OVER,),
+        wanted={
+            OVER: "E; this costs 420 GPU-s per 1k requests over the baseline, 323 GPU-hours "
+            "per day (learned baseline 680 GPU-s/1k); maxReplicas capped at 12"
+        },
+        quiet=frozenset({EVICTION, DEGRADED, SLO}),
+        state=snapshot(signals(gpu_seconds_per_1k_requests=1100.0)),
     ),
     AlertCase(
         "over budget with maxReplicas at what the SLO needs says so",

@@ -1,7 +1,7 @@
 """The batch ceiling (``decide.batching``): ``--max-num-seqs`` lowered toward B_max under
-eviction pressure or a breached SLO with a depressed cache, raised for throughput when the
-cache does not hit, once per cooldown, through ``decide`` and as a table of
-``plan_max_num_seqs`` cases."""
+eviction pressure or a breached SLO with a depressed cache, and onward while each step
+pays, raised for throughput when the cache does not hit, once per cooldown, through
+``decide`` and as a table of ``plan_max_num_seqs`` cases."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import LearnedState
-from cachescale.decide.batching import BatchFacts, BatchPlan, plan_max_num_seqs
+from cachescale.decide.batching import BatchFacts, BatchPlan, plan_max_num_seqs, remember_change
+from cachescale.decide.ceiling_step import CeilingStep, Mean
+from cachescale.decide.follow_through import tally_step
 from cachescale.decide.learned import LearnedBaseline, Streaks
 from cachescale.snapshot import Snapshot
 from tests.decide.decide_builders import (
@@ -29,7 +31,7 @@ from tests.decide.decide_builders import (
 )
 
 
-def pressured(seqs: int, running: float = 60.0) -> object:
+def pressured(seqs: int, running: float = 60.0) -> Snapshot:
     engine = signals(hit=0.3, preemptions_per_second=1.0, running_requests_per_pod=running)
     return snapshot(engine, workload(max_num_seqs=seqs))
 
@@ -97,7 +99,7 @@ def test_out_of_bounds_ceiling_is_clamped() -> None:
     assert decision.reason == Action.CLAMPED_MAX_NUM_SEQS
 
 
-def slo_at_risk(seqs: int, hit: float = 0.6, **values: float | None) -> object:
+def slo_at_risk(seqs: int, hit: float = 0.6, **values: float | None) -> Snapshot:
     """TTFT p95 1.5 s against a 1 s SLO, no preemptions, the warm hit rate ``hit`` (the
     baseline is 0.85: 0.6 is depressed, not collapsed)."""
     engine = signals(hit=hit, ttft_p95_seconds=1.5, **values)
@@ -118,9 +120,13 @@ def test_the_slo_rule_continues_where_eviction_pressure_stopped() -> None:
     policy = spec(batching=BATCHING)
     lowered = run(policy, [pressured(96)] * 3)[-1]
     assert lowered.max_num_seqs == 72
-    # Preemptions stop; the SLO stays breached and the cache depressed.
-    later = run(policy, [slo_at_risk(72)] * 3, lowered.memory, start=T0 + timedelta(minutes=31))
-    assert later[-1].max_num_seqs == 54
+    # Preemptions stop; the SLO stays breached and the cache depressed. Without the step
+    # in memory (a status written before it was kept): with it, the follow-through rule
+    # takes this step at once, the preemptions having stopped.
+    memory = lowered.memory.model_copy(update={"last_max_num_seqs_step": None})
+    later = run(policy, [slo_at_risk(72)] * 3, memory, start=T0 + timedelta(minutes=31))
+    assert [d.max_num_seqs for d in later] == [72, 72, 54]
+    assert "SLO at risk for 3 evaluations" in later[-1].message
 
 
 def test_the_slo_rule_stops_at_b_max() -> None:
@@ -187,6 +193,89 @@ def test_a_raise_for_throughput_stops_at_b_max_while_the_slo_rule_holds() -> Non
     assert "up to B_max 50" in raised.message
 
 
+def test_the_ceiling_follows_through_to_b_max_while_each_step_pays() -> None:
+    # Eviction pressure lowers 128 → 96 and stops; a cooldown later, with no pressure and
+    # the SLO met, each step that raised the warm hit rate is followed by the next one,
+    # until the ceiling is within 10% of B_max (50). The memory goes through its JSON
+    # form between the steps, as a restarted operator reads it from the status.
+    policy = spec(batching=BATCHING)
+    first = run(policy, [pressured(128, running=60.0)] * 3)
+    memory = first[-1].memory
+    assert memory.last_max_num_seqs_step is not None
+    assert memory.last_max_num_seqs_step.warm_hit_rate == 0.3
+    seqs, start, hits = 96, T0 + timedelta(minutes=31), iter((0.5, 0.7, 0.8))
+    path = [128, 96]
+    for _ in range(4):
+        memory = LearnedState.model_validate(memory.model_dump(mode="json", by_alias=True))
+        calm = snapshot(signals(hit=next(hits, 0.85)), workload(max_num_seqs=seqs))
+        (decision,) = run(policy, [calm], memory, start=start)
+        memory, start = decision.memory, start + timedelta(minutes=31)
+        if decision.max_num_seqs != seqs:
+            seqs = decision.max_num_seqs or 0
+            path.append(seqs)
+    assert path == [128, 96, 72, 54]
+    assert "--max-num-seqs 54 is within 10% of B_max 50: no further step" in decision.message
+
+
+def test_a_step_without_gain_stops_the_follow_through_and_says_so() -> None:
+    policy = spec(batching=BATCHING)
+    memory = run(policy, [slo_at_risk(96)] * 3)[-1].memory  # 96 → 72 at a warm rate 0.60
+    flat = snapshot(signals(hit=0.61), workload(max_num_seqs=72))
+    (decision,) = run(policy, [flat], memory, start=T0 + timedelta(minutes=31))
+    assert decision.max_num_seqs == 72
+    assert (
+        "--max-num-seqs stays 72, above B_max 50: the last step (96 → 72) brought no gain "
+        "(the warm hit rate 0.60 → 0.61, less than the 0.02 points a gain needs)"
+    ) in decision.message
+
+
+def test_an_eviction_alert_never_says_not_lowered_when_it_was() -> None:
+    policy = spec(batching=BATCHING)
+    decisions = run(policy, [pressured(128)] * 3 + [pressured(96)])
+    assert decisions[2].max_num_seqs == 96
+    assert not decisions[2].alert_active(Diagnosis.EVICTION_PRESSURE)  # lowered instead
+    alert = next(a for a in decisions[3].alerts if a.reason == Diagnosis.EVICTION_PRESSURE)
+    assert alert.message.endswith(
+        "ceiling not lowered now: cooldown: the last change (128 → 96) was under a minute "
+        "ago; next possible in 30 min"
+    )
+    # The pressure holds a cooldown later: the active alert says what this evaluation did.
+    (later,) = run(policy, [pressured(96)], decisions[-1].memory, start=T0 + timedelta(minutes=31))
+    assert later.max_num_seqs == 72
+    alert = next(a for a in later.alerts if a.reason == Diagnosis.EVICTION_PRESSURE)
+    assert "; --max-num-seqs 96 → 72: sustained eviction pressure" in alert.message
+    assert "not lowered" not in alert.message
+    assert "B_max 50" in alert.message
+    assert "against a cache-friendly ceiling B_max of 50" in alert.message
+
+
+def test_a_step_is_judged_on_means_over_warm_evaluations() -> None:
+    # One reading of a few warm pods wobbles by several points: the step is judged on the
+    # mean since the new ceiling's pods warmed, and that mean is the next step's "before".
+    memory = stepped(96, 72, ago=timedelta(minutes=5), since=(None, None))
+    warmup = 600.0
+    calm = snapshot(signals(), workload(max_num_seqs=72))
+    assert tally_step(memory, calm, 0.9, T0, warmup) == memory  # still warming up
+    later = T0 + timedelta(minutes=6)
+    rolling = snapshot(signals(), workload(max_num_seqs=72, rollout=True))
+    assert tally_step(memory, rolling, 0.9, later, warmup) == memory
+    elsewhere = snapshot(signals(), workload(max_num_seqs=80))
+    assert tally_step(memory, elsewhere, 0.9, later, warmup) == memory
+    for hit in (0.7, 0.8, None):  # an unknown rate is left out of the mean
+        memory = tally_step(memory, calm, hit, later, warmup)
+    step = memory.last_max_num_seqs_step
+    assert step is not None
+    assert step.hit_rate_since.value == pytest.approx(0.75)
+    assert step.preemptions_since.value == 0.0
+    lowered = BatchPlan(54, Action.LOWERED_MAX_NUM_SEQS, "--max-num-seqs 72 → 54")
+    facts = found(warm_hit_rate=0.95)
+    after = remember_change(memory, calm, facts, lowered, later).last_max_num_seqs_step
+    assert after is not None
+    assert (after.before, after.after, after.at) == (72, 54, later)
+    assert after.warm_hit_rate == pytest.approx(0.75)  # the mean, not the 0.95 read now
+    assert after.hit_rate_since.samples == 0
+
+
 # --- plan_max_num_seqs, case by case ----------------------------------------------------
 #
 # ``BATCHING``: --max-num-seqs managed within 16..256, a 30 min cooldown, evaluations every
@@ -251,6 +340,45 @@ def after(
         last_max_num_seqs_change_at=changed,
     )
 
+
+def stepped(
+    before: int = 96,
+    after: int = 72,
+    *,
+    hit: float | None = 0.8,
+    share: float | None = 0.0,
+    since: tuple[float | None, float | None] = (0.85, 0.0),
+    slo: bool = False,
+    ago: timedelta = timedelta(minutes=30),
+    reason: Action = Action.LOWERED_MAX_NUM_SEQS,
+    streaks: Streaks | None = None,
+    changed_ago: timedelta | None = None,
+) -> LearnedState:
+    """The memory of a change ``before`` → ``after`` made ``ago``: the warm hit rate
+    ``hit``, preemptions per request ``share`` and a sustained SLO breach ``slo`` under the
+    old ceiling; the mean warm hit rate and preemption share ``since`` under the new one;
+    ``changed_ago``: the last change recorded elsewhere (a lost status)."""
+    at = T0 - ago
+    hit_since, share_since = since
+    step = CeilingStep(
+        at=at,
+        before=before,
+        after=after,
+        reason=reason,
+        warm_hit_rate=hit,
+        preemption_share=share,
+        slo_at_risk=slo,
+        hit_rate_since=Mean().add(hit_since).add(hit_since),
+        preemptions_since=Mean().add(share_since).add(share_since),
+    )
+    return learned(
+        streaks=streaks or Streaks(),
+        last_max_num_seqs_change_at=T0 - changed_ago if changed_ago is not None else at,
+        last_max_num_seqs_step=step,
+    )
+
+
+PAID = "and the batch is still above the cache-friendly ceiling B_max 50"
 
 BATCH_CASES = [
     BatchCase(
@@ -495,6 +623,165 @@ BATCH_CASES = [
         found(**EVICTING),
         BatchPlan(96, Action.LOWERED_MAX_NUM_SEQS, f"--max-num-seqs 128 → 96: {STEP_TO_B_MAX} 50"),
         memory=after(changed_ago=timedelta(minutes=30)),
+    ),
+    BatchCase(
+        "a blocked step names the change it waits after",
+        ceiling_at(96),
+        found(**EVICTING),
+        BatchPlan(
+            96,
+            None,
+            f"{STEP_TO_B_MAX} 50; --max-num-seqs stays 96: cooldown: the last change "
+            "(128 → 96) was under a minute ago; next possible in 30 min",
+            "cooldown: the last change (128 → 96) was under a minute ago; next possible in 30 min",
+        ),
+        memory=stepped(128, 96, ago=timedelta(seconds=30)),
+    ),
+    BatchCase(
+        "follow-through: a step that raised the warm hit rate is followed by the next",
+        # 0.85 ≥ 0.80 + 0.02; 72 > 1.1 × 50: max(16, 50, ceil(54)) = 54.
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            54,
+            Action.LOWERED_MAX_NUM_SEQS,
+            f"--max-num-seqs 72 → 54: the last step (96 → 72) paid (the warm hit rate 0.80 → "
+            f"0.85) {PAID}",
+        ),
+        memory=stepped(),
+    ),
+    BatchCase(
+        "...or one that ended the preemptions",
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            54,
+            Action.LOWERED_MAX_NUM_SEQS,
+            f"--max-num-seqs 72 → 54: the last step (96 → 72) paid (preemptions 5.0% → 0.0% "
+            f"of requests) {PAID}",
+        ),
+        memory=stepped(hit=0.85, share=0.05, since=(0.85, 0.0)),
+    ),
+    BatchCase(
+        "...never below B_max",
+        # max(16, 50, ceil(45)) = 50.
+        ceiling_at(60),
+        found(),
+        BatchPlan(
+            50,
+            Action.LOWERED_MAX_NUM_SEQS,
+            f"--max-num-seqs 60 → 50: the last step (80 → 60) paid (the warm hit rate 0.80 → "
+            f"0.85) {PAID}",
+        ),
+        memory=stepped(80, 60),
+    ),
+    BatchCase(
+        "...a breach that was there at the step does not stop it",
+        # The SLO rule does not fire (0.85 is the baseline): the follow-through does.
+        ceiling_at(72),
+        found(slo_at_risk_sustained=True),
+        BatchPlan(
+            54,
+            Action.LOWERED_MAX_NUM_SEQS,
+            f"--max-num-seqs 72 → 54: the last step (96 → 72) paid (the warm hit rate 0.80 → "
+            f"0.85) {PAID}",
+        ),
+        memory=stepped(slo=True, streaks=Streaks(slo_breach=3)),
+    ),
+    BatchCase(
+        "...stops at a step without gain, and says so",
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            72,
+            None,
+            "--max-num-seqs stays 72, above B_max 50: the last step (96 → 72) brought no gain "
+            "(the warm hit rate 0.84 → 0.85, less than the 0.02 points a gain needs)",
+        ),
+        memory=stepped(hit=0.84),
+    ),
+    BatchCase(
+        "...stops when the rates to judge by are unknown",
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            72,
+            None,
+            "--max-num-seqs stays 72, above B_max 50: the last step (96 → 72) brought no gain "
+            "(the warm hit rate before or since it is unknown)",
+        ),
+        memory=stepped(since=(None, None)),
+    ),
+    BatchCase(
+        "...stops within 10% of B_max",
+        # 55 ≤ 1.1 × 50.
+        ceiling_at(55),
+        found(),
+        BatchPlan(55, None, "--max-num-seqs 55 is within 10% of B_max 50: no further step"),
+        memory=stepped(73, 55),
+    ),
+    BatchCase(
+        "...stops at an SLO breach that began after the step",
+        ceiling_at(72),
+        found(slo_at_risk_sustained=True),
+        BatchPlan(
+            72,
+            None,
+            f"{SLO_AT_RISK} B_max 50; --max-num-seqs stays 72: the warm hit rate 0.85 is within "
+            "10% of its baseline 0.85, so the batch is not what costs the cache; "
+            "--max-num-seqs stays 72, above B_max 50: the SLO has been at risk since the last "
+            "step (96 → 72)",
+        ),
+        memory=stepped(streaks=Streaks(slo_breach=3)),
+    ),
+    BatchCase(
+        "...waits out the cooldown silently (the restarted caches are still filling)",
+        ceiling_at(72),
+        found(),
+        BatchPlan(72, None, ""),
+        memory=stepped(ago=timedelta(minutes=29)),
+    ),
+    BatchCase(
+        "...never after a raise",
+        ceiling_at(72),
+        found(),
+        BatchPlan(72, None, ""),
+        memory=stepped(58, 72, reason=Action.RAISED_MAX_NUM_SEQS),
+    ),
+    BatchCase(
+        "...never in a low-hit streak (the raise rule's ground)",
+        ceiling_at(72),
+        found(),
+        BatchPlan(72, None, ""),
+        memory=stepped(streaks=Streaks(low_hit=1)),
+    ),
+    BatchCase(
+        "...never during a collapse",
+        ceiling_at(72),
+        found(collapse_active=True),
+        BatchPlan(72, None, ""),
+        memory=stepped(),
+    ),
+    BatchCase(
+        "...never with B_max unknown",
+        ceiling_at(72),
+        found(ceiling=None),
+        BatchPlan(72, None, ""),
+        memory=stepped(),
+    ),
+    BatchCase(
+        "...never off the ceiling it stepped to",
+        ceiling_at(80),
+        found(),
+        BatchPlan(80, None, ""),
+        memory=stepped(),
+    ),
+    BatchCase(
+        "...never on a step older than the last change (the status lost a later one)",
+        ceiling_at(72),
+        found(),
+        BatchPlan(72, None, ""),
+        memory=stepped(ago=timedelta(minutes=90), changed_ago=timedelta(minutes=40)),
     ),
     BatchCase(
         "no change during a rollout",

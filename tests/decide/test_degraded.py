@@ -183,9 +183,11 @@ def test_cold_pods_hold_the_raise_but_not_a_raised_alert() -> None:
     for state in (cold, rollout):
         decisions = run(spec(), [state] * (SETTLE + 3))
         assert not any(d.has(Diagnosis.CACHE_DEGRADED) for d in decisions)
-    # Raised on warm pods, then a scale-out adds two cold ones: the alert stays.
+    # Raised on warm pods, then a scale-out adds two cold ones: the alert stays, and the
+    # drop is not called dilution (the old pods fell before the new ones joined).
     decisions = run(spec(), [degraded()] * SETTLE + [cold] * 4)
     assert all(d.alert_active(Diagnosis.CACHE_DEGRADED) for d in decisions[SETTLE - 1 :])
+    assert not any(d.has(Diagnosis.CACHE_DILUTED) for d in decisions)
 
 
 def test_it_clears_halfway_back_and_on_a_rebaseline() -> None:

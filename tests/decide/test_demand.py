@@ -49,6 +49,15 @@ def test_extra_cost(
 
 
 def test_extra_cost_words() -> None:
-    assert ExtraCost(420.0, 322.56).words() == (
-        "this costs 420 GPU-s per 1k requests over the baseline, 323 GPU-hours per day"
+    assert ExtraCost(420.0, 322.56, 680.0).words() == (
+        "this costs 420 GPU-s per 1k requests over the baseline, 323 GPU-hours per day "
+        "(learned baseline 680 GPU-s/1k)"
     )
+
+
+def test_extra_cost_quotes_the_baseline_it_subtracts() -> None:
+    extra = extra_cost(1900.0, 758.0, Demand(10.0, True))
+    assert extra is not None
+    assert extra.gpu_seconds_per_1k + extra.baseline_gpu_seconds_per_1k == 1900.0
+    assert extra.words().startswith("this costs 1,142 GPU-s per 1k requests over the baseline")
+    assert extra.words().endswith("(learned baseline 758 GPU-s/1k)")

@@ -29,10 +29,14 @@ from tests.decide.decide_builders import (
     workload,
 )
 
+PREFILL_DEARER = 600.0
+"""Prefill tokens per request 1.5 × the builders' 400 baseline: requests got dearer."""
+
 
 def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
-    # 780 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.48 → 12
-    (decision,) = run(spec(), [snapshot()])
+    # 780 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.48 → 12, once requests got dearer.
+    dearer = snapshot(signals(prefill_tokens_per_request=PREFILL_DEARER))
+    (decision,) = run(spec(), [dearer])
     assert decision.budget_max_replicas == 12
     assert (decision.envelope.min_replicas, decision.envelope.max_replicas) == (4, 12)
     # The HPA's metric asks for 10 (11 pods × 20 running / 24): the cap does not bind.
@@ -40,9 +44,28 @@ def test_budget_caps_max_replicas_at_the_observed_rate() -> None:
         ConditionStatus.FALSE,
         ConditionReason.NOT_HELD,
     )
-    busy = snapshot(signals(running_requests_per_pod=30.0))  # asks for 14
-    (held,) = run(spec(), [busy])
+    # Asking for 14 at a cost per request over the budget: held at the budget's 12.
+    over = snapshot(signals(running_requests_per_pod=30.0, gpu_seconds_per_1k_requests=800.0))
+    (held,) = run(spec(), [over])
+    assert held.envelope.max_replicas == 12
     assert condition(held, ConditionType.SCALING_HELD) == (ConditionStatus.TRUE, Hold.BUDGET)
+
+
+def test_rising_demand_at_a_steady_cost_is_not_held_by_the_windowed_allowance() -> None:
+    # At the baseline cost (680 GPU-s/1k, the budget's 780) maxReplicas keeps half again
+    # the 11 replicas, 17, above the 12 the windowed allowance gives: the HPA's next step
+    # on a rise is not held; asking for 19 (11 × 40 / 24), it gets 19 at once.
+    (steady,) = run(spec(), [snapshot()])
+    assert steady.envelope.max_replicas == 17
+    assert "budget allows 12; room for rising demand 17 (requests cost what they did)" in (
+        steady.message
+    )
+    (rising,) = run(spec(), [snapshot(signals(running_requests_per_pod=40.0))])
+    assert rising.envelope.max_replicas == 19
+    assert condition(rising, ConditionType.SCALING_HELD) == (
+        ConditionStatus.FALSE,
+        ConditionReason.NOT_HELD,
+    )
 
 
 def test_budget_range_bounds_the_envelope() -> None:
@@ -111,9 +134,14 @@ def test_hold_follows_demand_growth_since_the_mark() -> None:
 
 def test_lowering_waits_for_the_stabilization_window_and_never_reverses_inside_it() -> None:
     # Demand dips: the budget allows 9 instead of 12, then recovers to 12 after 2 minutes.
+    # Requests got dearer (``PREFILL_DEARER``), so the budget binds.
     rates = [32.0] * 2 + [24.0] * 4 + [32.0] * 2 + [24.0] * 12
     snapshots = [
-        snapshot(signals(requests_per_second=r), workload(hpa=(4, 12, 24.0))) for r in rates
+        snapshot(
+            signals(requests_per_second=r, prefill_tokens_per_request=PREFILL_DEARER),
+            workload(hpa=(4, 12, 24.0)),
+        )
+        for r in rates
     ]
     max_replicas = [d.envelope.max_replicas for d in run(spec(), snapshots)]
     assert max_replicas[:8] == [12] * 8  # the dip was shorter than the window: nothing lowered
@@ -174,6 +202,9 @@ def budget(allows: int | None, **facts: bool | int) -> EnvelopeFacts:
         slo_breached=bool(facts.get("slo_breached", False)),
         budget_max=allows,
         max_num_seqs=int(facts["max_num_seqs"]) if "max_num_seqs" in facts else None,
+        over_budget=bool(facts.get("over_budget", False)),
+        collapse_active=bool(facts.get("collapse_active", False)),
+        requests_got_dearer=bool(facts.get("dearer", False)),
     )
 
 
@@ -185,12 +216,76 @@ def breaching(evaluations: int = 2, **overrides: object) -> LearnedState:
 SECONDS = timedelta(seconds=1)
 WAITING_QUEUE = "vllm:num_requests_waiting"
 
+BUSY = snapshot(signals(running_requests_per_pod=40.0))
+"""11 pods running 40 requests each at a target of 24: the HPA asks for 19."""
+
+# The budget binds only where a rise in the HPA's metric may be cost, not demand: the
+# cases about the cap and its stabilization say requests got dearer (``dearer``). At a
+# steady cost maxReplicas keeps room over the current replicas (the first cases).
 ENVELOPE_CASES = [
+    EnvelopeCase(
+        "rising demand at a steady cost: maxReplicas lets the HPA follow it",
+        # What the HPA asks for (19) over the budget's windowed allowance (12), at once.
+        budget(12),
+        Envelope(4, 19, 24.0),
+        state=BUSY,
+    ),
+    EnvelopeCase(
+        "the room for rising demand is at least half again the current replicas",
+        # 11 × 25 / 24 asks for 12; 11 + ceil(0.5 × 11) = 17 leaves the next step room.
+        budget(12),
+        Envelope(4, 17, 24.0),
+        state=snapshot(signals(running_requests_per_pod=25.0)),
+    ),
+    EnvelopeCase(
+        "dearer requests: the budget binds",
+        budget(12, dearer=True),
+        Envelope(4, 12, 24.0),
+        held_by=Hold.BUDGET,
+        state=BUSY,
+    ),
+    EnvelopeCase(
+        "a cost per request over the budget: the budget binds",
+        budget(12, over_budget=True),
+        Envelope(4, 12, 24.0),
+        held_by=Hold.BUDGET,
+        state=BUSY,
+    ),
+    EnvelopeCase(
+        "a collapse alert that lasts: the budget binds",
+        budget(12, collapse_active=True),
+        Envelope(4, 12, 24.0),
+        held_by=Hold.BUDGET,
+        state=BUSY,
+    ),
+    EnvelopeCase(
+        "CapAtBudget: the budget binds whatever the demand",
+        budget(12),
+        Envelope(4, 12, 24.0),
+        held_by=Hold.BUDGET,
+        policy=spec(cache={"onCollapse": "CapAtBudget"}),
+        state=BUSY,
+    ),
+    EnvelopeCase(
+        "an unknown cost per request: the budget binds",
+        budget(12),
+        Envelope(4, 12, 24.0),
+        held_by=Hold.BUDGET,
+        state=snapshot(signals(running_requests_per_pod=30.0, gpu_seconds_per_1k_requests=None)),
+    ),
+    EnvelopeCase(
+        "the room for demand is never above the hard cap",
+        # budget.maxReplicas is the user's own top, not a hold.
+        budget(12),
+        Envelope(4, 13, 24.0),
+        policy=spec(budget={"maxReplicas": 13}),
+        state=BUSY,
+    ),
     EnvelopeCase(
         "the budget caps maxReplicas and holds it",
         # 12 < budget.maxReplicas 40: held by the budget; no earlier mark in the window,
         # so the lowering from 40 takes the recommendation at once.
-        budget(12),
+        budget(12, dearer=True),
         Envelope(4, 12, 24.0),
         held_by=Hold.BUDGET,
     ),
@@ -208,13 +303,13 @@ ENVELOPE_CASES = [
     EnvelopeCase(
         "never below what the demand needs at the baseline cost",
         # The budget allows 8; the demand alone needs 11: 11, still held by the budget.
-        budget(8),
+        budget(8, dearer=True),
         Envelope(4, 11, 24.0),
         held_by=Hold.BUDGET,
     ),
     EnvelopeCase(
         "the user's minReplicas is raised into the budget's range",
-        budget(12),
+        budget(12, dearer=True),
         Envelope(6, 12, 24.0),
         held_by=Hold.BUDGET,
         policy=spec(budget={"minReplicas": 6}),
@@ -274,7 +369,7 @@ ENVELOPE_CASES = [
         "the SLO estimate lifts maxReplicas above the budget and floors minReplicas",
         # maxReplicas 17 (the estimate), minReplicas 15 (its pods without the headroom),
         # the target a step lower: 12 replicas leave room under 17.
-        budget(12),
+        budget(12, dearer=True),
         Envelope(15, 17, 19.2),
         slo_guard=True,
         slo_needed=17,
@@ -297,7 +392,7 @@ ENVELOPE_CASES = [
         "a backlog the estimate drains slowly lifts maxReplicas to drain it",
         # 150 waiting on each of 12 pods: ceil(12 × (32 + 1,800 / 600) / 28 / 0.85) =
         # ceil(17.65) = 18, under the HPA's 20 and above the estimate's 17.
-        budget(12),
+        budget(12, dearer=True),
         Envelope(15, 18, 19.2),
         slo_guard=True,
         slo_needed=17,
@@ -310,7 +405,7 @@ ENVELOPE_CASES = [
         "the backlog's maxReplicas is never above what the HPA asks for",
         # 600 waiting each: ceil(12 × (32 + 7,200 / 600) / 28 / 0.85) = ceil(22.18) = 23,
         # bounded by the HPA's 20.
-        budget(12),
+        budget(12, dearer=True),
         Envelope(15, 20, 19.2),
         slo_guard=True,
         slo_needed=17,
@@ -322,13 +417,13 @@ ENVELOPE_CASES = [
     EnvelopeCase(
         "a target on the running batch stays under the batch ceiling",
         # 0.75 × 20 = 15 < 24.
-        budget(12, max_num_seqs=20),
+        budget(12, max_num_seqs=20, dearer=True),
         Envelope(4, 12, 15.0),
         held_by=Hold.BUDGET,
     ),
     EnvelopeCase(
         "a target on the queue is not bound by the batch ceiling",
-        budget(12, max_num_seqs=20),
+        budget(12, max_num_seqs=20, dearer=True),
         Envelope(4, 12, 24.0),
         held_by=Hold.BUDGET,
         state=short_fleet(waiting=0.0, arrivals=None, served=32.0, metric=WAITING_QUEUE, p95=0.5),
@@ -336,7 +431,7 @@ ENVELOPE_CASES = [
     EnvelopeCase(
         "a lowering waits for the highest recommendation of the window",
         # 16 recommended a minute ago: min(20 now, max(16, 12)) = 16.
-        budget(12),
+        budget(12, dearer=True),
         Envelope(4, 16, 24.0),
         held_by=Hold.BUDGET,
         state=snapshot(fleet=workload(hpa=(4, 20, 24.0))),
@@ -344,7 +439,7 @@ ENVELOPE_CASES = [
     ),
     EnvelopeCase(
         "a recommendation just inside the window still holds a lowering",
-        budget(12),
+        budget(12, dearer=True),
         Envelope(4, 16, 24.0),
         held_by=Hold.BUDGET,
         state=snapshot(fleet=workload(hpa=(4, 20, 24.0))),
@@ -352,7 +447,7 @@ ENVELOPE_CASES = [
     ),
     EnvelopeCase(
         "a recommendation a whole window old no longer holds a lowering",
-        budget(12),
+        budget(12, dearer=True),
         Envelope(4, 12, 24.0),
         held_by=Hold.BUDGET,
         state=snapshot(fleet=workload(hpa=(4, 20, 24.0))),
@@ -360,7 +455,7 @@ ENVELOPE_CASES = [
     ),
     EnvelopeCase(
         "a raise inside the window after a lowering is refused",
-        budget(16),
+        budget(16, dearer=True),
         Envelope(4, 12, 24.0),
         held_by=Hold.BUDGET,
         state=snapshot(fleet=workload(hpa=(4, 12, 24.0))),
@@ -369,8 +464,35 @@ ENVELOPE_CASES = [
         ),
     ),
     EnvelopeCase(
+        "the SLO's estimate outlasts the breach while requests stay dearer",
+        # No breach now and the cost within budget, but requests still dearer: the 19 the
+        # SLO needed is kept (a cost held in budget by a short fleet ends nothing).
+        budget(12, dearer=True),
+        Envelope(4, 19, 24.0),
+        slo_guard=True,
+        slo_needed=19,
+        memory=learned(slo_needed=ReplicaMark(replicas=19, requests_per_second=32.0, at=T0)),
+    ),
+    EnvelopeCase(
+        "the SLO's estimate is released when requests cost what they did",
+        # Nothing left of the incident: the estimate goes, and the room for demand stays.
+        budget(12),
+        Envelope(4, 17, 24.0),
+        memory=learned(slo_needed=ReplicaMark(replicas=19, requests_per_second=32.0, at=T0)),
+    ),
+    EnvelopeCase(
+        "a raise for rising demand is taken inside the window after a lowering",
+        # Room at a steady cost (11 + 6): following demand is not a flap.
+        budget(12),
+        Envelope(4, 17, 24.0),
+        state=snapshot(signals(running_requests_per_pod=30.0), workload(hpa=(4, 12, 24.0))),
+        memory=learned(
+            last_max_replicas_change_at=T0 - 60 * SECONDS, last_max_replicas_direction=-1
+        ),
+    ),
+    EnvelopeCase(
         "a raise a whole window after a lowering is taken",
-        budget(16),
+        budget(16, dearer=True),
         Envelope(4, 16, 24.0),
         held_by=Hold.BUDGET,
         state=snapshot(fleet=workload(hpa=(4, 12, 24.0))),

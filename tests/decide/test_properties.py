@@ -144,13 +144,14 @@ def test_invariants_hold_on_any_sequence(
             assert decision.max_num_seqs == seqs
         elif envelope.max_replicas > current.max_replicas:
             # Above the budget's allowance only for what the SLO, a backlog's drain or the
-            # demand alone needs.
+            # demand alone needs, or room for rising demand at a steady cost.
             cap = decision.budget_max_replicas
             assert cap is not None
             floors = (
                 decision.slo_needed_replicas or 0,
                 decision.drain_replicas or 0,
                 decision.demand_replicas or 0,
+                decision.headroom_replicas or 0,
             )
             assert envelope.max_replicas <= max(3, cap, *floors)
         if envelope.max_replicas != current.max_replicas:
@@ -163,14 +164,15 @@ def test_invariants_hold_on_any_sequence(
                 last_t, last_direction, last_held = max_changes[-1]
                 if direction == -last_direction and t - last_t < STABILIZATION_SECONDS:
                     # Only a collapse hold (down) and its release (up), failing open on
-                    # missing data (up) or a raise to what the SLO or a backlog's drain
-                    # needs may reverse quickly.
+                    # missing data (up), a raise to what the SLO or a backlog's drain
+                    # needs, or one with room for rising demand may reverse quickly.
                     opened = frozen(snapshot) and direction == 1
                     for_slo = direction == 1 and envelope.max_replicas in (
                         min(30, decision.slo_needed_replicas or 0),
                         decision.drain_replicas,
                     )
-                    quick = opened or for_slo
+                    for_demand = direction == 1 and decision.headroom_replicas is not None
+                    quick = opened or for_slo or for_demand
                     assert (held and direction == -1) or (last_held and direction == 1) or quick, (
                         max_changes,
                         t,

@@ -81,9 +81,55 @@ def ksm_pod(s: Series, namespace: str, pod: str, ready_at: float, times: list[fl
     """kube-state-metrics' view of a ready pod requesting 2 GPUs."""
     ids = {"namespace": namespace, "pod": pod}
     s.gauge("kube_pod_status_ready_time", {**ids, "uid": pod}, ready_at, times)
+    s.gauge("kube_pod_status_ready", {**ids, "condition": "true"}, 1, times)
+    ksm_scheduled(s, namespace, pod, times)
+
+
+def ksm_scheduled(
+    s: Series, namespace: str, pod: str, times: list[float], scheduled: bool = True
+) -> None:
+    """kube-state-metrics' view of a pod requesting 2 GPUs, scheduled to a node or pending
+    (a pod starting, or loading weights, exports no engine series yet)."""
+    ids = {"namespace": namespace, "pod": pod}
     gpu = {**ids, "container": "vllm", "resource": "nvidia_com_gpu", "unit": "integer"}
     s.gauge("kube_pod_container_resource_requests", gpu, 2, times)
-    s.gauge("kube_pod_status_ready", {**ids, "condition": "true"}, 1, times)
+    s.gauge("kube_pod_status_scheduled", {**ids, "condition": "true"}, float(scheduled), times)
+
+
+def ksm_owned(s: Series, namespace: str, pod: str, owner: str, times: list[float]) -> None:
+    """kube-state-metrics' owner series of ``pod``: ReplicaSet ``owner``."""
+    labels = {"namespace": namespace, "pod": pod, "uid": pod, "owner_name": owner}
+    s.gauge("kube_pod_owner", {**labels, "owner_kind": "ReplicaSet"}, 1, times)
+
+
+def ksm_replicaset(
+    s: Series, namespace: str, replicaset: str, deployment: str, times: list[float]
+) -> None:
+    """kube-state-metrics' owner series of ``replicaset``: Deployment ``deployment``."""
+    labels = {"namespace": namespace, "replicaset": replicaset, "owner_name": deployment}
+    s.gauge("kube_replicaset_owner", {**labels, "owner_kind": "Deployment"}, 1, times)
+
+
+def scaling_out(s: Series) -> None:
+    """A Deployment mid-rollout, as cost must count it: ``scaling-a`` (ReplicaSet
+    ``scaling-1``) serves all along; ``scaling-b``, of the new ReplicaSet ``scaling-2``,
+    was scheduled 10 minutes ago and still loads weights (no engine series yet); ``scaling-c``
+    is pending (not scheduled: it holds no GPU); ``other-a``, of another Deployment in the
+    namespace, is not the target's. Every pod requests 2 GPUs."""
+    ns = "llm"
+    vllm_pod(s, {"namespace": ns, "model_name": "scaling", "pod": "scaling-a"}, FULL)
+    ksm_pod(s, ns, "scaling-a", T - 3600, FULL)
+    ksm_owned(s, ns, "scaling-a", "scaling-1", FULL)
+    ksm_replicaset(s, ns, "scaling-1", "scaling", FULL)
+    loading = [t for t in FULL if t >= T - 600]
+    ksm_replicaset(s, ns, "scaling-2", "scaling", loading)
+    ksm_scheduled(s, ns, "scaling-b", loading)
+    ksm_owned(s, ns, "scaling-b", "scaling-2", loading)
+    ksm_scheduled(s, ns, "scaling-c", loading, scheduled=False)
+    ksm_owned(s, ns, "scaling-c", "scaling-2", loading)
+    ksm_pod(s, ns, "other-a", T - 3600, FULL)
+    ksm_owned(s, ns, "other-a", "other-1", FULL)
+    ksm_replicaset(s, ns, "other-1", "other", FULL)
 
 
 def sglang_pod(
@@ -144,6 +190,7 @@ def dataset() -> Series:
     vllm_pod(s, {**llm, "model_name": "wide", "pod": "wide-a"}, FULL, ttft=VLLM_TTFT_WIDE)
     saturated = {**llm, "model_name": "saturated", "pod": "sat-a"}
     vllm_pod(s, saturated, FULL, gauges=(32, 0, 1.0), aborted=0.5, queue_growth=0.1)
+    scaling_out(s)
     grouping_scenarios(s)
     quantile_scenarios(s)
     return s

@@ -202,7 +202,7 @@ def read_signals(url: str, engine: str, at: float) -> EngineSignals:
         selector=Selector.of({"namespace": "llm"}),
         window_seconds=WINDOW_S,
         gpus_per_pod=GPUS_PER_POD,
-        ready_replicas=PODS,
+        pods_holding_gpus=PODS,
     )
     with PrometheusClient(PrometheusConfig(url=url)) as client:
         return gather_signals(client, request, datetime.fromtimestamp(at, UTC))

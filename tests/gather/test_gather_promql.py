@@ -174,9 +174,9 @@ def test_a_batch_reads_each_histogram_once_and_asks_for_no_quantile(
 ) -> None:
     # The quantiles are computed from the bucket rates (gather.signals), not asked of
     # Prometheus: one histogram_quantile per quantile cost 4 more of the batch's slowest
-    # operands. kube-state-metrics adds pod ages and GPU-seconds.
+    # operands. kube-state-metrics adds pod ages, GPU-seconds and the pods holding GPUs.
     scope = QueryScope.for_selector(Selector(()))
-    for ksm, queries in ((False, count), (True, count + 2)):
+    for ksm, queries in ((False, count), (True, count + 3)):
         batch = build_queries(profile, scope, 300, kube_state_metrics=ksm)
         assert len(batch) == queries, (profile, ksm)
         assert not [key for key, query in batch.items() if "histogram_quantile" in query.promql]
@@ -320,3 +320,22 @@ def test_selectors_share_a_scope_on_the_labels_they_all_match_on() -> None:
     assert scope.group_by == ("adapter", "model_name", "namespace")
     with pytest.raises(SelectorError, match="no common label"):
         QueryScope.shared([Selector.of({"app": "a"}), Selector.of({"model_name": "b"})])
+
+
+def test_cost_counts_scheduled_pods_of_the_target_not_only_ready_exporting_ones() -> None:
+    # Pods loading weights are scheduled and hold GPUs but export nothing and are not
+    # ready: the cost and the pods holding GPUs reach them through the owners of the pods
+    # that export, and read the scheduled condition, never the ready one.
+    selector = Selector.of({"namespace": "llm", "model_name": "m"})
+    batch = build_queries(
+        MetricsGeneration.VLLM_0_13, QueryScope.for_selector(selector), 300, kube_state_metrics=True
+    )
+    for key in (QueryKey.GPU_SECONDS, QueryKey.PODS_HOLDING_GPUS):
+        promql = batch[key].promql
+        assert "kube_pod_status_ready" not in promql, key
+        assert 'kube_pod_status_scheduled{namespace="llm",condition="true"}' in promql, key
+        assert 'kube_pod_owner{namespace="llm",owner_kind="ReplicaSet"}' in promql, key
+        assert 'kube_replicaset_owner{namespace="llm",owner_kind="Deployment"}' in promql, key
+        assert promql.startswith("avg_over_time((sum by (model_name, namespace) ("), key
+        assert "[300s:30s])" in promql, key
+    assert batch[QueryKey.GPU_SECONDS].promql.endswith(" * 300")

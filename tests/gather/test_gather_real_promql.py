@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -19,6 +21,7 @@ from cachescale.decide import decide, words
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series
 from cachescale.gather.promql import build_queries
 from cachescale.gather.reading import gather_signals
+from cachescale.gather.report import SCRAPED_ONLY, Window, caveats, read_window
 from cachescale.gather.selector import QueryScope, Selector, split_by_selector
 from cachescale.gather.series_reader import AmbiguousSeriesError
 from cachescale.gather.signals import SignalRequest, compute_signals
@@ -284,3 +287,29 @@ def test_a_batch_in_one_request_answers_what_each_query_answers_alone(
     alone = {key: client.query(promql, AT) for key, promql in queries.items()}
     assert {k: _as_set(v) for k, v in combined.items()} == {k: _as_set(v) for k, v in alone.items()}
     assert sum(map(len, alone.values())) > len(queries)  # the answers are not empty
+
+
+def test_cost_counts_every_scheduled_pod_of_the_target(client: PrometheusClient) -> None:
+    # scaling-a serves 600 requests over the window on 2 GPUs; scaling-b, of the rollout's
+    # new ReplicaSet, loads weights all window (no engine series) on 2 more. The pending
+    # pod and the other Deployment's pod hold none of the target's GPUs.
+    snapshot = read(client, namespace="llm", model_name="scaling")
+    assert snapshot.requests_per_second.value == pytest.approx(2.0)
+    assert snapshot.gpu_seconds_per_1k_requests.value == pytest.approx(4 * 300 / 0.6)
+
+
+def test_the_report_counts_starting_pods_only_with_kube_state_metrics(
+    client: PrometheusClient,
+) -> None:
+    window = Window(AT - timedelta(seconds=WINDOW_S), AT, -WINDOW_S, 0.0)
+    request = SignalRequest(
+        Engine.VLLM, Selector.of({"namespace": "llm", "model_name": "scaling"}), WINDOW_S
+    )
+    held = read_window(client, replace(request, kube_state_metrics=True), window)
+    assert held.replicas.value == pytest.approx(2.0)
+    assert held.gpu_seconds_per_1k.value == pytest.approx(4 * 300 / 0.6)
+    assert caveats(replace(request, kube_state_metrics=True)) == []
+    scraped = read_window(client, replace(request, gpus_per_pod=2), window)
+    assert scraped.replicas.value == pytest.approx(1.0)
+    assert scraped.gpu_seconds_per_1k.value == pytest.approx(2 * 300 / 0.6)
+    assert caveats(request) == [SCRAPED_ONLY]

@@ -107,7 +107,8 @@ def test_healthy_results_are_all_known_but_cost_without_inputs() -> None:
     assert snapshot.unknown_signals() == [
         (
             "gpu_seconds_per_1k_requests",
-            "needs GPUs per pod and ready replicas (from the Deployment) or kube-state-metrics",
+            "needs GPUs per pod and the pods holding them (from the Deployment) or "
+            "kube-state-metrics",
         )
     ]
     assert snapshot.request_full_hit_share.value == pytest.approx(0.4)
@@ -159,13 +160,32 @@ def test_demand_query_must_return_one_rate(series: list[Series], fragment: str) 
 def test_gpu_seconds_per_1k_from_kubernetes_inputs() -> None:
     # The incident's fleet: ~32 req/s on 2-GPU replicas; 10 replicas -> 625 GPU-s/1k.
     results = healthy() | {QueryKey.REQUESTS: fleet(32)}
-    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, ready_replicas=10)
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, pods_holding_gpus=10)
     assert compute(results, request).gpu_seconds_per_1k_requests.value == pytest.approx(625)
+
+
+def test_kube_state_metrics_gpu_seconds_win_over_the_deployment_count() -> None:
+    # The Deployment says 10 pods now; kube-state-metrics saw 6 on average over the window
+    # (4 were created near its end): the window's mean is the cost, not the last count.
+    results = healthy() | {
+        QueryKey.REQUESTS: fleet(32),
+        QueryKey.GPU_SECONDS: fleet(2 * 6 * 300.0),
+    }
+    request = SignalRequest(
+        Engine.VLLM,
+        SELECTOR,
+        300.0,
+        gpus_per_pod=2,
+        pods_holding_gpus=10,
+        kube_state_metrics=True,
+        pod_ages_seconds={"a": 600.0},
+    )
+    assert compute(results, request).gpu_seconds_per_1k_requests.value == pytest.approx(375)
 
 
 def test_gpu_seconds_without_finished_requests_is_unknown_not_infinite() -> None:
     results = healthy() | {QueryKey.REQUESTS: fleet(0)}
-    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, ready_replicas=10)
+    request = SignalRequest(Engine.VLLM, SELECTOR, 300.0, gpus_per_pod=2, pods_holding_gpus=10)
     cost = compute(results, request).gpu_seconds_per_1k_requests
     assert cost.value is None
     assert "no requests finished" in str(cost.reason)

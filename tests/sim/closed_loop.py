@@ -34,7 +34,8 @@ from cachescale.commands.simulate import build_autoscaler
 from cachescale.sim.autoscaler import PolicyRecord
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
-from cachescale.sim.present import SAME_LATENCY_S, SAME_LATENCY_SHARE, before_after, run_json
+from cachescale.sim.incident import Recovery, recovery
+from cachescale.sim.present import before_after, from_change, run_json
 from cachescale.sim.report import Signals, Windows
 from cachescale.sim.run import RunResult, TimelineSample, run_together
 from cachescale.sim.scenario import Scenario, load_builtin
@@ -48,13 +49,6 @@ AFTER_THE_OUTAGE_S = 300.0
 enough for the alert to clear (one interval) and the envelope to return."""
 
 
-def p95_limit(alone_p95_s: float) -> float:
-    """Issue 11's latency rule: the highest last-third TTFT p95 cachescale may have against
-    the HPA alone's, worse by no more than the report's "served users alike" margin
-    (``SAME_LATENCY_SHARE`` of it or ``SAME_LATENCY_S``, whichever is larger)."""
-    return max(alone_p95_s * (1 + SAME_LATENCY_SHARE), alone_p95_s + SAME_LATENCY_S)
-
-
 @dataclass(frozen=True)
 class LoopSummary:
     """What one closed-loop run leaves for the assertions."""
@@ -65,6 +59,10 @@ class LoopSummary:
     samples: list[TimelineSample]
     before: Signals
     after: Signals
+    from_change: Signals
+    """From the first change to the end (``sim.present.from_change``): the onset too."""
+    recovery: Recovery | None
+    """How long the run took to recover from the change (``sim.incident.recovery``)."""
     report: dict[str, Any] | None
     """The run's entry of ``cachescale simulate --json``, when the job asked for it."""
 
@@ -99,6 +97,16 @@ COLD_DILUTION_POINTS = [
 ]
 
 
+def round_robin_sessions() -> LoopRun:
+    """``scaleout-round-robin`` with 4-turn sessions, 128 at a time: a session's next turn
+    lands on another pod N−1 times in N, so the scale-out lowers even the warm pods' hit
+    rate (dilution at steady state: docs/decisions.md, "CacheDiluted")."""
+    base = load_builtin("scaleout-round-robin")
+    sessions = base.workload.sessions.model_copy(update={"mean_turns": 4.0, "concurrent": 128})
+    workload = base.workload.model_copy(update={"sessions": sessions})
+    return LoopRun(base.model_copy(update={"workload": workload}), "cachescale")
+
+
 def cold_dilution(replicas: int, router: str) -> LoopRun:
     """A cold-dilution sweep point as a closed loop: the HPA pinned at the point's
     replica count, the run stretched past one policy window (the point itself is 150 s)."""
@@ -117,6 +125,11 @@ def cold_dilution(replicas: int, router: str) -> LoopRun:
         }
     )
     return LoopRun(scenario, "cachescale")
+
+
+COST_TIE = 1.01
+"""Two runs' GPU-s per 1k requests within 1% of each other are a tie: neither a saving nor a
+loss to report."""
 
 
 KEDA_SAME_RULE_BUDGET = 712
@@ -155,9 +168,13 @@ def suite_runs() -> dict[str, LoopRun]:
         "batch-pressure-loop/cachescale": LoopRun.builtin("batch-pressure-loop", "cachescale"),
         "unique-prefixes/cachescale": LoopRun.builtin("unique-prefixes", "cachescale"),
         "metrics-outage/cachescale": LoopRun.through_the_outage("metrics-outage", "cachescale"),
+        "collapse-with-growth/hpa": LoopRun.builtin("collapse-with-growth", "hpa"),
         "collapse-with-growth/cachescale": LoopRun.builtin("collapse-with-growth", "cachescale"),
+        "demand-step/hpa": LoopRun.builtin("demand-step", "hpa"),
+        "demand-step/cachescale": LoopRun.builtin("demand-step", "cachescale"),
         "scaleout-round-robin/hpa": LoopRun.builtin("scaleout-round-robin", "hpa"),
         "scaleout-round-robin/cachescale": LoopRun.builtin("scaleout-round-robin", "cachescale"),
+        "scaleout-round-robin-sessions/cachescale": round_robin_sessions(),
         "outage-rising-demand/hpa": LoopRun.through_the_outage("outage-rising-demand", "hpa"),
         "outage-rising-demand/cachescale": LoopRun.through_the_outage(
             "outage-rising-demand", "cachescale"
@@ -189,13 +206,16 @@ def summarize(jobs: list[LoopRun]) -> list[LoopSummary]:
 def _summary(job: LoopRun, result: RunResult) -> LoopSummary:
     windows = Windows(result)
     (b0, b1), (a0, a1) = before_after(result)
+    before = windows.signals(b0, b1)
     return LoopSummary(
         scenario=job.scenario,
         autoscaler=job.autoscaler,
         policy=result.policy,
         samples=result.samples,
-        before=windows.signals(b0, b1),
+        before=before,
         after=windows.signals(a0, a1),
+        from_change=windows.signals(*from_change(result)),
+        recovery=recovery(result, before),
         report=run_json(result) if job.report else None,
     )
 

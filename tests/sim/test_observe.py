@@ -87,7 +87,7 @@ class SteadyTraffic:
 
 
 def signals(scraped: ScrapedFleet, now_s: float, window_s: float = 300.0) -> EngineSignals:
-    return scraped.signals(now_s, window_s, gpus_per_pod=2, ready_replicas=1, observed_at=AT)
+    return scraped.signals(now_s, window_s, observed_at=AT)
 
 
 def every_15s(start: float, stop: float) -> list[float]:
@@ -117,7 +117,8 @@ def test_steady_pod_reads_its_rates_ratios_and_quantiles() -> None:
     assert s.ttft_p99_seconds.value == pytest.approx(0.04 + 0.02 * 0.99)
     # Every step is 0.02 s, in (0.01, 0.025].
     assert s.itl_p95_seconds.value == pytest.approx(0.01 + 0.015 * 0.95)
-    assert s.gpu_seconds_per_1k_requests.value == pytest.approx(2 * 1 * 1000 / 2.0)
+    # 1 GPU over the 300 s window, 600 requests finished in it.
+    assert s.gpu_seconds_per_1k_requests.value == pytest.approx(300 / 0.6)
     assert s.preemptions_per_second.value == 0.0
     assert s.notes == ()
     (only,) = s.pods
@@ -287,6 +288,28 @@ def test_time_must_advance_and_the_window_fit_the_retention() -> None:
 # exact for everything counted per finished request; the token counters are counted at
 # admission, which the requests do not record (arrival is used, see the tolerance there).
 
+
+def test_cost_counts_every_pod_holding_gpus_for_its_part_of_the_window() -> None:
+    """A pod still loading weights exports nothing but holds its GPU from creation, and a
+    pod removed inside the window held its GPU until then: the cost counts both, each for
+    the part of the window it existed, as kube-state-metrics' GPU requests show them."""
+    scraped = ScrapedFleet()
+    serving, engine = fake_pod("engine-0")
+    traffic = SteadyTraffic(serving, engine)
+    starting, _ = fake_pod("engine-1", ready_s=700.0)
+    starting.created_s = 450.0
+    leaving, _ = fake_pod("engine-2")
+    for t in every_15s(0.0, 600.0):
+        leaving.gone_s = 400.0 if t >= 400.0 else None
+        pods = [traffic.at(t), leaving] + ([starting] if t >= starting.created_s else [])
+        scraped.scrape(pods, t)
+    s = signals(scraped, 600.0)
+    assert [pod.pod for pod in s.pods] == ["engine-0", "engine-2"]  # engine-1 exports nothing
+    # Over (300, 600]: 300 GPU-s serving, 150 starting, 100 leaving; 600 requests finished.
+    assert s.requests_per_second.value == pytest.approx(2.0)
+    assert s.gpu_seconds_per_1k_requests.value == pytest.approx((300 + 150 + 100) / 0.6)
+
+
 SCRAPE_FROM_S = 315.0
 NOW_S = 600.0
 
@@ -306,7 +329,7 @@ def fleet_run() -> tuple[list[SimRequest], EngineSignals]:
     for t in (next_scrape, *scrapes):
         fleet.advance_to(t)
         scraped.scrape(fleet.pods, t)
-    observed = scraped.signals(NOW_S, 300.0, gpus_per_pod=1, ready_replicas=4, observed_at=AT)
+    observed = scraped.signals(NOW_S, 300.0, observed_at=AT)
     fleet.advance_to(NOW_S + 600.0)  # the requests in flight at 600 s finish
     return fleet.finished, observed
 
@@ -414,7 +437,7 @@ def test_arrivals_estimate_matches_the_offered_load_under_saturation(
     for t in range(15, 601, 15):
         simulation.advance_to(float(t))
         scraped.scrape(simulation.fleet.pods, float(t))
-    snapshot = scraped.signals(600.0, 300.0, gpus_per_pod=1, ready_replicas=2, observed_at=AT)
+    snapshot = scraped.signals(600.0, 300.0, observed_at=AT)
     offered = sum(1 for a in simulation.arrivals_s if 300.0 < a <= 600.0) / 300.0
     estimate, served = snapshot.arrivals_per_second.value, snapshot.requests_per_second.value
     assert estimate is not None

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from cachescale.commands.simulate import SimulationOutcome
+from cachescale.sim.incident import Onset, Recovery, onset, p95_limit, recovery, recovery_words
 from cachescale.sim.present import (
+    before_after,
     comparison,
     from_change,
     run_json,
@@ -11,8 +18,8 @@ from cachescale.sim.present import (
     who_served_better,
 )
 from cachescale.sim.report import Windows, signals_dict
-from cachescale.sim.run import run
-from cachescale.sim.scenario import load_builtin
+from cachescale.sim.run import RunResult, run
+from cachescale.sim.scenario import Scenario, load_builtin
 
 
 def test_the_whole_incident_is_reported_beside_the_last_third() -> None:
@@ -72,3 +79,113 @@ def test_both_runs_say_plainly_who_served_users_better_and_at_what_cost() -> Non
     same = who_served_better(hpa=keeping_up, cachescale=keeping_up)
     assert "served users as well as the HPA alone" in same
     assert "the same GPU time per request" in same
+
+
+def _changed_fleet(
+    replicas: int, rate_per_s: float, change: dict[str, Any], duration_s: float
+) -> RunResult:
+    """A fixed fleet (no autoscaler) with one perturbation."""
+    data = load_builtin("cold-dilution").model_dump(mode="json")
+    data["sweep"] = None
+    data["fleet"].update(replicas=replicas, max_num_seqs=8, router="prefix_aware")
+    data["fleet"]["pod_start_delay_s"] = 10.0
+    data["workload"]["rate_per_s"] = rate_per_s
+    data["duration_s"] = duration_s
+    data["perturbations"] = [change]
+    return run(Scenario.model_validate(data), autoscaler=None)
+
+
+def _recovery(result: RunResult) -> Recovery | None:
+    (start, end), _ = before_after(result)
+    return recovery(result, Windows(result).signals(start, end))
+
+
+def test_recovery_is_the_time_until_the_slo_holds_for_good() -> None:
+    # One pod at 8 req/s breaches from the start; traffic falls to 0.5 req/s at 2 min and
+    # the queue drains: recovered at the end of the last window above the SLO.
+    drained = _changed_fleet(1, 8.0, {"kind": "rate", "at_s": 120.0, "rate_per_s": 0.5}, 480.0)
+    found = _recovery(drained)
+    assert found is not None
+    late = [at for at, _ in slo_breaches(drained) if at + 30.0 > 120.0]
+    assert late, "the queue built before the change outlives it"
+    assert found.slo_s == max(late) + 30.0 - 120.0
+    assert run_json(drained)["recovery"] == {"slo_s": found.slo_s, "hit_rate_s": 0.0}
+    # Traffic rising on an overloaded pod: still breaching at the end, never recovered.
+    behind = _changed_fleet(1, 2.0, {"kind": "rate", "at_s": 120.0, "rate_per_s": 8.0}, 240.0)
+    assert _recovery(behind) == Recovery(slo_s=None, hit_rate_s=0.0)
+    assert "TTFT p95 not back within the SLO by the end of the run" in verdict(behind)
+
+
+def test_recovery_after_a_rollout_is_the_time_until_the_hit_rate_is_back() -> None:
+    # Every pod replaced by a cold one at 5 min: the hit rate dips under its level before
+    # (less 0.05) for three 30 s windows, while TTFT p95 stays within the SLO.
+    rolled = _changed_fleet(2, 2.0, {"kind": "rolling_restart", "at_s": 300.0}, 600.0)
+    found = _recovery(rolled)
+    assert found is not None
+    windows = Windows(rolled)
+    (start, end), _ = before_after(rolled)
+    before = windows.signals(start, end).token_hit_rate
+    assert before is not None
+    hit_rates = {at: windows.signals(at, at + 30).token_hit_rate for at in range(300, 600, 30)}
+    cold = [at for at, rate in hit_rates.items() if rate is None or rate < before - 0.05]
+    assert cold
+    back = max(cold) + 30.0 - 300.0
+    assert found == Recovery(slo_s=0.0, hit_rate_s=back)
+    text = verdict(rolled)
+    assert "TTFT p95 back within the SLO throughout" in text
+    assert f"within 0.05 of its level before for good {back:.0f} s after the change" in text
+
+
+def test_no_change_no_recovery() -> None:
+    steady = _fixed_fleet(replicas=4, rate_per_s=1.0)
+    assert _recovery(steady) is None
+    assert run_json(steady)["recovery"] is None
+    assert "After the change" not in verdict(steady)
+
+
+@pytest.mark.parametrize(
+    ("alone", "with_policy", "limit", "within"),
+    [
+        (2.0, 2.4, 2.4, True),  # 20% of 2 s is above 0.2 s
+        (2.0, 2.41, 2.4, False),
+        (0.5, 0.7, 0.7, True),  # 0.2 s is above 20% of 0.5 s
+        (0.5, 0.71, 0.7, False),
+    ],
+)
+def test_the_onset_is_held_to_the_last_third_s_bound(
+    alone: float, with_policy: float, limit: float, within: bool
+) -> None:
+    assert p95_limit(alone) == pytest.approx(limit)
+    judged = Onset(alone, with_policy, cap_at_budget=False)
+    assert judged.within is within
+    assert judged.as_dict()["within"] is within
+    assert judged.as_dict()["limit_s"] == pytest.approx(limit)
+    state = "within" if within else "above"
+    assert f"{state} the bound of {limit:.2f} s (the larger of 1.2× and +0.2 s)" in judged.words()
+
+
+def test_an_onset_above_the_bound_under_cap_at_budget_says_it_was_chosen() -> None:
+    capped = Onset(1.0, 3.0, cap_at_budget=True)
+    assert capped.within is False
+    assert capped.words().endswith("(onCollapse: CapAtBudget, latency traded for cost)")
+    assert Onset(None, 3.0, cap_at_budget=False).within is None
+    assert "unknown" in Onset(1.0, None, cap_at_budget=False).words()
+
+
+def test_the_comparison_judges_the_onset_and_states_each_recovery() -> None:
+    alone = _changed_fleet(1, 2.0, {"kind": "rate", "at_s": 120.0, "rate_per_s": 8.0}, 240.0)
+    text = comparison({"hpa": alone, "cachescale": alone})
+    assert "onset: TTFT p95 from the change" in text
+    assert ", within the bound of" in text
+    assert recovery_words(Recovery(None, 0.0)) in verdict(alone)
+
+
+def test_json_judges_the_onset_only_when_both_runs_are_there() -> None:
+    behind = _changed_fleet(1, 2.0, {"kind": "rate", "at_s": 120.0, "rate_per_s": 8.0}, 240.0)
+    both = SimulationOutcome(behind.scenario, {"hpa": behind, "cachescale": behind})
+    judged = both.to_json_object()["onset"]
+    assert judged == onset(behind, behind).as_dict()
+    assert judged["within"] is True
+    assert judged["hpa_p95_from_change_s"] == judged["cachescale_p95_from_change_s"]
+    alone = SimulationOutcome(behind.scenario, {"hpa": behind})
+    assert "onset" not in alone.to_json_object()

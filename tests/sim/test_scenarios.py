@@ -25,6 +25,7 @@ EXPECTED = {
     "batch-pressure",
     "batch-pressure-loop",
     "collapse-with-growth",
+    "demand-step",
     "metrics-outage",
     "outage-rising-demand",
     "cold-dilution",

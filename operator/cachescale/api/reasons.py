@@ -41,6 +41,10 @@ class Diagnosis(StrEnum):
     """TTFT over the SLO: ``SLOMet=False``; a Warning Event when replicas are at the cap."""
     OVER_BUDGET = "OverBudget"
     """GPU-s per 1k requests over the budget: ``WithinBudget=False`` and a Warning Event."""
+    CACHE_DILUTED = "CacheDiluted"
+    """A lower hit rate that pods joining the fleet explain (each pod's cache sees fewer of
+    the requests that share a prefix): ``CacheHealthy=True`` with this reason, no alert,
+    never a scaling change; ``CacheDegraded`` is not raised while it holds."""
     COLD_FLEET = "ColdFleet"
     """Pods still warming up, or a rollout: ``status.state`` only (expected, benign)."""
     DEMAND_GROWTH = "DemandGrowth"

@@ -236,7 +236,7 @@ def _read_signals(
         selector=Selector.of(selector),
         window_seconds=history_seconds,
         gpus_per_pod=state.gpus_per_pod or None,
-        ready_replicas=state.ready_replicas,
+        pods_holding_gpus=state.replicas,
     )
     try:
         signals = gather_signals(client, request, now)

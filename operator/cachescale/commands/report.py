@@ -45,6 +45,7 @@ from cachescale.commands.report_policy import read_policy
 from cachescale.commands.signals import client_config
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.report import (
+    caveats,
     read_report,
     verdict,
     windows,
@@ -143,7 +144,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--gpus-per-pod",
         type=_gpus,
         metavar="N",
-        help="GPUs each pod requests (needed for GPU-s/1k)",
+        help="GPUs each pod requests (GPU-s/1k from the pods exporting metrics; not needed "
+        "with --kube-state-metrics)",
+    )
+    parser.add_argument(
+        "--kube-state-metrics",
+        action="store_true",
+        help="count replicas and GPU-s/1k from kube-state-metrics: every pod holding GPUs, "
+        "starting ones included (without it, only pods exporting engine metrics count)",
     )
     parser.add_argument(
         "--slo-ttft-p95", type=positive_number, metavar="S", help="judge TTFT p95 against S seconds"
@@ -221,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         selector=selector,
         window_seconds=args.step,
         gpus_per_pod=args.gpus_per_pod,
+        kube_state_metrics=args.kube_state_metrics,
     )
     started = time.monotonic()
     try:
@@ -239,7 +248,9 @@ def run(args: argparse.Namespace) -> int:
         report_output.write_png(Path(args.out) / PNG_NAME, rows, title, args.slo_ttft_p95)
     if args.centred_on and args.format == "csv":  # the CSV on stdout stays rows only
         print(args.centred_on, file=sys.stderr)
-    output = report_output.render(args.format, rows, sentences, header, args, elapsed)
+    output = report_output.render(
+        args.format, rows, sentences, header, args, elapsed, caveats(request)
+    )
     sys.stdout.write(output + "\n")
     return ExitCode.OK
 

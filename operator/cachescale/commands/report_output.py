@@ -64,10 +64,12 @@ def render(
     header: str,
     args: argparse.Namespace,
     elapsed: float,
+    caveats: list[str],
 ) -> str:
-    """The report in ``form``: ``table``, ``markdown``, ``json`` or ``csv``."""
+    """The report in ``form``: ``table``, ``markdown``, ``json`` or ``csv``; ``caveats``
+    (what the replicas and cost leave out) follow the notes."""
     if form == "json":
-        return json.dumps(_json(rows, sentences, args, elapsed), indent=2)
+        return json.dumps(_json(rows, sentences, args, elapsed, caveats), indent=2)
     if form == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -87,17 +89,21 @@ def render(
             cells = [_cell(m) for m in row.columns().values()]
             lines.append(f"| {row.window.label} | " + " | ".join(cells) + " |")
         lines += ["", *(f"- {sentence}" for sentence in sentences)]
-        lines += [f"- note: {note}" for note in notes(rows)]
+        lines += [f"- note: {note}" for note in [*notes(rows), *caveats]]
         return "\n".join(lines)
     lines = [*([args.centred_on] if args.centred_on else []), header, "", *_table(rows)]
     lines += ["", "verdict:"]
     lines += [f"  {sentence}" for sentence in sentences]
-    lines += [f"note: {note}" for note in notes(rows)]
+    lines += [f"note: {note}" for note in [*notes(rows), *caveats]]
     return "\n".join(lines)
 
 
 def _json(
-    rows: list[Row], sentences: list[str], args: argparse.Namespace, elapsed: float
+    rows: list[Row],
+    sentences: list[str],
+    args: argparse.Namespace,
+    elapsed: float,
+    caveats: list[str],
 ) -> dict[str, object]:
     return {
         "engine": args.engine,
@@ -106,6 +112,7 @@ def _json(
         "centred_on": args.centred_on,
         "step_seconds": args.step,
         "gpus_per_pod": args.gpus_per_pod,
+        "kube_state_metrics": args.kube_state_metrics,
         "slo_ttft_p95_seconds": args.slo_ttft_p95,
         "windows": [
             {
@@ -117,6 +124,7 @@ def _json(
             for row in rows
         ],
         "verdict": sentences,
+        "caveats": caveats,
         "read_seconds": round(elapsed, 3),
     }
 

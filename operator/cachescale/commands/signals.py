@@ -89,11 +89,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--gpus-per-pod", type=_positive_int, metavar="N", help="GPUs each pod requests"
     )
-    parser.add_argument("--replicas", type=_positive_int, metavar="N", help="ready replicas")
+    parser.add_argument(
+        "--replicas",
+        type=_positive_int,
+        metavar="N",
+        help="pods holding GPUs, starting ones included (the Deployment's status.replicas)",
+    )
     parser.add_argument(
         "--kube-state-metrics",
         action="store_true",
-        help="read pod ages and GPU-seconds from kube-state-metrics",
+        help="read pod ages and GPU-seconds from kube-state-metrics (the GPU-seconds then "
+        "come from there, not from --gpus-per-pod and --replicas)",
     )
     parser.add_argument(
         "--full-hit-max-computed-tokens",
@@ -172,7 +178,7 @@ def _request(args: argparse.Namespace) -> SignalRequest:
         window_seconds=metrics.window_seconds,
         full_hit_max_computed_tokens=args.full_hit_max_computed_tokens,
         gpus_per_pod=args.gpus_per_pod,
-        ready_replicas=args.replicas,
+        pods_holding_gpus=args.replicas,
         kube_state_metrics=args.kube_state_metrics,
         demand_query=metrics.demand_query,
     )

@@ -29,6 +29,7 @@ from cachescale.commands.flags import output_folder
 from cachescale.exit_codes import ExitCode
 from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
 from cachescale.sim.hpa import HPAModel
+from cachescale.sim.incident import onset
 from cachescale.sim.keda import KedaAutoscaler
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
 from cachescale.sim.present import (
@@ -263,12 +264,15 @@ class SimulationOutcome:
 
     def to_json_object(self) -> dict[str, Any]:
         """The ``--json`` object: ``scenario``, ``seed`` and each run under ``runs`` (as
-        ``sim.present.run_json`` writes it); a sweep adds ``sweep``."""
+        ``sim.present.run_json`` writes it); both autoscalers add ``onset``
+        (``sim.incident.Onset``), a sweep adds ``sweep``."""
         out: dict[str, Any] = {
             "scenario": self.scenario.name,
             "seed": self.scenario.seed,
             "runs": {name: run_json(result) for name, result in self.runs.items()},
         }
+        if {"hpa", "cachescale"} <= self.runs.keys():
+            out["onset"] = onset(self.runs["hpa"], self.runs["cachescale"]).as_dict()
         if self.sweep:
             out["sweep"] = sweep_json(self.sweep)
         return out

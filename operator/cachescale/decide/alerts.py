@@ -17,7 +17,7 @@ from datetime import datetime
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
-from cachescale.decide.batching import BatchPlan
+from cachescale.decide.batching import BatchPlan, eviction_words
 from cachescale.decide.checks import CollapseCheck, Finding, likely_cause
 from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
 from cachescale.decide.demand import ExtraCost, demand, extra_cost
@@ -72,7 +72,7 @@ def alert_rules(
     streaks = learned.streaks
     wanted: dict[Diagnosis, str] = {}
     clear_now = {Diagnosis.METRICS_UNAVAILABLE}
-    clear_messages: dict[Diagnosis, str] = {}
+    clear_messages: dict[Diagnosis, str] = dict(metrics_back(learned, now))
     clearing: set[Diagnosis] = set()
     extra = extra_cost(
         snapshot.signals.gpu_seconds_per_1k_requests.value,
@@ -97,9 +97,12 @@ def alert_rules(
                 alert, learned.collapse_evidence, collapse_check, now
             )
     eviction = by.get(Diagnosis.EVICTION_PRESSURE)
-    if eviction is not None and streaks.eviction >= windows and batch.reason is None:
-        why = batch.blocked or batch.message or "--max-num-seqs is not managed by this policy"
-        wanted[Diagnosis.EVICTION_PRESSURE] = f"{eviction.evidence}; ceiling not lowered: {why}"
+    evicting = eviction is not None and streaks.eviction >= windows
+    if evicting and (batch.reason is None or learned.alert(Diagnosis.EVICTION_PRESSURE)):
+        # Raised when the ceiling could not be lowered; an active one says what this
+        # evaluation did to it, a lowering included.
+        assert eviction is not None
+        wanted[Diagnosis.EVICTION_PRESSURE] = f"{eviction.evidence}; {eviction_words(batch)}"
     elif eviction is None:
         clearing.add(Diagnosis.EVICTION_PRESSURE)
     degraded = by.get(Diagnosis.CACHE_DEGRADED)
@@ -164,6 +167,22 @@ def alert_rules(
     elif slo is None:
         clearing.add(Diagnosis.SLO_AT_RISK)
     return AlertRules(wanted, clearing, frozenset(clear_now), extra, clear_messages)
+
+
+def metrics_back(learned: LearnedState, now: datetime) -> Mapping[Diagnosis, str]:
+    """What a clearing ``MetricsUnavailable`` says: cleared, and why (every required
+    signal read again, after how long), never the failure it quoted while it held."""
+    alert = learned.alert(Diagnosis.METRICS_UNAVAILABLE)
+    if alert is None:
+        return {}
+    gap = (now - alert.since).total_seconds()
+    after = f"{gap:.0f} s" if gap < 120 else f"{gap / 60:.0f} min"
+    return {
+        Diagnosis.METRICS_UNAVAILABLE: (
+            f"cleared: every required signal is read again, {after} after data went "
+            f"missing at {alert.since:%H:%M}"
+        )
+    }
 
 
 def _max_replicas_words(spec: CacheScalingPolicySpec, plan: EnvelopePlan) -> str:

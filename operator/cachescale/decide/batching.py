@@ -12,14 +12,30 @@ every admission. The rules, first match wins:
   Not during an active prefix collapse (the prompts emptied the cache, not the batch).
   While the SLO stays breached with the batch above (or an unknown) ``B_max`` and this
   does not fire, the message says why not;
+- follow through (``decide.follow_through``): a cooldown after a lowering toward
+  ``B_max``, take the next step while the batch is more than ``NEAR_B_MAX_SHARE`` of
+  ``B_max`` and the last step paid (the warm hit rate under the new ceiling
+  ``STEP_GAIN_POINTS`` above the one under the old, each a mean over warm evaluations, or
+  preemptions fallen under the pressure level), with neither eviction pressure nor an SLO
+  breach needed:
+  a ceiling above ``B_max`` evicts reusable prefixes whether or not it preempts. It stops
+  within ``NEAR_B_MAX_SHARE`` of ``B_max``, at a step that brought no gain, at an SLO
+  breach that began after the step, during a prefix collapse, and while the hit rate is
+  low (the next rule's ground), and each message says which;
 - raise toward throughput (25% per change, up to ``maxNumSeqs``) when the token hit rate
   has stayed under ``LOW_HIT_RATE`` for ``LOW_HIT_SECONDS`` and the batch is full or
   requests queue: a cache that does not hit is not worth protecting. Not past ``B_max``
-  while the rule above holds, or the two would undo each other's changes;
+  while the SLO rule holds, or the two would undo each other's changes; the follow-through
+  never fires in a low-hit streak, and never after a raise;
 - at most one change per ``cooldown`` (each change restarts pods and empties their
   caches), none during a rollout, and never outside ``minNumSeqs..maxNumSeqs``.
 
-The evidence for these rules is ``docs/design/batching-ceiling.md``.
+Every figure of B_max a message quotes is ``BatchFacts.ceiling``, the one value the
+evaluation computed (``checks.batch_ceiling``) and decided with. A change is remembered
+with the cache before it (``remember_change``), and the cache under the new ceiling is
+averaged once its pods warmed (``follow_through.tally_step``); the EvictionPressure alert
+reads what the ceiling did from ``eviction_words``, so an evaluation that lowers it never
+says it did not. The evidence for these rules is ``docs/design/batching-ceiling.md``.
 """
 
 from __future__ import annotations
@@ -30,6 +46,13 @@ from datetime import datetime
 
 from cachescale.api.reasons import Action
 from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.decide.ceiling_step import CeilingStep
+from cachescale.decide.follow_through import (
+    StepContext,
+    judge_last_step,
+    last_step,
+    preemption_share,
+)
 from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     BATCH_NEAR_CEILING,
@@ -88,7 +111,7 @@ def plan_max_num_seqs(
     batching = spec.batching
     if not batching.manage_max_num_seqs or current is None:
         return BatchPlan(current, None, "")
-    wanted, reason, why = _wanted(spec, snapshot, learned, facts, current)
+    wanted, reason, why = _wanted(spec, snapshot, learned, facts, current, now)
     if wanted == current or reason is None:
         return BatchPlan(current, None, why)
     blocked = _blocked(spec, snapshot, learned, now)
@@ -106,6 +129,7 @@ def _wanted(
     learned: LearnedState,
     facts: BatchFacts,
     current: int,
+    now: datetime,
 ) -> tuple[int, Action | None, str]:
     low, high = spec.batching.min_num_seqs, spec.batching.max_num_seqs
     if not low <= current <= high:
@@ -131,6 +155,11 @@ def _wanted(
     for_slo, slo_why = _for_the_slo(learned, facts, current, low)
     if for_slo is not None:
         return for_slo, Action.LOWERED_MAX_NUM_SEQS, slo_why
+    cooled = spec.batching.cooldown_seconds
+    onward, onward_why = _follow_through(learned, facts, current, low, now, cooled)
+    if onward is not None:
+        return onward, Action.LOWERED_MAX_NUM_SEQS, onward_why
+    slo_why = "; ".join(w for w in (slo_why, onward_why) if w)
     evaluations = math.ceil(LOW_HIT_SECONDS / spec.metrics.interval_seconds)
     if (
         learned.streaks.low_hit >= evaluations
@@ -208,6 +237,69 @@ def _for_the_slo(
     return None, f"{breach}; --max-num-seqs stays {current}: {why}"
 
 
+def _follow_through(
+    learned: LearnedState,
+    facts: BatchFacts,
+    current: int,
+    low: int,
+    now: datetime,
+    cooldown: float,
+) -> tuple[int | None, str]:
+    """The follow-through rule (``decide.follow_through``): ``(step, why)`` toward B_max
+    once the last lowering paid, else ``(None, why not)``."""
+    paid, why = judge_last_step(
+        learned,
+        current,
+        now,
+        cooldown,
+        StepContext(facts.ceiling, facts.collapse_active, facts.slo_at_risk_sustained),
+    )
+    if not paid or facts.ceiling is None:
+        return None, why
+    return _toward(facts.ceiling, current, low), why
+
+
+def remember_change(
+    learned: LearnedState,
+    snapshot: Snapshot,
+    facts: BatchFacts,
+    batch: BatchPlan,
+    now: datetime,
+) -> LearnedState:
+    """The memory after this evaluation's ceiling change (unchanged without one): its time
+    for the cooldown, and the step with the cache under the old ceiling (the last step's
+    means when it has them, else this evaluation's reading), for the follow-through rule to
+    judge a cooldown later."""
+    current = snapshot.workload.max_num_seqs
+    if batch.reason is None or batch.desired is None or current is None:
+        return learned
+    last = last_step(learned)
+    hit, share = facts.warm_hit_rate, preemption_share(snapshot)
+    if last is not None and last.hit_rate_since.samples:
+        hit, share = last.hit_rate_since.value, last.preemptions_since.value
+    step = CeilingStep(
+        at=now,
+        before=current,
+        after=batch.desired,
+        reason=batch.reason,
+        warm_hit_rate=hit,
+        preemption_share=share,
+        slo_at_risk=facts.slo_at_risk_sustained,
+    )
+    return learned.model_copy(
+        update={"last_max_num_seqs_change_at": now, "last_max_num_seqs_step": step}
+    )
+
+
+def eviction_words(batch: BatchPlan) -> str:
+    """What the EvictionPressure alert says the ceiling did this evaluation: the change it
+    made, or why none."""
+    if batch.reason is not None:
+        return batch.message
+    why = batch.blocked or batch.message or "--max-num-seqs is not managed by this policy"
+    return f"ceiling not lowered now: {why}"
+
+
 def _busy(snapshot: Snapshot, current: int) -> bool:
     """Requests queue, or the batch is nearly full: a larger batch would be used."""
     signals = snapshot.signals
@@ -225,8 +317,11 @@ def _blocked(
     cooldown = spec.batching.cooldown_seconds
     if last is not None and (now - last).total_seconds() < cooldown:
         elapsed = (now - last).total_seconds()
+        step = last_step(learned)
+        change = f" ({step.before} → {step.after})" if step is not None else ""
+        ago = f"{elapsed / 60:.0f} min ago" if elapsed >= 60 else "under a minute ago"
         return (
-            f"cooldown: the last change was {elapsed / 60:.0f} min ago; "
+            f"cooldown: the last change{change} was {ago}; "
             f"next possible in {(cooldown - elapsed) / 60:.0f} min"
         )
     if snapshot.workload.rollout_in_progress:

@@ -126,6 +126,10 @@ def _cache_condition(
             f"{words.ratio(results.collapse.threshold)} for {learned.streaks.collapse} of the "
             f"{spec.cache.collapse_windows} windows a collapse needs",
         )
+    diluted = by.get(Diagnosis.CACHE_DILUTED)
+    if diluted is not None:
+        # Healthy: the pods that joined explain the lower rate (decide/dilution.py).
+        return ConditionVerdict(kind, ConditionStatus.TRUE, diluted.diagnosis, diluted.evidence)
     if learned.baseline.token_hit_rate is None:
         return ConditionVerdict(
             kind,

@@ -50,6 +50,9 @@ class Decision:
     drain_replicas: int | None = None
     """The maxReplicas that drains a backlog within ``DRAIN_SECONDS``, when the SLO estimate's
     headroom would take longer."""
+    headroom_replicas: int | None = None
+    """The maxReplicas that leaves the HPA room for rising demand, while requests cost what
+    they did (``headroom.demand_headroom``)."""
     extra_cost: ExtraCost | None = None
     """What requests cost over the baseline, as the OverBudget and PrefixCollapse
     messages quote it."""

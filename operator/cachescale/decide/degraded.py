@@ -14,8 +14,9 @@ never fires, yet every request recomputes more of its prompt and the fleet pays 
   at least ``DEGRADED_COST_SHARE`` of the baseline GPU-s per 1k requests, or prefill per
   request is at least ``DEARER_PREFILL_FACTOR`` × its baseline (recomputed prompts a fleet
   with headroom absorbs before its windowed cost shows them);
-- nothing else explains it: no collapse and no eviction pressure; and it is raised only
-  while no pod is cold and no rollout runs (both move the cost on their own).
+- nothing else explains it: no collapse, no eviction pressure, and no dilution (pods that
+  joined the fleet explain the drop: ``CacheDiluted``, ``dilution.py``); and it is raised
+  only while no pod is cold and no rollout runs (both move the cost on their own).
 
 Once raised it stays while the rate is more than half the drop under the baseline,
 whether or not pods are warming (a scale-out the extra cost caused must not clear it).
@@ -71,7 +72,7 @@ class DegradedInputs:
 
     collapse: CollapseCheck
     explained: bool
-    """A collapse or eviction pressure accounts for the drop."""
+    """A collapse, eviction pressure or dilution accounts for the drop."""
     cold: bool
     """A pod is warming up or a rollout runs: no new raise."""
     streak: int

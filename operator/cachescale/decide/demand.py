@@ -52,12 +52,17 @@ class ExtraCost:
     """Current minus baseline GPU-seconds per 1k requests."""
     gpu_hours_per_day: float
     """``gpu_seconds_per_1k × req/s × 86,400 / 1,000 / 3,600``."""
+    baseline_gpu_seconds_per_1k: float
+    """The learned baseline the extra is counted from."""
 
     def words(self) -> str:
-        """``this costs X GPU-s per 1k requests over the baseline, Y GPU-hours per day``."""
+        """``this costs X GPU-s per 1k requests over the baseline, Y GPU-hours per day
+        (learned baseline B GPU-s/1k)``: the baseline quoted is the one subtracted, so a
+        reader never has to infer it from the current cost."""
         return (
             f"this costs {words.cost(self.gpu_seconds_per_1k)} GPU-s per 1k requests over "
-            f"the baseline, {self.gpu_hours_per_day:,.0f} GPU-hours per day"
+            f"the baseline, {self.gpu_hours_per_day:,.0f} GPU-hours per day (learned baseline "
+            f"{words.cost(self.baseline_gpu_seconds_per_1k)} GPU-s/1k)"
         )
 
 
@@ -68,4 +73,4 @@ def extra_cost(cost: float | None, baseline_cost: float | None, need: Demand) ->
     extra = cost - baseline_cost
     if extra <= 0:
         return None
-    return ExtraCost(extra, extra * need.per_second * 86_400 / 1000 / 3600)
+    return ExtraCost(extra, extra * need.per_second * 86_400 / 1000 / 3600, baseline_cost)

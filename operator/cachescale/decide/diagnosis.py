@@ -32,6 +32,7 @@ from cachescale.decide.checks import (
 )
 from cachescale.decide.degraded import DegradedInputs, check_degraded, in_band
 from cachescale.decide.demand import demand
+from cachescale.decide.dilution import DilutionInputs, check_dilution
 from cachescale.decide.healing import trend_words
 from cachescale.decide.learned import LearnedState, Streaks
 from cachescale.decide.thresholds import (
@@ -59,6 +60,8 @@ class CheckResults:
     slo_comfortable: bool
     over_budget: bool
     cold_pods: int
+    requests_got_dearer: bool = False
+    """Each request costs more than it did (``_requests_got_dearer``)."""
 
 
 def run_checks(
@@ -80,19 +83,19 @@ def run_checks(
     ages = snapshot.workload.pod_ages_seconds
     collapse = check_collapse(spec, snapshot, learned)
     eviction = check_eviction(snapshot, ceiling)
+    dearer = _requests_got_dearer(collapse, eviction, snapshot, learned)
     return CheckResults(
         collapse=collapse,
         eviction=eviction,
         ceiling=ceiling,
-        budget_max=budget_replicas(
-            spec, snapshot, _requests_got_dearer(collapse, eviction, snapshot, learned)
-        ),
+        budget_max=budget_replicas(spec, snapshot, dearer),
         slo_breach=breach,
         slo_comfortable=p95 is not None
         and not signals.ttft_p95_seconds.lower_bound
         and p95 < SLO_COMFORTABLE_SHARE * spec.slo.ttft_p95_seconds,
         over_budget=cost is not None and cost > spec.budget.gpu_seconds_per_1k_requests,
         cold_pods=sum(1 for age in ages if age < warmup),
+        requests_got_dearer=dearer,
     )
 
 
@@ -189,11 +192,23 @@ def _cache_degraded(facts: Facts) -> Finding | None:
     results = facts.results
     inputs = DegradedInputs(
         collapse=results.collapse,
-        explained=facts.collapse_active or results.eviction.held,
+        explained=facts.collapse_active
+        or results.eviction.held
+        or _cache_diluted(facts) is not None,
         cold=bool(results.cold_pods) or facts.snapshot.workload.rollout_in_progress,
         streak=facts.learned.streaks.degraded,
     )
     return check_degraded(facts.spec, facts.snapshot, facts.learned, inputs)
+
+
+def _cache_diluted(facts: Facts) -> Finding | None:
+    results = facts.results
+    inputs = DilutionInputs(
+        collapse=results.collapse,
+        explained=facts.collapse_active or results.eviction.held,
+        streak=facts.learned.streaks.degraded,
+    )
+    return check_dilution(facts.spec, facts.snapshot, facts.learned, inputs)
 
 
 def _slo_at_risk(facts: Facts) -> Finding | None:
@@ -269,6 +284,8 @@ CHECKS: tuple[Check, ...] = (
     _slo_at_risk,
     # GPU-seconds per 1k requests above the budget.
     _over_budget,
+    # Pods that joined the fleet explain a lower hit rate (decide/dilution.py).
+    _cache_diluted,
     # Pods younger than podWarmupSeconds, or a rollout: misses are expected.
     _cold_fleet,
     # Requests up DEMAND_GROWTH_FACTOR over baseline at a steady cost per request.

@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide.alerts import AlertRules, alert_rules, reconcile_alerts
-from cachescale.decide.batching import BatchFacts, plan_max_num_seqs
+from cachescale.decide.alerts import AlertRules, alert_rules, metrics_back, reconcile_alerts
+from cachescale.decide.batching import BatchFacts, plan_max_num_seqs, remember_change
 from cachescale.decide.checks import Finding
 from cachescale.decide.conditions import conditions, frozen_conditions
 from cachescale.decide.decision import Decision
@@ -43,6 +43,7 @@ from cachescale.decide.diagnosis import (
     next_streaks,
     run_checks,
 )
+from cachescale.decide.dilution import relearn_for_fleet
 from cachescale.decide.envelope import (
     Envelope,
     EnvelopeFacts,
@@ -53,6 +54,7 @@ from cachescale.decide.envelope import (
     original_envelope,
     plan_envelope,
 )
+from cachescale.decide.follow_through import tally_step
 from cachescale.decide.hpa_metric import hpa_wanted_replicas
 from cachescale.decide.learned import (
     REBASELINE_CLEARS,
@@ -218,6 +220,7 @@ def _waiting(
         now,
         frozenset({Diagnosis.METRICS_UNAVAILABLE}),
         keep_counters=True,
+        clear_messages=metrics_back(memory, now),
     )
     memory = mark_unchanged(memory, snapshot.workload.hpa.max_replicas, now)
     memory = memory.model_copy(update={"alerts": list(active)})
@@ -236,6 +239,7 @@ def _waiting(
         cleared=cleared,
         conditions=conditions(spec, snapshot, memory, results, found, plan, hpa_wanted),
         memory=memory,
+        ceiling=results.ceiling,  # the B_max an eviction finding quotes
         demand=demand(snapshot),
         notes=notes,
     )
@@ -261,9 +265,12 @@ def _evaluate(
     2. the streaks advance, and the collapse evidence widens with them; the findings read
        the new streaks (the ``collapseWindows``-th low evaluation is the one that confirms);
     3. learning comes after the findings, so an unhealthy evaluation never teaches the
-       baseline; it also sets the pre-collapse mark the envelope's hold returns to;
+       baseline; it also sets the pre-collapse mark the envelope's hold returns to; a
+       dilution whose joined pods have settled re-learns the cache half for the grown
+       fleet (``dilution.py``);
     4. the batch ceiling is planned before the envelope (a running-requests HPA target is
-       kept under the new ceiling), and its change time goes into memory for the cooldown;
+       kept under the new ceiling), and its change goes into memory, with the cache before
+       it, for the cooldown and the follow-through rule;
     5. the envelope planner returns the memory with its stabilization marks, SLO-guard
        factor and hold release;
     6. the alerts read that memory (streaks, baseline) and are written back last, with the
@@ -289,25 +296,29 @@ def _evaluate(
         interval_seconds=spec.metrics.interval_seconds,
         now=now,
     )
-    acknowledged = any(
-        a.acknowledged for a in memory.alerts if a.reason == Diagnosis.PREFIX_COLLAPSE
-    )
-    batch = plan_max_num_seqs(
+    memory = relearn_for_fleet(
         spec,
         snapshot,
         memory,
-        now,
-        BatchFacts(
-            ceiling=results.ceiling,
-            eviction_sustained=streaks.eviction >= windows,
-            collapse_active=active_collapse,
-            slo_at_risk_sustained=streaks.slo_breach >= windows,
-            warm_hit_rate=results.collapse.warm_hit_rate.value,
-            baseline_hit_rate=results.collapse.baseline,
-        ),
+        frozenset(f.diagnosis for f in found),
+        results.collapse,
     )
-    if batch.reason is not None:
-        memory = memory.model_copy(update={"last_max_num_seqs_change_at": now})
+    acknowledged = any(
+        a.acknowledged for a in memory.alerts if a.reason == Diagnosis.PREFIX_COLLAPSE
+    )
+    batch_facts = BatchFacts(
+        ceiling=results.ceiling,
+        eviction_sustained=streaks.eviction >= windows,
+        collapse_active=active_collapse,
+        slo_at_risk_sustained=streaks.slo_breach >= windows,
+        warm_hit_rate=results.collapse.warm_hit_rate.value,
+        baseline_hit_rate=results.collapse.baseline,
+    )
+    memory = tally_step(
+        memory, snapshot, batch_facts.warm_hit_rate, now, spec.cache.pod_warmup_seconds
+    )
+    batch = plan_max_num_seqs(spec, snapshot, memory, now, batch_facts)
+    memory = remember_change(memory, snapshot, batch_facts, batch, now)
     plan = plan_envelope(
         spec,
         snapshot,
@@ -319,6 +330,8 @@ def _evaluate(
             budget_max=results.budget_max,
             max_num_seqs=batch.desired,
             over_budget=results.over_budget,
+            collapse_active=active_collapse,
+            requests_got_dearer=results.requests_got_dearer,
         ),
     )
     memory = plan.learned
@@ -369,6 +382,7 @@ def _evaluate(
         slo_needed_replicas=plan.slo_needed,
         demand_replicas=plan.demand_replicas,
         drain_replicas=plan.drain.replicas if plan.drain else None,
+        headroom_replicas=plan.headroom,
         extra_cost=rules.extra_cost,
         notes=notes + ((batch.blocked,) if batch.blocked else ()),
     )

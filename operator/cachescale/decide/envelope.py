@@ -2,7 +2,10 @@
 
 cachescale does not replace the HPA; it reshapes the box the HPA moves in. The box is
 always inside ``budget.minReplicas..maxReplicas`` (the hard cap) and otherwise never above
-what the GPU-s/1k budget allows at the demand. On a confirmed prefix collapse with
+what the GPU-s/1k budget allows at the demand while requests cost more than they did;
+while they cost what they did, maxReplicas keeps room over the current replicas for the
+HPA to follow rising demand (``demand_headroom``), since the budget's windowed allowance
+trails every rise. On a confirmed prefix collapse with
 ``Hold`` maxReplicas is pinned at the pre-collapse level (scaled by any demand growth
 since), unless TTFT breaches the SLO, in which case the SLO guard lets the HPA use the
 budget. Two floors come first (``docs/decisions.md``, "Precedence"): never below what the
@@ -40,6 +43,7 @@ from datetime import datetime
 from cachescale.api.reasons import Hold
 from cachescale.api.spec import CacheScalingPolicySpec, CollapseAction
 from cachescale.decide.demand import demand
+from cachescale.decide.headroom import demand_headroom
 from cachescale.decide.hpa_metric import on_running_batch
 from cachescale.decide.learned import EnvelopeMark, LearnedState, OriginalEnvelope, ReplicaMark
 from cachescale.decide.slo_floors import (
@@ -100,6 +104,9 @@ class EnvelopePlan:
     """minReplicas raised above the user's own for the SLO."""
     min_floor_kind: MinFloor | None = None
     """Which of the SLO guard's floors that is, when there is one."""
+    headroom: int | None = None
+    """Room over the current replicas for rising demand (``headroom.demand_headroom``),
+    when the budget does not bind."""
 
 
 def original_envelope(snapshot: Snapshot, learned: LearnedState) -> OriginalEnvelope:
@@ -169,6 +176,11 @@ class EnvelopeFacts:
     """The batch ceiling the pods will run with (after this decision's change, if any)."""
     over_budget: bool = False
     """The cost per request is over the budget (an incident the SLO floor may outlast)."""
+    collapse_active: bool = False
+    """A collapse is confirmed, or confirmed earlier and not yet recovered (any policy)."""
+    requests_got_dearer: bool = False
+    """Each request costs more than it did: the warm hit rate under its clearing threshold
+    or prefill per request well above its baseline (``diagnosis._requests_got_dearer``)."""
 
 
 def plan_envelope(
@@ -208,8 +220,21 @@ def plan_envelope(
     reference = demand_replicas(snapshot, learned)
     if reference is not None:
         recommended = max(recommended, _clamp(reference, low, high))
+    # At a steady cost a rise is demand: room for the HPA to follow it now.
+    dearer = facts.collapse_held or facts.collapse_active or facts.requests_got_dearer
+    headroom = demand_headroom(spec, snapshot, steady_cost=not (dearer or facts.over_budget))
+    if headroom is not None and min(headroom, high) > recommended:
+        recommended, held_by = min(headroom, high), None
     # SLO first (not under CapAtBudget): never below what the SLO needs.
-    needed_mark = slo_mark(spec, snapshot, learned, now, facts.budget_max, facts.over_budget)
+    needed_mark = slo_mark(
+        spec,
+        snapshot,
+        learned,
+        now,
+        facts.budget_max,
+        facts.over_budget,
+        facts.requests_got_dearer,
+    )
     learned = learned.model_copy(update={"slo_needed": needed_mark})
     slo_needed = None
     slo_raise = False
@@ -223,8 +248,9 @@ def plan_envelope(
     else:
         drain = None  # not what sets maxReplicas: the messages name what does
     immediate = held_by == Hold.COLLAPSE
+    prompt = slo_raise or headroom is not None  # the SLO's raise, or demand's
     max_replicas, learned = _stabilized_max(
-        recommended, current_max, learned, now, immediate, slo_raise
+        recommended, current_max, learned, now, immediate, prompt
     )
     max_replicas = _clamp(max_replicas, low, high)
     min_replicas = min(_clamp(original.min_replicas, low, high), max_replicas)
@@ -248,6 +274,7 @@ def plan_envelope(
         drain=drain,
         min_floor=raised_min,
         min_floor_kind=kind,
+        headroom=headroom,
     )
 
 
@@ -293,10 +320,10 @@ def _stabilized_max(
     learned: LearnedState,
     now: datetime,
     immediate: bool,
-    slo_raise: bool = False,
+    prompt_raise: bool = False,
 ) -> tuple[int, LearnedState]:
     """Apply the lowering window and the reversal window to a maxReplicas recommendation
-    (a raise for the SLO, like a hold's release, is never delayed)."""
+    (a raise for the SLO or for rising demand, like a hold's release, is never delayed)."""
     marks = [
         m
         for m in learned.max_replicas_marks
@@ -312,7 +339,7 @@ def _stabilized_max(
     last = learned.last_max_replicas_change_at
     reversing = direction != 0 and direction == -learned.last_max_replicas_direction
     hold_lowering = immediate and direction < 0
-    hold_release = direction > 0 and (learned.last_max_replicas_was_hold or slo_raise)
+    hold_release = direction > 0 and (learned.last_max_replicas_was_hold or prompt_raise)
     if (
         reversing
         and not (hold_lowering or hold_release)

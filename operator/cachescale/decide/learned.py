@@ -19,6 +19,7 @@ from pydantic import Field
 
 from cachescale.api.base import ApiModel
 from cachescale.api.reasons import Diagnosis
+from cachescale.decide.ceiling_step import CeilingStep
 from cachescale.decide.demand import demand
 from cachescale.decide.thresholds import (
     AT_BASELINE_SHARE,
@@ -232,6 +233,10 @@ class LearnedState(ApiModel):
     target_factor: float = 1.0
     """Multiplier the SLO guard applies to the original HPA target (1: untouched)."""
     last_max_num_seqs_change_at: datetime | None = None
+    last_max_num_seqs_step: CeilingStep | None = None
+    """The last ceiling change with the cache before it; read only while its ``at`` is
+    ``last_max_num_seqs_change_at`` (a change the Deployment recorded and the status lost
+    leaves it stale)."""
     acknowledged_at: datetime | None = None
     """The last acknowledgement request handled."""
     rebaselined_at: datetime | None = None

@@ -113,6 +113,8 @@ def action(
         parts.append(f"target {hpa.target_average_value:g} → {envelope.target_average_value:g}")
     if plan.budget_max is not None:
         parts.append(f"budget allows {plan.budget_max}")
+    if plan.headroom is not None and envelope.max_replicas > (plan.budget_max or 0):
+        parts.append(f"room for rising demand {plan.headroom} (requests cost what they did)")
     if plan.slo_needed is not None:
         parts.append(f"the SLO needs {plan.slo_needed}")
     if plan.drain is not None:

@@ -97,6 +97,7 @@ def slo_mark(
     now: datetime,
     budget_max: int | None,
     over_budget: bool,
+    requests_got_dearer: bool = False,
 ) -> ReplicaMark | None:
     """The replicas the SLO needs, remembered while the incident lasts.
 
@@ -118,7 +119,8 @@ def slo_mark(
     covering the time before they were ready does not overstate the need. A later
     estimate replaces it only upward. It is released when the budget's allowance alone
     covers it, or when the incident is over (no breach, no collapse alert, the cost
-    within budget)."""
+    within budget, requests no dearer than they were: a cost held within the budget by a
+    fleet the budget keeps short is not the end of the incident that made it short)."""
     mark = learned.slo_needed
     need = demand(snapshot).per_second
     signals = snapshot.signals
@@ -139,7 +141,8 @@ def slo_mark(
     if mark is None:
         return None
     covered = budget_max is not None and budget_max >= slo_needed_replicas(mark, need)
-    incident = confirmed or learned.alert(Diagnosis.PREFIX_COLLAPSE) is not None or over_budget
+    collapse = learned.alert(Diagnosis.PREFIX_COLLAPSE) is not None
+    incident = confirmed or collapse or over_budget or requests_got_dearer
     return None if covered or not incident else mark
 
 

@@ -45,6 +45,11 @@ DEGRADED_CLEAR_SHARE = 0.5
 """A raised ``CacheDegraded`` stays while the warm rate is more than this share of
 ``DEGRADED_HIT_DROP`` under the baseline (halfway back, as a collapse clears), so a rate
 hovering at the raise level cannot raise and clear on alternate evaluations."""
+DILUTION_WINDOWS = 2
+"""A pod that became ready within ``podWarmupSeconds`` plus this many metrics windows has
+joined the fleet recently enough to explain a lower hit rate (``CacheDiluted``): its
+cache fills during the warm-up, its windowed rate covers warm time only one window
+later, and the baseline is re-learned for the grown fleet within the next window."""
 
 # --- alerts and memory ------------------------------------------------------------------
 
@@ -86,6 +91,13 @@ of minutes must not become the new normal before it crosses the collapse thresho
 
 # --- the HPA envelope -------------------------------------------------------------------
 
+DEMAND_HEADROOM_SHARE = 0.5
+"""Room over the current replicas that maxReplicas keeps while requests cost what they did
+(``headroom.demand_headroom``): the HPA's first step on a demand rise, before the
+windowed allowance has seen it. A running-batch HPA asks at most ``max-num-seqs /
+target`` (32 / 24, a third more) per step, and a step it is denied costs a pod start
+(its next ask counts the pods still starting as idle): a quarter held back the first
+step of a +50% rise."""
 STABILIZATION_SECONDS = 300.0
 """Window for lowering maxReplicas and for reversing a change (the HPA's default)."""
 TARGET_STEP = 0.8
@@ -135,3 +147,14 @@ and the batch above B_max, the ceiling keeps stepping down toward B_max. The sam
 as ``AT_BASELINE_SHARE``, so a rate is either at its baseline or depressed, never
 neither. A 10% fall is material in cost: on a 0.85 baseline, 0.765 misses 0.235 of the
 prompt tokens instead of 0.15, 57% more prefill per request."""
+NEAR_B_MAX_SHARE = 1.1
+"""A ceiling within this factor of B_max (10% above it) is close enough: the follow-through
+rule takes no further step. B_max moves with the windowed context length by about as much
+between evaluations, so a step closer would chase noise, and each step restarts every pod."""
+STEP_GAIN_POINTS = 0.02
+"""A step toward B_max paid when the warm hit rate under the new ceiling, averaged over the
+evaluations since its pods warmed, is at least this many points above the same mean under
+the old ceiling (or eviction pressure under the old one stopped): the next step is then
+taken. Two points are 2% of the prompt tokens no longer recomputed. Means, not readings: one
+windowed reading of a few warm pods can move by ten points or more between evaluations
+(``docs/design/batching-ceiling.md``)."""

@@ -72,6 +72,7 @@ class QueryKey(StrEnum):
     ITL_BUCKETS = "itl_buckets"
     KV_USAGE = "kv_usage"
     GPU_SECONDS = "gpu_seconds"
+    PODS_HOLDING_GPUS = "pods_holding_gpus"
     CONTEXT_TOKENS = "context_tokens"
     POD_SAMPLES = "pod_samples"
     POD_HITS = "pod_hits"
@@ -190,18 +191,74 @@ class _Builder:
         )
         return f"max by ({self._by_pod}) ((time() - ({ready})) * {self.pods_of(metric)})"
 
+    def target_pods(self, metric: str) -> str:
+        """``1`` per (namespace, pod) of the target, carrying the group labels: every pod
+        of the Deployments owning a pod that exports ``metric``, whether it exports yet or
+        not (starting pods load weights before they export anything), found through
+        kube-state-metrics' owner series (pod → ReplicaSet → Deployment → its ReplicaSets
+        → their pods); and the exporting pods themselves, which covers pods no
+        Deployment owns."""
+        ns, pod = NAMESPACE_LABEL, POD_LABEL
+        extra = [label for label in self._scope.group_by if label != ns]
+        carried, labels = ", ".join(extra), ", ".join(("", *extra)) if extra else ""
+        exporting = f"group by ({ns}, {pod}{labels}) ({self.select(metric)})"
+        pod_owner = self.joined("kube_pod_owner", 'owner_kind="ReplicaSet"')
+        set_owner = self.joined("kube_replicaset_owner", 'owner_kind="Deployment"')
+        sets = (
+            f"group by ({ns}, replicaset{labels}) (label_replace({pod_owner} * on ({ns}, "
+            f'{pod}) group_left ({carried}) {exporting}, "replicaset", "$1", "owner_name", "(.+)"))'
+        )
+        deployments = (
+            f"group by ({ns}, owner_name{labels}) "
+            f"({set_owner} * on ({ns}, replicaset) group_left ({carried}) {sets})"
+        )
+        every_set = (
+            f"group by ({ns}, owner_name{labels}) (label_replace({set_owner} * on ({ns}, "
+            f'owner_name) group_left ({carried}) {deployments}, "owner_name", "$1", '
+            '"replicaset", "(.+)"))'
+        )
+        owned = (
+            f"group by ({ns}, {pod}{labels}) "
+            f"({pod_owner} * on ({ns}, owner_name) group_left ({carried}) {every_set})"
+        )
+        return f"({owned} or on ({ns}, {pod}) {exporting})"
+
+    def _scheduled(self) -> str:
+        """``1`` per scheduled pod of the scope's namespaces (``0`` while pending)."""
+        scheduled = self.joined("kube_pod_status_scheduled", 'condition="true"')
+        return f"max by ({NAMESPACE_LABEL}, {POD_LABEL}) ({scheduled})"
+
+    def _over_window(self, fleet: str, step_seconds: float) -> str:
+        """A fleet expression averaged over subquery steps across the window."""
+        steps = f"[{self._window}:{duration(step_seconds)}]"
+        return f"avg_over_time((sum by ({self._by}) ({fleet})){steps})"
+
     def gpu_seconds(self, metric: str, step_seconds: float) -> str:
-        """GPU-seconds held by ready pods over the window: the fleet's GPU count, averaged
-        over subquery steps, times the window."""
+        """GPU-seconds held over the window by every scheduled pod of the target
+        (starting, ready or terminating): the fleet's GPU requests, averaged over
+        subquery steps, times the window."""
         requests = self.joined(
             "kube_pod_container_resource_requests", 'resource="nvidia_com_gpu",unit="integer"'
         )
         gpus = f"sum by ({NAMESPACE_LABEL}, {POD_LABEL}) ({requests})"
-        ready_pods = self.joined("kube_pod_status_ready", 'condition="true"')
-        ready = f"max by ({NAMESPACE_LABEL}, {POD_LABEL}) ({ready_pods})"
-        held = f"{gpus} * on ({NAMESPACE_LABEL}, {POD_LABEL}) {ready} * {self.pods_of(metric)}"
-        steps = f"[{self._window}:{duration(step_seconds)}]"
-        return f"avg_over_time((sum by ({self._by}) ({held})){steps}) * {self._window_seconds:g}"
+        carried = ", ".join(label for label in self._scope.group_by if label != NAMESPACE_LABEL)
+        held = (
+            f"{gpus} * on ({NAMESPACE_LABEL}, {POD_LABEL}) {self._scheduled()} "
+            f"* on ({NAMESPACE_LABEL}, {POD_LABEL}) group_left ({carried}) "
+            f"{self.target_pods(metric)}"
+        )
+        return f"{self._over_window(held, step_seconds)} * {self._window_seconds:g}"
+
+    def pods_holding_gpus(self, metric: str, step_seconds: float) -> str:
+        """The target's scheduled pods (starting, ready or terminating), averaged over the
+        window: the replicas that cost GPUs, where the engine series see only the ready
+        ones."""
+        carried = ", ".join(label for label in self._scope.group_by if label != NAMESPACE_LABEL)
+        held = (
+            f"{self._scheduled()} * on ({NAMESPACE_LABEL}, {POD_LABEL}) group_left ({carried}) "
+            f"{self.target_pods(metric)}"
+        )
+        return self._over_window(held, step_seconds)
 
 
 def build_queries(
@@ -214,8 +271,9 @@ def build_queries(
 ) -> dict[QueryKey, Query]:
     """Every query of one evaluation for ``profile``.
 
-    With ``kube_state_metrics`` the batch also reads pod ages and GPU-seconds from
-    kube-state-metrics, joined to the engine series on ``namespace`` and ``pod``.
+    With ``kube_state_metrics`` the batch also reads pod ages, GPU-seconds and the pods
+    holding GPUs from kube-state-metrics, joined to the engine series on ``namespace`` and
+    ``pod`` (the last two through the pods' owners, so pods not exporting yet count).
     """
     b = _Builder(scope, window_seconds)
     return _queries(profile, b, kube_state_metrics, ksm_step_seconds)
@@ -281,6 +339,9 @@ def _queries(
         queries[QueryKey.POD_AGE] = Query(b.pod_age(fam.running), "kube_pod_status_ready_time")
         queries[QueryKey.GPU_SECONDS] = Query(
             b.gpu_seconds(fam.running, ksm_step_seconds), "kube_pod_container_resource_requests"
+        )
+        queries[QueryKey.PODS_HOLDING_GPUS] = Query(
+            b.pods_holding_gpus(fam.running, ksm_step_seconds), "kube_pod_status_scheduled"
         )
     return queries
 

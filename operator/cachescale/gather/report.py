@@ -7,12 +7,16 @@ exactly one signals evaluation (``gather.reading.read_queries`` then ``compute_s
 the same PromQL and formulas) at the window's end, with the window as its rate and
 quantile range. Nothing here writes PromQL.
 
-Replicas come from those same answers: the per-pod sample counts the signals batch already
-reads (``QueryKey.POD_SAMPLES``), summed over pods and divided by the largest one, are the
-mean number of pods exporting metrics over the window. That assumes one pod lived through
-the whole window (true unless every pod was replaced inside it; ``docs/signals.md`` says
-so). With ``--gpus-per-pod`` that mean gives GPU-seconds through the signals layer's own
-formula.
+Replicas come from those same answers. With kube-state-metrics (``--kube-state-metrics``)
+they are the pods holding GPUs, starting ones included, averaged over the window
+(``QueryKey.PODS_HOLDING_GPUS``), and GPU-s/1k is the signals layer's kube-state-metrics
+cost: both count every pod that cost GPUs. Without it they are the per-pod sample counts
+the signals batch already reads (``QueryKey.POD_SAMPLES``), summed over pods and divided by
+the largest one: the mean number of pods exporting metrics over the window. That leaves out
+pods still starting (they export nothing until ready), so after a scale-out both the
+replicas and, with ``--gpus-per-pod``, GPU-s/1k read low (``SCRAPED_ONLY`` says so under the
+report); it also assumes one pod lived through the whole window (true unless every pod was
+replaced inside it; ``docs/signals.md`` says so).
 
 The verdict compares the median of the windows before the moment with the median of those
 after it: whether cost per request rose while demand stayed flat, whether TTFT p95 stayed
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING
 from cachescale.gather.promql import QueryKey
 from cachescale.gather.reading import read_queries
 from cachescale.gather.selector import POD_LABEL, ResultSeries
+from cachescale.gather.series_reader import SeriesReader
 from cachescale.gather.signals import SignalRequest, compute_signals
 from cachescale.snapshot import EngineSignals, Measured, Unit
 
@@ -108,6 +113,19 @@ def windows(
     return kept, len(out) - len(kept)
 
 
+SCRAPED_ONLY = (
+    "replicas and GPU-s/1k count the pods exporting engine metrics (ready ones): pods "
+    "starting in a window hold GPUs but are left out, so both read low after a scale-out; "
+    "give --kube-state-metrics to count every pod holding GPUs"
+)
+"""The gap of the report without kube-state-metrics, stated under it."""
+
+
+def caveats(request: SignalRequest) -> list[str]:
+    """What the report's replicas and cost leave out, given where they come from."""
+    return [] if request.kube_state_metrics else [SCRAPED_ONLY]
+
+
 def average_replicas(samples: Sequence[ResultSeries]) -> Measured:
     """Mean pods over a window from per-pod sample counts: their sum over the largest."""
     if not samples:
@@ -178,9 +196,15 @@ def read_window(client: PrometheusClient, request: SignalRequest, window: Window
             reason, observed_at=window.end, window_seconds=windowed.window_seconds
         )
         return Row.of(window, snapshot, Measured.unknown(reason, Unit.PODS))
-    replicas = average_replicas(reading.results.get(QueryKey.POD_SAMPLES, ()))
-    if replicas.value is not None:
-        windowed = replace(windowed, ready_replicas=replicas.value)
+    if request.kube_state_metrics:
+        read = SeriesReader(
+            request.selector, windowed.window_seconds, reading.queries, reading.results
+        )
+        replicas = read.fleet(QueryKey.PODS_HOLDING_GPUS, Unit.PODS)
+    else:
+        replicas = average_replicas(reading.results.get(QueryKey.POD_SAMPLES, ()))
+        if replicas.value is not None:
+            windowed = replace(windowed, pods_holding_gpus=replicas.value)
     snapshot = compute_signals(
         windowed,
         reading.detection,
@@ -190,8 +214,9 @@ def read_window(client: PrometheusClient, request: SignalRequest, window: Window
         demand=reading.demand,
     )
     row = Row.of(window, snapshot, replicas)
-    if request.gpus_per_pod is None:  # the signals layer's reason names operator inputs
-        needs = "give --gpus-per-pod N (the GPUs each pod requests)"
+    if request.gpus_per_pod is None and not request.kube_state_metrics:
+        # the signals layer's reason names operator inputs
+        needs = "give --gpus-per-pod N (the GPUs each pod requests) or --kube-state-metrics"
         row = replace(
             row, gpu_seconds_per_1k=Measured.unknown(needs, Unit.GPU_SECONDS_PER_1K_REQUESTS)
         )
@@ -245,7 +270,7 @@ def _cost_sentence(cost: Shift, demand: Shift) -> str:
     if (costs := cost.known) is None:
         return (
             "Cost per request cannot be compared: GPU-s/1k is unknown on one side of the "
-            "change (give --gpus-per-pod, and see the notes)."
+            "change (give --gpus-per-pod or --kube-state-metrics, and see the notes)."
         )
     before, after, change = costs
     if abs(change) <= FLAT:

@@ -26,6 +26,7 @@ _ABSENT_HINTS = {
     QueryKey.HITS_EXTERNAL: " (no KV connector or storage tier configured?)",
     QueryKey.POD_AGE: " (is kube-state-metrics scraped?)",
     QueryKey.GPU_SECONDS: " (is kube-state-metrics scraped, with GPU requests on the pods?)",
+    QueryKey.PODS_HOLDING_GPUS: " (is kube-state-metrics scraped?)",
 }
 
 

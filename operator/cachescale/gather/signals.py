@@ -67,13 +67,16 @@ class SignalRequest:
     """Samples per series a rate needs in the window (Prometheus' own minimum is 2)."""
     gpus_per_pod: float | None = None
     """GPUs one pod requests (from the Deployment's resource requests)."""
-    ready_replicas: float | None = None
-    """Ready replicas of the Deployment at evaluation time (``cachescale report``: the
-    mean number of pods over the window, which may be fractional)."""
+    pods_holding_gpus: float | None = None
+    """Pods holding GPUs, starting ones included: the Deployment's ``status.replicas`` at
+    evaluation time, not the window's mean (``cachescale report``: the mean number of
+    pods over the window, which may be fractional). Read only without
+    ``kube_state_metrics``."""
     pod_ages_seconds: Mapping[str, float] | None = None
     """Pod name → seconds since it became ready, from the Kubernetes API."""
     kube_state_metrics: bool = False
-    """Also read pod ages and GPU-seconds from kube-state-metrics."""
+    """Also read pod ages and GPU-seconds from kube-state-metrics (the GPU-seconds then
+    come from there alone: the window's mean, where ``pods_holding_gpus`` is one count)."""
     ksm_step_seconds: float = 30.0
     """Subquery step for integrating GPU requests over the window."""
     demand_query: str | None = None
@@ -252,17 +255,23 @@ class _Computation:
         )
 
     def _gpu_seconds_per_1k(self, rps: Measured) -> Measured:
+        """GPU-seconds every pod of the target held over the window (starting pods
+        included), per 1000 requests finished in it. From kube-state-metrics when asked:
+        the GPU requests of the scheduled pods, averaged over the window. Else the pods
+        holding GPUs at evaluation time times GPUs per pod, over the whole window: it
+        counts a pod started (or removed) inside the window for all of it (or none)."""
         unit = Unit.GPU_SECONDS_PER_1K_REQUESTS
         request = self._request
-        if request.gpus_per_pod is not None and request.ready_replicas is not None:
-            gpu_seconds = Measured.known(
-                request.gpus_per_pod * request.ready_replicas * request.window_seconds, unit
-            )
-        elif request.kube_state_metrics:
+        if request.kube_state_metrics:
             gpu_seconds = self._read.fleet(QueryKey.GPU_SECONDS, unit)
+        elif request.gpus_per_pod is not None and request.pods_holding_gpus is not None:
+            gpu_seconds = Measured.known(
+                request.gpus_per_pod * request.pods_holding_gpus * request.window_seconds, unit
+            )
         else:
             return unknown(
-                "needs GPUs per pod and ready replicas (from the Deployment) or kube-state-metrics",
+                "needs GPUs per pod and the pods holding them (from the Deployment) or "
+                "kube-state-metrics",
                 unit,
             )
         if rps.value is None:

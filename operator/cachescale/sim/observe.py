@@ -14,6 +14,10 @@ simulator's ground truth. ``ScrapedFleet`` stores what a Prometheus would store 
 * **Gauges** are ``avg_over_time`` per pod (one sample suffices), averaged over pods.
 * **Arrivals** are gather's estimate: ``sum(rate())`` of finished requests of every reason
   plus ``sum(delta())`` of waiting and running over the window, clamped at 0.
+* **GPU-seconds** are what kube-state-metrics shows the gather layer: the GPUs of every pod
+  that held them in the window (starting, ready or draining), each for the part of the
+  window it existed. The gather query averages the GPU count over 30 s subquery steps;
+  here each pod's lifetime is known exactly, so the cost is the fleet's true one.
 
 Not modelled: per-target scrape offsets and jitter (every pod is scraped at the caller's
 instants), staleness markers, and a failed scrape of a single pod. An outage of the metrics
@@ -87,16 +91,20 @@ class ScrapedFleet:
         self._retention_s = retention_s
         self._full_hit_max_computed_tokens = full_hit_max_computed_tokens
         self._series: dict[str, PodSeries] = {}
+        self._holding: dict[str, Pod] = {}
+        """Every pod seen holding GPUs within the retention, by name."""
         self._layout: CounterLayout | None = None
         self._last_scrape_s = -math.inf
 
     def scrape(self, pods: Iterable[Pod], now_s: float) -> None:
         """Record one sample per pod that exports metrics: ready and not gone (a pod still
-        loading weights exports nothing). Samples older than the retention are dropped."""
+        loading weights exports nothing); every pod given, starting ones included, holds
+        GPUs (kube-state-metrics lists it). Samples older than the retention are dropped."""
         if now_s <= self._last_scrape_s:
             raise ValueError(f"scrape at {now_s}s after one at {self._last_scrape_s}s")
         self._last_scrape_s = now_s
         for pod in pods:
+            self._holding[pod.name] = pod
             if pod.ready_s <= now_s and pod.gone_s is None:
                 self._series_of(pod).record(now_s)
         self._forget_before(now_s - self._retention_s)
@@ -117,20 +125,18 @@ class ScrapedFleet:
             series.forget_before(t)
             if not series.samples:
                 del self._series[name]
+        for name, pod in list(self._holding.items()):
+            if pod.gone_s is not None and pod.gone_s < t:
+                del self._holding[name]
 
     def signals(
         self,
         now_s: float,
         window_s: float,
         *,
-        gpus_per_pod: float,
-        ready_replicas: int,
         observed_at: datetime,
     ) -> EngineSignals:
-        """``EngineSignals`` over ``(now_s − window_s, now_s]``, as gather computes them.
-
-        ``gpus_per_pod`` and ``ready_replicas`` are the Deployment's, at ``now_s``.
-        """
+        """``EngineSignals`` over ``(now_s − window_s, now_s]``, as gather computes them."""
         if not 0 < window_s <= self._retention_s:
             raise ValueError(f"window must be in (0, {self._retention_s}] s, got {window_s}")
         windows = [
@@ -148,7 +154,10 @@ class ScrapedFleet:
         evaluation = _Evaluation(
             windows, self._layout, now_s, window_s, self._full_hit_max_computed_tokens
         )
-        return evaluation.snapshot(observed_at, gpus_per_pod, ready_replicas)
+        held = math.fsum(
+            pod.gpu_seconds_between(now_s - window_s, now_s) for pod in self._holding.values()
+        )
+        return evaluation.snapshot(observed_at, held)
 
 
 def _duration(seconds: float) -> str:
@@ -189,9 +198,8 @@ class _Evaluation:
         self._rates = [math.fsum(column) for column in zip(*rated, strict=True)]
         self._growth = math.fsum(w.growth for w in self._windows if w.growth is not None)
 
-    def snapshot(
-        self, observed_at: datetime, gpus_per_pod: float, ready_replicas: int
-    ) -> EngineSignals:
+    def snapshot(self, observed_at: datetime, gpu_seconds: float) -> EngineSignals:
+        """The signals, with ``gpu_seconds`` the GPUs every pod held over the window."""
         rated = self._rate_based
         ttft, itl = self._layout.ttft, self._layout.itl
         return EngineSignals(
@@ -219,7 +227,7 @@ class _Evaluation:
             kv_cache_usage_ratio=_mean([w.means.kv_usage for w in self._windows], Unit.RATIO),
             gpu_seconds_per_1k_requests=rated(
                 "gpu_seconds_per_1k_requests",
-                lambda: self._gpu_seconds_per_1k(gpus_per_pod, ready_replicas),
+                lambda: self._gpu_seconds_per_1k(gpu_seconds),
             ),
             context_tokens_per_request=rated(
                 "context_tokens_per_request", self._context_tokens_per_request
@@ -311,10 +319,9 @@ class _Evaluation:
             return Measured.unknown(reason, Unit.SECONDS)
         return Measured.known(value, Unit.SECONDS)
 
-    def _gpu_seconds_per_1k(self, gpus_per_pod: float, ready_replicas: int) -> Measured:
-        """GPUs held at evaluation time, over the whole window, per 1000 finished requests
-        (gather's formula: it lags a scale change by up to one window)."""
-        gpu_seconds = gpus_per_pod * ready_replicas * self._window_s
+    def _gpu_seconds_per_1k(self, gpu_seconds: float) -> Measured:
+        """GPU-seconds held over the window (every pod, starting ones included) per 1000
+        finished requests."""
         thousands_finished = self._rates[SUCCESS_AT] * self._window_s / 1000
         return _ratio(
             gpu_seconds,

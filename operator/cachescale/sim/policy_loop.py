@@ -137,13 +137,7 @@ class CachescaleAutoscaler:
                 window_seconds=window,
                 failure=FetchFailure.UNREACHABLE,
             )
-        return self._scraped.signals(
-            observation.now_s,
-            window,
-            gpus_per_pod=self._gpus_per_pod,
-            ready_replicas=observation.ready_replicas,
-            observed_at=observed_at,
-        )
+        return self._scraped.signals(observation.now_s, window, observed_at=observed_at)
 
     def _workload(self, observation: FleetObservation) -> WorkloadState:
         now_s = observation.now_s

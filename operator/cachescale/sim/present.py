@@ -11,9 +11,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from cachescale.sim.incident import (
+    SAME_LATENCY_S,
+    SAME_LATENCY_SHARE,
+    change_s,
+    onset,
+    recovery,
+    recovery_words,
+)
 from cachescale.sim.report import Signals, Windows, rounded, signals_dict
 from cachescale.sim.run import RunResult
-from cachescale.sim.scenario import Scenario
 
 SIGNAL_COLUMNS = (
     ("window", 13),
@@ -41,11 +48,6 @@ def from_change(result: RunResult) -> tuple[float, float]:
     """From the first change to the end of the run: what the whole incident cost. The
     last third can start after an incident is over, and then hides how it was served."""
     return change_s(result.scenario), result.scenario.duration_s
-
-
-def change_s(scenario: Scenario) -> float:
-    """The first change's time (the middle of the run when nothing changes)."""
-    return scenario.change_at_s if scenario.change_at_s is not None else scenario.duration_s / 2
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -157,6 +159,9 @@ def verdict(result: RunResult) -> str:
         )
     if after.ttft_p95_s is not None:
         parts.append(_latency_sentence(result, after.ttft_p95_s))
+    found = recovery(result, before)
+    if found is not None:
+        parts.append(f"After the change: {recovery_words(found)}.")
     if result.autoscaler == "hpa" and _bought_replicas_for_a_collapse(before, after):
         parts.append(
             "The HPA raised no alert and bought replicas: it cannot tell more traffic from "
@@ -185,11 +190,14 @@ def run_json(result: RunResult) -> dict[str, Any]:
                 }
             )
         )
+    before = windows.signals(b0, b1)
+    found = recovery(result, before)
     return {
         "change_at_s": result.scenario.change_at_s,
-        "before": signals_dict(windows.signals(b0, b1)),
+        "before": signals_dict(before),
         "after": signals_dict(windows.signals(a0, a1)),
         "from_change": signals_dict(windows.signals(*from_change(result))),
+        "recovery": None if found is None else found.as_dict(),
         "slo_breaches": [
             rounded({"t_s": start, "ttft_p95_s": p95}) for start, p95 in slo_breaches(result)
         ],
@@ -355,6 +363,8 @@ def comparison(runs: dict[str, RunResult]) -> str:
     first = next(iter(runs.values()))
     lines.append(f"from the change ({_minutes(from_change(first)[0])}) to the end:")
     lines += [f"  {name:<11} {_incident_cells(result)}" for name, result in runs.items()]
+    if {"hpa", "cachescale"} <= runs.keys():
+        lines.append(onset(runs["hpa"], runs["cachescale"]).words())
     return "\n".join(lines)
 
 
@@ -376,9 +386,6 @@ def _incident_cells(result: RunResult) -> str:
     )
 
 
-SAME_LATENCY_SHARE = 0.2
-"""Two TTFT p95s within 20% (or ``SAME_LATENCY_S``) of each other serve users alike."""
-SAME_LATENCY_S = 0.2
 KEEPS_UP_SHARE = 0.95
 """A run that serves at least 95% of what arrives keeps up with its demand."""
 

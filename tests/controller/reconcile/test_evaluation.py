@@ -76,6 +76,11 @@ def events(cluster: FakeCluster) -> list[tuple[str, str]]:
     ]
 
 
+ROOM_OVER_11 = 17
+"""maxReplicas over the stack's 11 healthy replicas at a steady cost: 11 + ceil(11 / 2),
+room for rising demand (decide.headroom.demand_headroom), above the budget's 12."""
+
+
 def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     cluster: FakeCluster,
     engines: EngineFake,
@@ -88,8 +93,9 @@ def test_a_healthy_policy_caps_the_hpa_at_the_budget_and_keeps_everything_else(
     outcomes = run(operator, cluster, clock, rounds=SETTLE)
     assert outcomes[0].reason == Action.WAITING_FOR_FULL_WINDOW
     after = cluster.get(HPAS, "vllm")
-    # 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12
-    assert after["spec"]["maxReplicas"] == 12
+    # The budget allows 800 GPU-s/1k × 32 req/s / (1000 × 2 GPUs) = 12.8 → 12; at a steady
+    # cost within it the top keeps room for rising demand: 11 replicas + ceil(11 / 2) = 17.
+    assert after["spec"]["maxReplicas"] == ROOM_OVER_11
     assert after["spec"]["minReplicas"] == 2
     assert after["spec"]["metrics"] == before["spec"]["metrics"]
     assert after["spec"]["behavior"] == before["spec"]["behavior"]
@@ -184,7 +190,7 @@ def test_bad_policies_report_themselves_while_a_good_one_keeps_working(
     assert conditions(cluster, "keda")["Ready"] == ("False", Problem.HPA_MANAGED_BY_KEDA)
     assert conditions(cluster, "foreign")["Ready"] == ("False", Problem.TARGET_MISMATCH)
     assert conditions(cluster, "vllm")["Ready"] == ("True", ConditionReason.EVALUATED)
-    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == ROOM_OVER_11
     assert cluster.get(HPAS, "keda")["spec"]["maxReplicas"] == 40  # never touched
     warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
     # Each problem is one event, not one per evaluation.
@@ -238,7 +244,7 @@ def test_a_prometheus_that_stalls_mid_evaluation_freezes_it_at_one_deadline(
     operator = Operator(cluster.api, clock=clock, new_client=client)
     stack(cluster, engines, prometheus, clock)
     run(operator, cluster, clock, rounds=SETTLE)
-    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12  # the budget's cap
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == ROOM_OVER_11
     prometheus.respond = HangAfter(1, engines)  # the detection answers, then nothing
     started = time.monotonic()
     retried, outcome = run(operator, cluster, clock, rounds=2)
@@ -332,6 +338,12 @@ def test_a_restarted_operator_keeps_the_cooldown(
     assert ceiling(cluster) == ["--model", "m", "--max-num-seqs=96"]
     deployment_patches = len([r for r in cluster.requests("patch") if "deployments" in str(r.url)])
     assert deployment_patches == 1
+    # The step and the cache before it are kept for the follow-through rule.
+    memory = cluster.get(POLICIES, "vllm")["status"]["memory"]
+    step = memory["lastMaxNumSeqsStep"]
+    assert (step["before"], step["after"]) == (128, 96)
+    assert step["warmHitRate"] == pytest.approx(0.3)
+    assert step["at"] == memory["lastMaxNumSeqsChangeAt"]
     # A new operator process: everything it knows comes from the cluster.
     run(Operator(cluster.api, clock=clock), cluster, clock, rounds=30)
     assert ceiling(cluster) == ["--model", "m", "--max-num-seqs=96"]
@@ -362,8 +374,10 @@ def test_repeated_alerts_are_one_event(
 ) -> None:
     numbers = stack(cluster, engines, prometheus, clock)
     run(operator, cluster, clock, rounds=SETTLE)
-    numbers.ttft_p95_s = 3.0  # SLO breached with replicas at the budget's cap
-    cluster.put(DEPLOYMENTS, deployment(replicas=12))
+    # SLO breached with replicas at the cap, on dearer requests (prefill per request 1.5 ×
+    # its baseline): the room for demand is gone and the cap comes down to the budget's.
+    numbers.ttft_p95_s, numbers.prompt_tokens_per_request = 3.0, 3600.0
+    cluster.put(DEPLOYMENTS, deployment(replicas=ROOM_OVER_11))
     run(operator, cluster, clock, rounds=20)
     assert [reason for _, reason in events(cluster)].count(Diagnosis.SLO_AT_RISK) == 1
 
@@ -561,7 +575,7 @@ def test_a_tampered_original_envelope_stops_every_change_and_says_so(
     numbers = stack(cluster, engines, prometheus, clock)
     run(operator, cluster, clock, rounds=SETTLE)
     capped = cluster.get(HPAS, "vllm")
-    assert capped["spec"]["maxReplicas"] == 12
+    assert capped["spec"]["maxReplicas"] == ROOM_OVER_11
     capped["metadata"]["annotations"][ORIGINAL_ENVELOPE] = '{"minReplicas": 2, "maxRepl'
     cluster.put(HPAS, capped)
     numbers.requests_per_second = 48.0  # the budget now allows 19: a raise is wanted
@@ -578,6 +592,6 @@ def test_a_tampered_original_envelope_stops_every_change_and_says_so(
     assert "remove the annotation" in message
     hpa_patches = [r for r in cluster.requests("patch")[patches:] if "horizontalpod" in str(r.url)]
     assert hpa_patches == []
-    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == ROOM_OVER_11
     warnings = [reason for kind, reason in events(cluster) if kind == "Warning"]
     assert warnings.count(Problem.TARGET_MISMATCH) == 1

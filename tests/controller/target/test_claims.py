@@ -36,6 +36,7 @@ from tests.controller.engine_fake import EngineFake
 from tests.controller.reconcile.test_evaluation import (
     HPAS,
     POLICIES,
+    ROOM_OVER_11,
     conditions,
     events,
     run,
@@ -160,7 +161,7 @@ def test_a_refused_policy_reports_and_writes_nothing_else(
     # The holder deleted (gone from the index): the next evaluations act.
     assert refusal(second, indexed(second), None) is None
     run(operator, cluster, clock, "second", rounds=40)
-    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == 12
+    assert cluster.get(HPAS, "vllm")["spec"]["maxReplicas"] == ROOM_OVER_11
 
 
 def test_deleting_a_refused_policy_restores_nothing(

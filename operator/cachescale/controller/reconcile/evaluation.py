@@ -198,8 +198,11 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
     applied, act_error = act(operator, policy, spec, target, decision, now)
     if act_error and decision.max_num_seqs != target.state.max_num_seqs:
         # The ceiling change did not happen: its cooldown must not start either.
-        kept = memory.last_max_num_seqs_change_at
-        unapplied = decision.memory.model_copy(update={"last_max_num_seqs_change_at": kept})
+        kept = {
+            "last_max_num_seqs_change_at": memory.last_max_num_seqs_change_at,
+            "last_max_num_seqs_step": memory.last_max_num_seqs_step,
+        }
+        unapplied = decision.memory.model_copy(update=kept)
         decision = replace(decision, memory=unapplied)
     # After acting, so its list calls never delay what was decided; only the words change.
     decision, suspected = correlate(

@@ -60,7 +60,7 @@ def read(
         selector=selector,
         window_seconds=spec.metrics.window_seconds,
         gpus_per_pod=target.state.gpus_per_pod or None,
-        ready_replicas=target.state.ready_replicas,
+        pods_holding_gpus=target.pods_holding_gpus,
         pod_ages_seconds=target.pod_ages,
         demand_query=demand,
     )

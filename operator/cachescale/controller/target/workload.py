@@ -73,6 +73,13 @@ class Target:
     keda: ScaledObjectView | None = None
     """The ScaledObject's reading, when the target names one."""
 
+    @property
+    def pods_holding_gpus(self) -> int:
+        """The Deployment's ``status.replicas``: every pod it has not begun to remove,
+        starting ones included, each taken to hold the GPUs it requests (what cost counts;
+        a pod still pending counts too, a terminating one does not)."""
+        return int(self.deployment.get("status", {}).get("replicas", 0) or 0)
+
 
 def apps_path(namespace: str, name: str) -> str:
     """API path of a Deployment."""
