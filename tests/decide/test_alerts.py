@@ -14,6 +14,7 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide.alerts import alert_rules, reconcile_alerts
 from cachescale.decide.batching import BatchPlan
 from cachescale.decide.checks import CollapseCheck, Finding
+from cachescale.decide.diagnosis import over_baseline
 from cachescale.decide.envelope import Envelope, EnvelopePlan
 from cachescale.decide.learned import LearnedAlert, LearnedBaseline, LearnedState, Streaks
 from cachescale.decide.slo_guard import Drain
@@ -349,6 +350,7 @@ def test_alert_rules(case: AlertCase) -> None:
         case.batch,
         case.hpa_wanted,
         collapse_check=check,
+        extra=over_baseline(case.state, case.memory),
         now=T0,
     )
     assert rules.wanted.keys() == case.wanted.keys()

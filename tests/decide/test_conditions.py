@@ -11,7 +11,7 @@ import pytest
 from cachescale.api.reasons import AnyConditionReason, ConditionReason, Diagnosis, Hold
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide.conditions import ConditionVerdict, conditions
-from cachescale.decide.diagnosis import Facts, collapse_active, findings, run_checks
+from cachescale.decide.diagnosis import facts_of, findings, run_checks
 from cachescale.decide.envelope import Envelope, EnvelopePlan
 from cachescale.decide.learned import LearnedState, Streaks
 from cachescale.snapshot import Snapshot
@@ -28,7 +28,7 @@ def verdict(
     """The ``kind`` condition after checking ``state`` against the default policy."""
     policy = spec()
     results = run_checks(policy, state, memory)
-    found = findings(Facts(policy, state, memory, results, collapse_active(memory, policy)))
+    found = findings(facts_of(policy, state, memory, results))
     plan = plan or EnvelopePlan(Envelope(4, 40, 24.0), None, None, False, memory)
     every = conditions(policy, state, memory, results, found, plan, hpa_wanted)
     return next(c for c in every if c.type is kind)

@@ -238,7 +238,7 @@ def test_an_active_degraded_alert_is_never_called_dilution() -> None:
     state = fleet(600.0, JOINED_HIT)
     memory = learned()
     check = check_collapse(spec(), state, memory)
-    inputs = DilutionInputs(collapse=check, explained=False, streak=1)
+    inputs = DilutionInputs(collapse=check, explained=False, streak=1, extra=None)
     assert check_dilution(spec(), state, memory, inputs) is not None
     alert = LearnedAlert(reason=Diagnosis.CACHE_DEGRADED, since=T0, message="degraded")
     alerted = memory.model_copy(update={"alerts": [alert]})

@@ -168,7 +168,6 @@ def suite_runs() -> dict[str, LoopRun]:
         "batch-pressure-loop/cachescale": LoopRun.builtin("batch-pressure-loop", "cachescale"),
         "unique-prefixes/cachescale": LoopRun.builtin("unique-prefixes", "cachescale"),
         "metrics-outage/cachescale": LoopRun.through_the_outage("metrics-outage", "cachescale"),
-        "collapse-with-growth/hpa": LoopRun.builtin("collapse-with-growth", "hpa"),
         "collapse-with-growth/cachescale": LoopRun.builtin("collapse-with-growth", "cachescale"),
         "demand-step/hpa": LoopRun.builtin("demand-step", "hpa"),
         "demand-step/cachescale": LoopRun.builtin("demand-step", "cachescale"),

@@ -184,21 +184,23 @@ def test_truncation_costs_no_latency_against_the_hpa_alone(loops: dict[str, Any]
     assert loop.after.ttft_p95_s <= limit
 
 
-def test_a_dearer_cache_at_a_tight_budget_is_scaled_for_the_slo(loops: dict[str, Any]) -> None:
+def test_a_dearer_cache_at_a_tight_budget_is_served_within_the_slo(loops: dict[str, Any]) -> None:
     # Shuffled tools: a degraded cache (no collapse) pushes the cost just over the budget,
-    # which caps the fleet at 7 while the HPA's metric asks for 8-9 and TTFT breaches with
-    # no queue. Replicas are short, so the SLO comes first (docs/decisions.md,
-    # "Precedence"); before, the fleet sat at the cap: p95 0.66 s against 0.33 s alone.
+    # which allows 7 replicas at 20 req/s (floor(780 × 20 / (1000 × 2 GPUs))) while the
+    # HPA's metric asks for 8-9. Replicas are short, so the SLO comes first
+    # (docs/decisions.md, "Precedence"): the fleet serves above the budget's 7 and TTFT
+    # stays under the SLO from the change on. Before, the cap held it at 7 and p95 was
+    # 0.66 s against 0.33 s alone.
     alone, loop = loops["shuffled-tools/hpa"], loops["shuffled-tools/cachescale"]
-    limit = p95_limit(alone.after.ttft_p95_s)
-    assert loop.after.ttft_p95_s <= limit
+    assert loop.after.ttft_p95_s <= p95_limit(alone.after.ttft_p95_s)
+    assert loop.from_change.ttft_p95_s <= p95_limit(alone.from_change.ttft_p95_s)
+    assert loop.from_change.ttft_p95_s <= loop.scenario.report.slo_ttft_p95_s
     assert loop.after.replicas <= alone.after.replicas
     assert raised(loop, "CacheDegraded")
     assert not raised(loop, "PrefixCollapse")
+    assert not raised(loop, "SLOAtRisk")
     change = loop.scenario.change_at_s
-    scaled = [r for r in loop.policy if r.t_s > change and r.reason == "ScaledForSLO"]
-    # Above the 7 the budget allows at 20 req/s: floor(780 × 20 / (1000 × 2 GPUs)).
-    assert max((r.max_replicas for r in scaled), default=0) > 7
+    assert max(s.replicas for s in loop.samples if s.t_s > change) > 7
 
 
 def test_a_backlog_larger_than_the_headroom_drains_is_drained(loops: dict[str, Any]) -> None:

@@ -14,7 +14,6 @@ from cachescale.sim.incident import p95_limit
 from tests.sim.closed_loop import LoopSummary
 
 ONSETS = [
-    "collapse-with-growth",  # a collapse and +50% demand at once
     "shuffled-tools",  # a degraded cache pushing the cost over a tight budget
     "scaleout-round-robin",  # 5 → 22 req/s from 2 pods behind round-robin
     "traffic-doubling",  # 16 → 32 req/s, no budget pressure

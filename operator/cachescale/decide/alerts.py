@@ -20,7 +20,7 @@ from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan, eviction_words
 from cachescale.decide.checks import CollapseCheck, Finding, likely_cause
 from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
-from cachescale.decide.demand import ExtraCost, demand, extra_cost
+from cachescale.decide.demand import ExtraCost
 from cachescale.decide.envelope import EnvelopePlan
 from cachescale.decide.healing import healed_words
 from cachescale.decide.learned import LearnedAlert, LearnedState
@@ -63,6 +63,7 @@ def alert_rules(
     hpa_wanted: int | None,
     *,
     collapse_check: CollapseCheck,
+    extra: ExtraCost | None,
     now: datetime,
 ) -> AlertRules:
     """Which alerts to raise (or keep, with a fresh message) and which to clear; a
@@ -74,11 +75,6 @@ def alert_rules(
     clear_now = {Diagnosis.METRICS_UNAVAILABLE}
     clear_messages: dict[Diagnosis, str] = dict(metrics_back(learned, now))
     clearing: set[Diagnosis] = set()
-    extra = extra_cost(
-        snapshot.signals.gpu_seconds_per_1k_requests.value,
-        learned.baseline.gpu_seconds_per_1k_requests,
-        demand(snapshot),
-    )
     costs = f"; {extra.words()}" if extra is not None else ""
     p95 = snapshot.signals.ttft_p95_seconds
     collapse = by.get(Diagnosis.PREFIX_COLLAPSE)

@@ -33,7 +33,7 @@ from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
 from cachescale.decide.checks import CollapseCheck, Finding, prefill_grew
-from cachescale.decide.demand import ExtraCost, demand, extra_cost
+from cachescale.decide.demand import ExtraCost
 from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     DEARER_PREFILL_FACTOR,
@@ -77,6 +77,8 @@ class DegradedInputs:
     """A pod is warming up or a rollout runs: no new raise."""
     streak: int
     """Evaluations in a row the warm rate has been in the band (this one included)."""
+    extra: ExtraCost | None
+    """The evaluation's cost over the baseline (``diagnosis.over_baseline``)."""
 
 
 def check_degraded(
@@ -86,11 +88,7 @@ def check_degraded(
     collapse = inputs.collapse
     if collapse.warm_hit_rate.value is None or collapse.baseline is None or inputs.explained:
         return None
-    extra = extra_cost(
-        snapshot.signals.gpu_seconds_per_1k_requests.value,
-        learned.baseline.gpu_seconds_per_1k_requests,
-        demand(snapshot),
-    )
+    extra = inputs.extra
     if learned.alert(Diagnosis.CACHE_DEGRADED) is not None:
         holds = in_band(collapse, DEGRADED_HIT_DROP * DEGRADED_CLEAR_SHARE)
     else:

@@ -31,7 +31,7 @@ from cachescale.decide.checks import (
     prefill_grew,
 )
 from cachescale.decide.degraded import DegradedInputs, check_degraded, in_band
-from cachescale.decide.demand import demand
+from cachescale.decide.demand import ExtraCost, demand, extra_cost
 from cachescale.decide.dilution import DilutionInputs, check_dilution
 from cachescale.decide.healing import trend_words
 from cachescale.decide.learned import LearnedState, Streaks
@@ -162,6 +162,34 @@ class Facts:
     """With this evaluation's streaks when it is a full evaluation."""
     results: CheckResults
     collapse_active: bool
+    extra: ExtraCost | None
+    """The cost over the baseline as received (``over_baseline``): the one every message of
+    this evaluation quotes and the decision records."""
+
+
+def over_baseline(snapshot: Snapshot, learned: LearnedState) -> ExtraCost | None:
+    """The cost over the baseline the memory held when the evaluation began. Computed once
+    per evaluation, before learning moves the baseline, so a finding, an alert message and
+    ``Decision.extra_cost`` never disagree about it."""
+    return extra_cost(
+        snapshot.signals.gpu_seconds_per_1k_requests.value,
+        learned.baseline.gpu_seconds_per_1k_requests,
+        demand(snapshot),
+    )
+
+
+def facts_of(
+    spec: CacheScalingPolicySpec, snapshot: Snapshot, learned: LearnedState, results: CheckResults
+) -> Facts:
+    """The facts of one evaluation, read from the memory as received."""
+    return Facts(
+        spec,
+        snapshot,
+        learned,
+        results,
+        collapse_active(learned, spec),
+        over_baseline(snapshot, learned),
+    )
 
 
 Check = Callable[[Facts], Finding | None]
@@ -197,6 +225,7 @@ def _cache_degraded(facts: Facts) -> Finding | None:
         or _cache_diluted(facts) is not None,
         cold=bool(results.cold_pods) or facts.snapshot.workload.rollout_in_progress,
         streak=facts.learned.streaks.degraded,
+        extra=facts.extra,
     )
     return check_degraded(facts.spec, facts.snapshot, facts.learned, inputs)
 
@@ -207,6 +236,7 @@ def _cache_diluted(facts: Facts) -> Finding | None:
         collapse=results.collapse,
         explained=facts.collapse_active or results.eviction.held,
         streak=facts.learned.streaks.degraded,
+        extra=facts.extra,
     )
     return check_dilution(facts.spec, facts.snapshot, facts.learned, inputs)
 

@@ -45,7 +45,7 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
 from cachescale.decide.checks import CollapseCheck, Finding
 from cachescale.decide.degraded import in_band
-from cachescale.decide.demand import demand, extra_cost
+from cachescale.decide.demand import ExtraCost, demand
 from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     DEGRADED_HIT_DROP,
@@ -104,6 +104,8 @@ class DilutionInputs:
     streak: int
     """Evaluations in a row the warm rate has been in the degraded band (this one
     included)."""
+    extra: ExtraCost | None
+    """The evaluation's cost over the baseline (``diagnosis.over_baseline``)."""
 
 
 def check_dilution(
@@ -137,7 +139,7 @@ def check_dilution(
         now = fleet
     else:
         return None
-    evidence = _evidence(snapshot, learned, joined, seen, before, baseline - now)
+    evidence = _evidence(snapshot, learned, joined, seen, before, baseline - now, inputs.extra)
     return Finding(Diagnosis.CACHE_DILUTED, evidence + _relearn_words(spec, joined, now))
 
 
@@ -168,6 +170,7 @@ def _evidence(
     seen: str,
     before: float,
     lost: float,
+    extra: ExtraCost | None,
 ) -> str:
     minutes = joined.oldest_age / 60
     warming = f", {joined.cold} still warming" if joined.cold else ""
@@ -185,11 +188,6 @@ def _evidence(
             f" and {words.tokens(prefill - base)} prefill tokens per request "
             f"({words.tokens(base)} → {words.tokens(prefill)})"
         )
-    extra = extra_cost(
-        snapshot.signals.gpu_seconds_per_1k_requests.value,
-        learned.baseline.gpu_seconds_per_1k_requests,
-        demand(snapshot),
-    )
     if extra is not None:
         saving += f"; {extra.words()}"
     text += (

@@ -36,13 +36,7 @@ from cachescale.decide.checks import Finding
 from cachescale.decide.conditions import conditions, frozen_conditions
 from cachescale.decide.decision import Decision
 from cachescale.decide.demand import demand
-from cachescale.decide.diagnosis import (
-    Facts,
-    collapse_active,
-    findings,
-    next_streaks,
-    run_checks,
-)
+from cachescale.decide.diagnosis import facts_of, findings, next_streaks, run_checks
 from cachescale.decide.dilution import relearn_for_fleet
 from cachescale.decide.envelope import (
     Envelope,
@@ -212,7 +206,7 @@ def _waiting(
     back, or the policy is new), or every pod is warming up. Report what is seen, clear
     MetricsUnavailable, and change nothing (no streak, no baseline, no envelope)."""
     results = run_checks(spec, snapshot, memory)
-    found = findings(Facts(spec, snapshot, memory, results, collapse_active(memory, spec)))
+    found = findings(facts_of(spec, snapshot, memory, results))
     active, raised, cleared = reconcile_alerts(
         memory.alerts,
         {},
@@ -283,8 +277,9 @@ def _evaluate(
         memory, demand(snapshot).per_second, results.collapse.warm_hit_rate.value, now
     )
     windows = spec.cache.collapse_windows
-    active_collapse = collapse_active(memory, spec)
-    found = findings(Facts(spec, snapshot, memory, results, active_collapse))
+    facts = facts_of(spec, snapshot, memory, results)  # before learning moves the baseline
+    active_collapse, extra = facts.collapse_active, facts.extra
+    found = findings(facts)
     memory = learn(
         memory,
         snapshot,
@@ -345,6 +340,7 @@ def _evaluate(
         batch,
         hpa_wanted,
         collapse_check=results.collapse,
+        extra=extra,
         now=now,
     )
     if rebaselined:
