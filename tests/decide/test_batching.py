@@ -348,16 +348,17 @@ def stepped(
     hit: float | None = 0.8,
     share: float | None = 0.0,
     since: tuple[float | None, float | None] = (0.85, 0.0),
-    slo: bool = False,
     ago: timedelta = timedelta(minutes=30),
     reason: Action = Action.LOWERED_MAX_NUM_SEQS,
     streaks: Streaks | None = None,
     changed_ago: timedelta | None = None,
+    costs: tuple[float | None, float | None] = (None, None),
 ) -> LearnedState:
     """The memory of a change ``before`` → ``after`` made ``ago``: the warm hit rate
-    ``hit``, preemptions per request ``share`` and a sustained SLO breach ``slo`` under the
-    old ceiling; the mean warm hit rate and preemption share ``since`` under the new one;
-    ``changed_ago``: the last change recorded elsewhere (a lost status)."""
+    ``hit`` and preemptions per request ``share`` under the old ceiling; the mean warm hit
+    rate and preemption share ``since`` under the new one; ``changed_ago``:
+    the last change recorded elsewhere (a lost status); ``costs``: GPU-s per 1k requests
+    under the old ceiling and since."""
     at = T0 - ago
     hit_since, share_since = since
     step = CeilingStep(
@@ -367,9 +368,10 @@ def stepped(
         reason=reason,
         warm_hit_rate=hit,
         preemption_share=share,
-        slo_at_risk=slo,
         hit_rate_since=Mean().add(hit_since).add(hit_since),
         preemptions_since=Mean().add(share_since).add(share_since),
+        cost=costs[0],
+        cost_since=Mean().add(costs[1]).add(costs[1]),
     )
     return learned(
         streaks=streaks or Streaks(),
@@ -676,19 +678,6 @@ BATCH_CASES = [
         memory=stepped(80, 60),
     ),
     BatchCase(
-        "...a breach that was there at the step does not stop it",
-        # The SLO rule does not fire (0.85 is the baseline): the follow-through does.
-        ceiling_at(72),
-        found(slo_at_risk_sustained=True),
-        BatchPlan(
-            54,
-            Action.LOWERED_MAX_NUM_SEQS,
-            f"--max-num-seqs 72 → 54: the last step (96 → 72) paid (the warm hit rate 0.80 → "
-            f"0.85) {PAID}",
-        ),
-        memory=stepped(slo=True, streaks=Streaks(slo_breach=3)),
-    ),
-    BatchCase(
         "...stops at a step without gain, and says so",
         ceiling_at(72),
         found(),
@@ -699,6 +688,32 @@ BATCH_CASES = [
             "(the warm hit rate 0.84 → 0.85, less than the 0.02 points a gain needs)",
         ),
         memory=stepped(hit=0.84),
+    ),
+    BatchCase(
+        "...stops at a step that made requests dearer, whatever the hit rate gained",
+        # 0.80 → 0.85 would pay; 700 → 740 GPU-s/1k is 5.7% dearer (over 5%).
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            72,
+            None,
+            "--max-num-seqs stays 72, above B_max 50: the last step (96 → 72) brought no gain "
+            "(GPU-s per 1k requests 700 → 740: the smaller batch costs more than the cache "
+            "saves)",
+        ),
+        memory=stepped(costs=(700.0, 740.0)),
+    ),
+    BatchCase(
+        "...a step costing no more than 5% over the old ceiling's still pays",
+        ceiling_at(72),
+        found(),
+        BatchPlan(
+            54,
+            Action.LOWERED_MAX_NUM_SEQS,
+            f"--max-num-seqs 72 → 54: the last step (96 → 72) paid (the warm hit rate 0.80 → "
+            f"0.85) {PAID}",
+        ),
+        memory=stepped(costs=(700.0, 735.0)),
     ),
     BatchCase(
         "...stops when the rates to judge by are unknown",
@@ -721,7 +736,7 @@ BATCH_CASES = [
         memory=stepped(73, 55),
     ),
     BatchCase(
-        "...stops at an SLO breach that began after the step",
+        "...waits while the SLO is at risk",
         ceiling_at(72),
         found(slo_at_risk_sustained=True),
         BatchPlan(
@@ -729,10 +744,22 @@ BATCH_CASES = [
             None,
             f"{SLO_AT_RISK} B_max 50; --max-num-seqs stays 72: the warm hit rate 0.85 is within "
             "10% of its baseline 0.85, so the batch is not what costs the cache; "
-            "--max-num-seqs stays 72, above B_max 50: the SLO has been at risk since the last "
-            "step (96 → 72)",
+            "--max-num-seqs stays 72, above B_max 50: the SLO is at risk, and a step restarts "
+            "pods the breach needs",
         ),
         memory=stepped(streaks=Streaks(slo_breach=3)),
+    ),
+    BatchCase(
+        "...waits while a pod is still warming",
+        ceiling_at(72),
+        found(warming=True),
+        BatchPlan(
+            72,
+            None,
+            "--max-num-seqs stays 72, above B_max 50: pods are still warming, and a step "
+            "restarts every pod",
+        ),
+        memory=stepped(),
     ),
     BatchCase(
         "...waits out the cooldown silently (the restarted caches are still filling)",

@@ -16,12 +16,12 @@ every admission. The rules, first match wins:
   ``B_max``, take the next step while the batch is more than ``NEAR_B_MAX_SHARE`` of
   ``B_max`` and the last step paid (the warm hit rate under the new ceiling
   ``STEP_GAIN_POINTS`` above the one under the old, each a mean over warm evaluations, or
-  preemptions fallen under the pressure level), with neither eviction pressure nor an SLO
-  breach needed:
+  preemptions fallen under the pressure level) without making requests more than
+  ``STEP_COST_SHARE`` dearer, with neither eviction pressure nor an SLO breach needed:
   a ceiling above ``B_max`` evicts reusable prefixes whether or not it preempts. It stops
-  within ``NEAR_B_MAX_SHARE`` of ``B_max``, at a step that brought no gain, at an SLO
-  breach that began after the step, during a prefix collapse, and while the hit rate is
-  low (the next rule's ground), and each message says which;
+  within ``NEAR_B_MAX_SHARE`` of ``B_max`` and at a step that brought no gain; it waits
+  while the SLO is at risk or a pod is warming, during a prefix collapse, and while the
+  hit rate is low (the next rule's ground), and each message says which;
 - raise toward throughput (25% per change, up to ``maxNumSeqs``) when the token hit rate
   has stayed under ``LOW_HIT_RATE`` for ``LOW_HIT_SECONDS`` and the batch is full or
   requests queue: a cache that does not hit is not worth protecting. Not past ``B_max``
@@ -90,6 +90,8 @@ class BatchFacts:
     """The warm pods' token hit rate, when known."""
     baseline_hit_rate: float | None
     """Its learned baseline, when there is one."""
+    warming: bool = False
+    """A pod is younger than ``podWarmupSeconds`` or a rollout runs."""
 
     @property
     def cache_depressed(self) -> bool:
@@ -252,7 +254,9 @@ def _follow_through(
         current,
         now,
         cooldown,
-        StepContext(facts.ceiling, facts.collapse_active, facts.slo_at_risk_sustained),
+        StepContext(
+            facts.ceiling, facts.collapse_active, facts.slo_at_risk_sustained, facts.warming
+        ),
     )
     if not paid or facts.ceiling is None:
         return None, why
@@ -275,8 +279,10 @@ def remember_change(
         return learned
     last = last_step(learned)
     hit, share = facts.warm_hit_rate, preemption_share(snapshot)
+    cost = snapshot.signals.gpu_seconds_per_1k_requests.value
     if last is not None and last.hit_rate_since.samples:
         hit, share = last.hit_rate_since.value, last.preemptions_since.value
+        cost = last.cost_since.value
     step = CeilingStep(
         at=now,
         before=current,
@@ -284,7 +290,7 @@ def remember_change(
         reason=batch.reason,
         warm_hit_rate=hit,
         preemption_share=share,
-        slo_at_risk=facts.slo_at_risk_sustained,
+        cost=cost,
     )
     return learned.model_copy(
         update={"last_max_num_seqs_change_at": now, "last_max_num_seqs_step": step}

@@ -46,9 +46,11 @@ class CeilingStep(ApiModel):
     pods warmed, when the step before was remembered)."""
     preemption_share: float | None = None
     """Preemptions per finished request under the old ceiling (likewise)."""
-    slo_at_risk: bool = False
-    """The SLO was breached for ``collapseWindows`` evaluations in a row at the change."""
     hit_rate_since: Mean = Field(default_factory=Mean)
     """The warm hit rate at each evaluation since the new ceiling's pods warmed."""
     preemptions_since: Mean = Field(default_factory=Mean)
     """Preemptions per finished request at the same evaluations."""
+    cost: float | None = None
+    """GPU-seconds per 1k requests under the old ceiling (likewise)."""
+    cost_since: Mean = Field(default_factory=Mean)
+    """GPU-seconds per 1k requests at the same evaluations."""

@@ -308,6 +308,7 @@ def _evaluate(
         slo_at_risk_sustained=streaks.slo_breach >= windows,
         warm_hit_rate=results.collapse.warm_hit_rate.value,
         baseline_hit_rate=results.collapse.baseline,
+        warming=bool(results.cold_pods) or snapshot.workload.rollout_in_progress,
     )
     memory = tally_step(
         memory, snapshot, batch_facts.warm_hit_rate, now, spec.cache.pod_warmup_seconds

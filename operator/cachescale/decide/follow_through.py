@@ -9,9 +9,12 @@ lowering the step is judged, and followed by the next one when it paid:
 - the warm hit rate under the new ceiling, averaged over the evaluations since its pods
   warmed (``tally_step``), at least ``STEP_GAIN_POINTS`` above the same mean under the
   old ceiling; or preemptions per request fallen under the pressure level from at or
-  above it;
+  above it; and in either case GPU-seconds per 1k requests (the same means) not more than
+  ``STEP_COST_SHARE`` above the old ceiling's;
 - it stops, and says why, within ``NEAR_B_MAX_SHARE`` of B_max, at a step that brought no
-  gain, at an SLO breach that began after the step (one already there does not stop it);
+  gain; it waits while the SLO is at risk or a pod is still warming (a step restarts
+  every pod, taking capacity a breach needs and caches that are still filling: the SLO
+  rule alone may lower then);
 - it judges nothing within the cooldown (the restarted pods' caches are still filling),
   after a raise or a clamp, off the ceiling it stepped to, with B_max unknown, during a
   prefix collapse, or in a low-hit streak (the raise rule's ground, so the two cannot undo
@@ -28,11 +31,13 @@ from datetime import datetime
 from typing import NamedTuple
 
 from cachescale.api.reasons import Action
+from cachescale.decide import words
 from cachescale.decide.ceiling_step import CeilingStep
 from cachescale.decide.learned import LearnedState
 from cachescale.decide.thresholds import (
     NEAR_B_MAX_SHARE,
     PREEMPTIONS_PER_REQUEST_PRESSURE,
+    STEP_COST_SHARE,
     STEP_GAIN_POINTS,
 )
 from cachescale.snapshot import Snapshot
@@ -46,6 +51,8 @@ class StepContext(NamedTuple):
     collapse_active: bool
     slo_at_risk: bool
     """The SLO breached for ``collapseWindows`` evaluations in a row."""
+    warming: bool
+    """A pod is younger than ``podWarmupSeconds`` or a rollout runs."""
 
 
 def judge_last_step(
@@ -73,8 +80,10 @@ def judge_last_step(
             "no further step"
         )
     stays = f"--max-num-seqs stays {current}, above B_max {ceiling}"
-    if context.slo_at_risk and not step.slo_at_risk:
-        return False, f"{stays}: the SLO has been at risk since {last}"
+    if context.slo_at_risk:
+        return False, f"{stays}: the SLO is at risk, and a step restarts pods the breach needs"
+    if context.warming:
+        return False, f"{stays}: pods are still warming, and a step restarts every pod"
     gain, measured = _gain(step)
     if not gain:
         return False, f"{stays}: {last} brought no gain ({measured})"
@@ -85,7 +94,14 @@ def judge_last_step(
 
 
 def _gain(step: CeilingStep) -> tuple[bool, str]:
-    """Whether the last step paid, and the figures that say so."""
+    """Whether the last step paid, and the figures that say so: never when requests cost
+    more than ``STEP_COST_SHARE`` over what they did under the old ceiling."""
+    cost, cost_before = step.cost_since.value, step.cost
+    if cost is not None and cost_before is not None and cost > cost_before * (1 + STEP_COST_SHARE):
+        return False, (
+            f"GPU-s per 1k requests {words.cost(cost_before)} → {words.cost(cost)}: the smaller "
+            "batch costs more than the cache saves"
+        )
     warm, before = step.hit_rate_since.value, step.warm_hit_rate
     share, share_before = step.preemptions_since.value, step.preemption_share
     pressure = PREEMPTIONS_PER_REQUEST_PRESSURE
@@ -140,6 +156,7 @@ def tally_step(
         update={
             "hit_rate_since": step.hit_rate_since.add(warm_hit_rate),
             "preemptions_since": step.preemptions_since.add(preemption_share(snapshot)),
+            "cost_since": step.cost_since.add(snapshot.signals.gpu_seconds_per_1k_requests.value),
         }
     )
     return learned.model_copy(update={"last_max_num_seqs_step": step})

@@ -151,6 +151,13 @@ NEAR_B_MAX_SHARE = 1.1
 """A ceiling within this factor of B_max (10% above it) is close enough: the follow-through
 rule takes no further step. B_max moves with the windowed context length by about as much
 between evaluations, so a step closer would chase noise, and each step restarts every pod."""
+STEP_COST_SHARE = 0.05
+"""A step toward B_max did not pay, whatever the hit rate gained, when the GPU-seconds per
+1k requests under the new ceiling (the mean over the evaluations since its pods warmed) is
+more than this share above the same mean under the old: a smaller batch per pod (and the
+HPA's batch target lowered with it) bought the hit rate at a price the users pay, and the
+follow-through stops there. Cost per request is the rule's referee, not the hit rate alone:
+what users pay decides (``docs/decisions.md``, "Precedence")."""
 STEP_GAIN_POINTS = 0.02
 """A step toward B_max paid when the warm hit rate under the new ceiling, averaged over the
 evaluations since its pods warmed, is at least this many points above the same mean under
