@@ -169,6 +169,30 @@ ALERT_CASES = [
         ),
     ),
     AlertCase(
+        "a quiet alert's clearing words quote the reading that cleared it",
+        clear_messages={
+            OVER: "cleared: 680 GPU-s per 1k requests, within the budget of 780",
+            SLO: "cleared: TTFT p95 0.50 s, within the 1.00 s SLO",
+            EVICTION: "cleared: preemptions 0.0% of requests, no sustained eviction pressure",
+            DEGRADED: "cleared: warm-pod token hit rate 0.85, back within 0.05 of its baseline "
+            "0.85",
+        },
+        memory=learned(
+            streaks=SUSTAINED,
+            alerts=[
+                LearnedAlert(reason=reason, since=T0, message="held")
+                for reason in (OVER, SLO, EVICTION, DEGRADED)
+            ],
+        ),
+    ),
+    AlertCase(
+        "a quiet alert with no reading to quote says nothing of its own",
+        memory=learned(
+            streaks=SUSTAINED, alerts=[LearnedAlert(reason=OVER, since=T0, message="held")]
+        ),
+        state=snapshot(signals(gpu_seconds_per_1k_requests=None)),
+    ),
+    AlertCase(
         "a recovery with no collapse alert has nothing to say",
         clear_now=METRICS | {COLLAPSE},
         memory=learned(streaks=Streaks(recovered=RECOVERY_EVALUATIONS)),
@@ -421,7 +445,7 @@ RECONCILE_CASES = [
         {},
         frozenset({SLO}),
         after=(),
-        cleared=((SLO, "cleared: old"),),
+        cleared=((SLO, "cleared: it no longer holds (it last read: old)"),),
     ),
     ReconcileCase(
         "the condition back resets the count",
@@ -443,7 +467,7 @@ RECONCILE_CASES = [
         {SLO: "new"},
         frozenset(),
         after=((SLO, "new", 0),),
-        cleared=((COLLAPSE, "cleared: old"),),
+        cleared=((COLLAPSE, "cleared: it no longer holds (it last read: old)"),),
         clear_now=frozenset({COLLAPSE}),
     ),
     ReconcileCase(

@@ -17,6 +17,7 @@ from cachescale.api.reasons import AlertCleared, Diagnosis, cleared
 from cachescale.api.status import ConditionStatus, ConditionType
 from cachescale.decide import Decision, LearnedState, diagnosis, words
 from cachescale.decide.checks import check_collapse
+from cachescale.decide.clearing import REBASELINED
 from cachescale.decide.degraded import degraded_evaluations, in_band
 from cachescale.decide.thresholds import DEARER_PREFILL_FACTOR, DEGRADED_COST_SHARE
 from cachescale.snapshot import HumanRequests, Snapshot
@@ -197,11 +198,15 @@ def test_it_clears_halfway_back_and_on_a_rebaseline() -> None:
     active = [d.alert_active(Diagnosis.CACHE_DEGRADED) for d in decisions[SETTLE - 1 :]]
     assert active == [True, True, True, True, True, False]
     assert [c.reason for c in decisions[-1].cleared] == [Diagnosis.CACHE_DEGRADED]
+    assert decisions[-1].cleared[0].message == (
+        "cleared: warm-pod token hit rate 0.82, back within 0.05 of its baseline 0.85"
+    )
     assert cleared(Diagnosis.CACHE_DEGRADED) is AlertCleared.CACHE_DEGRADED
     # A rebaseline accepts the new rate: cleared in that same evaluation.
     human = HumanRequests(rebaseline_at=T0 + SETTLE * INTERVAL)
     again = run(spec(), [degraded()] * SETTLE + [snapshot(degraded().signals, human=human)])
     assert [c.reason for c in again[-1].cleared] == [Diagnosis.CACHE_DEGRADED]
+    assert again[-1].cleared[0].message == REBASELINED
 
 
 def test_the_baseline_is_not_taught_the_degraded_rate() -> None:

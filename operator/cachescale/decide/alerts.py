@@ -19,6 +19,7 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.decide import words
 from cachescale.decide.batching import BatchPlan, eviction_words
 from cachescale.decide.checks import CollapseCheck, Finding, likely_cause
+from cachescale.decide.clearing import cleared_words, fallback
 from cachescale.decide.degraded import DEGRADED_ACTION, degraded_cause
 from cachescale.decide.demand import ExtraCost
 from cachescale.decide.envelope import EnvelopePlan
@@ -50,7 +51,7 @@ class AlertRules:
     extra_cost: ExtraCost | None = None
     """The cost over the baseline the messages quote."""
     clear_messages: Mapping[Diagnosis, str] = field(default_factory=dict)
-    """What a clearing alert's Event says instead of ``cleared: <its last message>``."""
+    """What a clearing alert's Event says (``decide.clearing``)."""
 
 
 def alert_rules(
@@ -162,6 +163,8 @@ def alert_rules(
             )
     elif slo is None:
         clearing.add(Diagnosis.SLO_AT_RISK)
+    held = [reason for reason in clearing if learned.alert(reason) is not None]
+    clear_messages.update(cleared_words(held, spec, snapshot, collapse_check))
     return AlertRules(wanted, clearing, frozenset(clear_now), extra, clear_messages)
 
 
@@ -209,7 +212,8 @@ def reconcile_alerts(
     this evaluation; the alert clears after ``RECOVERY_EVALUATIONS`` such evaluations in a
     row, so a value hovering at a threshold cannot raise and clear on alternate
     evaluations. ``clear_now``: clear at once (its own recovery rule already held).
-    ``clear_messages``: the clearing Event's words, where not ``cleared: <last message>``.
+    ``clear_messages``: the clearing Event's words (``decide.clearing``; where none, it no
+    longer holds and what it last read).
     """
     clear_messages = clear_messages or {}
     result: list[LearnedAlert] = []
@@ -220,7 +224,7 @@ def reconcile_alerts(
         if keep_counters:
             quiet_for = alert.quiet_evaluations
         if alert.reason in clear_now or quiet_for >= RECOVERY_EVALUATIONS:
-            message = clear_messages.get(alert.reason, f"cleared: {alert.message}")
+            message = clear_messages.get(alert.reason) or fallback(alert.message)
             cleared.append(AlertChange(alert.reason, message))
             continue
         message = wanted.pop(alert.reason, alert.message)

@@ -26,13 +26,15 @@ beside it:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from cachescale.api.reasons import Action, Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
-from cachescale.decide.alerts import AlertRules, alert_rules, metrics_back, reconcile_alerts
+from cachescale.decide.alerts import alert_rules, metrics_back, reconcile_alerts
 from cachescale.decide.batching import BatchFacts, plan_max_num_seqs, remember_change
 from cachescale.decide.checks import Finding
+from cachescale.decide.clearing import REBASELINED
 from cachescale.decide.conditions import conditions, frozen_conditions
 from cachescale.decide.decision import Decision
 from cachescale.decide.demand import demand
@@ -345,7 +347,14 @@ def _evaluate(
         now=now,
     )
     if rebaselined:
-        rules = AlertRules(rules.wanted, rules.quiet, rules.clear_now | REBASELINE_CLEARS)
+        rules = replace(
+            rules,
+            clear_now=rules.clear_now | REBASELINE_CLEARS,
+            clear_messages={
+                **rules.clear_messages,
+                **dict.fromkeys(REBASELINE_CLEARS, REBASELINED),
+            },
+        )
     active, raised, cleared = reconcile_alerts(
         memory.alerts,
         rules.wanted,
