@@ -208,7 +208,8 @@ def _waiting(
     back, or the policy is new), or every pod is warming up. Report what is seen, clear
     MetricsUnavailable, and change nothing (no streak, no baseline, no envelope)."""
     results = run_checks(spec, snapshot, memory)
-    found = findings(facts_of(spec, snapshot, memory, results))
+    facts = facts_of(spec, snapshot, memory, results)
+    found = findings(facts)
     active, raised, cleared = reconcile_alerts(
         memory.alerts,
         {},
@@ -238,6 +239,7 @@ def _waiting(
         ceiling=results.ceiling,  # the B_max an eviction finding quotes
         demand=demand(snapshot),
         notes=notes,
+        extra_cost=facts.extra,
     )
 
 
