@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
+from cachescale.api.status import unpack_learned_state
 from e2e.harness.api import Api, ApiError
 from e2e.harness.cluster import Cluster
 from e2e.harness.control_plane import WRITES, ControlPlane
@@ -446,7 +447,9 @@ def managed(hpa: dict[str, Any]) -> dict[str, Any]:
 
 def _evaluations(status: dict[str, Any]) -> int:
     """The memory's count of evaluations that fed the baseline (0: none or unknown)."""
-    baseline = (status.get("memory") or {}).get("baseline") or {}
+    packed = status.get("learnedState")
+    memory = unpack_learned_state(packed) if isinstance(packed, str) else {}
+    baseline = memory.get("baseline") or {}
     return int(baseline.get("evaluations", 0) or 0)
 
 

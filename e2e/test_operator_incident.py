@@ -218,11 +218,18 @@ def test_a_collapse_is_alerted_held_and_explained(incident: Incident) -> None:
     assert described.returncode == 0, described.stderr
     for words in ("token hit rate", "PrefixCollapse", "CollapseHold", "Warning"):
         assert words in described.stdout, (words, described.stdout)
+    # The decision memory is one packed line, not its internals.
+    (memory,) = [line for line in described.stdout.splitlines() if "Learned State:" in line]
+    assert memory.split()[-1].startswith("v1:"), memory
+    for internal in ("Streaks:", "Max Replicas Marks:", "Recent Replicas:"):
+        assert internal not in described.stdout, (internal, described.stdout)
+    incident.mark(f"kubectl describe csp: {len(described.stdout.splitlines())} lines")
     listed = incident.cluster.kubectl("get", "csp", APP, "-n", incident.namespace)
     header, row = listed.stdout.splitlines()[:2]
     assert header.split() == [
         "NAME",
         "MODE",
+        "READY",
         "HIT-RATE",
         "TTFT-P95",
         "GPU-S/1K",
@@ -231,12 +238,17 @@ def test_a_collapse_is_alerted_held_and_explained(incident: Incident) -> None:
         "AGE",
     ]
     cells = row.split()
-    assert (cells[1], cells[6]) == ("Enforce", "PrefixCollapse"), row
+    assert (cells[1], cells[2], cells[7]) == ("Enforce", "True", "PrefixCollapse"), row
     assert all(cell not in ("", "<none>") for cell in cells), row
-    assert float(cells[2]) < 0.4, row
-    assert re.fullmatch(r">?[0-9.,]+s(\(.*\))?", cells[3]), row  # TTFT p95 as read
-    assert float(cells[4]) > 0, row
-    assert cells[5] == str(scenario.PODS), row
+    assert re.fullmatch(r"[01]\.[0-9]{2}", cells[3]), row  # two decimals
+    assert float(cells[3]) < 0.4, row
+    assert re.fullmatch(r">?[0-9.,]+s(\(.*\))?", cells[4]), row  # TTFT p95 as read
+    assert re.fullmatch(r"[0-9]+", cells[5]), row  # GPU-s/1k, a whole number
+    assert int(cells[5]) > 0, row
+    for figure in (cells[3], cells[4].split("(")[0], cells[5]):
+        digits = figure.strip(">s").replace(",", "").replace(".", "").strip("0")
+        assert len(digits) <= 3, (figure, row)  # no more than 3 significant digits
+    assert cells[6] == str(scenario.PODS), row
     incident.mark(f"kubectl get csp: {row}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,14 +75,40 @@ def test_identity_subresource_and_columns() -> None:
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Mode", "Hit-Rate", "TTFT-P95", "GPU-s/1k", "Replicas", "State", "Age"]
+    assert columns == [
+        "Mode",
+        "Ready",
+        "Hit-Rate",
+        "TTFT-P95",
+        "GPU-s/1k",
+        "Replicas",
+        "State",
+        "Age",
+    ]
 
 
 def test_printer_columns_point_at_real_fields(schema: dict[str, Any]) -> None:
-    paths = {path for path, _ in walk(schema)}
+    """Each column names a field of the schema (a filter, ``[?(@.type=="Ready")]``, picks
+    items of a list), and a column's type is its field's: ``kubectl get`` prints a number
+    field in full, so the figures are strings or integers."""
+    nodes = dict(walk(schema))
     for column in build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]:
         if column["jsonPath"].startswith((".spec", ".status")):
-            assert column["jsonPath"] in paths, column
+            path = re.sub(r"\[\?\(.*?\)\]", "[items]", column["jsonPath"])
+            assert path in nodes, column
+            assert nodes[path]["type"] == column["type"], column
+            assert column["type"] != "number", column
+
+
+def test_the_ready_column_reads_the_ready_condition(schema: dict[str, Any]) -> None:
+    (ready,) = [
+        c
+        for c in build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+        if c["name"] == "Ready"
+    ]
+    assert ready["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    condition = schema["properties"]["status"]["properties"]["conditions"]["items"]
+    assert "Ready" in condition["properties"]["type"]["enum"]
 
 
 def test_units_in_field_names(schema: dict[str, Any]) -> None:

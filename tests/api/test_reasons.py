@@ -15,6 +15,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 FAMILIES: tuple[type[StrEnum], ...] = (
     reasons.Diagnosis,
     reasons.AlertCleared,
+    reasons.ConditionRecovered,
     reasons.Action,
     reasons.Hold,
     reasons.ConditionReason,
@@ -33,6 +34,13 @@ def test_every_reason_is_documented(member: StrEnum) -> None:
 def test_no_reason_string_means_two_things() -> None:
     values = [member.value for member in MEMBERS]
     assert len(values) == len(set(values))
+
+
+def test_every_condition_with_a_good_state_has_a_recovered_event() -> None:
+    from cachescale.controller.reconcile.condition_events import GOOD, recovered
+
+    assert [recovered(kind) for kind in GOOD] == list(reasons.ConditionRecovered)
+    assert all(recovered(kind) == f"{kind.value}Recovered" for kind in GOOD)
 
 
 def test_every_alerting_diagnosis_has_a_cleared_event() -> None:

@@ -35,6 +35,7 @@ import pytest
 
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold
+from cachescale.api.status import unpack_learned_state
 from cachescale.controller.kube.client import NotFoundError
 from e2e.harness.cluster import why_no_cluster
 from tests.controller.cluster import (
@@ -243,7 +244,9 @@ class Watch:
         current = status(self.cluster)
         brief = {key: current.get(key) for key in ("state", "conditions", "signals", "alerts")}
         brief["lastDecision"] = current.get("lastDecision")
-        brief["memory.preCollapse"] = current.get("memory", {}).get("preCollapse")
+        packed = current.get("learnedState")
+        memory = unpack_learned_state(packed) if packed else {}
+        brief["learnedState.preCollapse"] = memory.get("preCollapse")
         brief["baseline"] = current.get("baseline")
         try:
             hpa_spec = self.cluster.api.get(hpa_path())
@@ -432,7 +435,7 @@ def check_collapse(watch: Watch) -> int:
     # hit rate was still at baseline, and req/s has fallen since (the release dips the
     # traffic 12 → 10 req/s), so the growth factor is 1 and the level is exactly 3. A
     # collapse hold is exempt from the stabilization window, so 40 → 3 at once.
-    mark = collapsed["memory"]["preCollapse"]
+    mark = unpack_learned_state(collapsed["learnedState"])["preCollapse"]
     assert mark["replicas"] == PODS, mark
     rps_now = collapsed["signals"]["requestsPerSecond"]
     assert rps_now <= mark["requestsPerSecond"], (rps_now, mark)

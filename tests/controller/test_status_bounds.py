@@ -36,15 +36,20 @@ from tests.decide.decide_builders import learned, signals, snapshot, spec
 from tests.gather.gather_fakes import FakePrometheus
 
 STATUS_BOUND = 64 * 1024
-"""The largest status outside ``memory``, in characters of JSON."""
+"""The largest status outside the decision memory, in characters of JSON."""
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POLICIES = "cachescale.dev/v1alpha1/cachescalingpolicies"
 HUGE = "<" * 100_000
 
 
+MEMORY_FIELDS = ("learnedState", "memory")
+"""The decision memory: packed, and as older versions wrote it."""
+
+
 def outside_memory(status: dict[str, Any]) -> int:
-    """Characters of ``status`` as JSON, its ``memory`` left out."""
-    return len(json.dumps({k: v for k, v in status.items() if k != "memory"}, ensure_ascii=False))
+    """Characters of ``status`` as JSON, the decision memory left out."""
+    kept = {k: v for k, v in status.items() if k not in MEMORY_FIELDS}
+    return len(json.dumps(kept, ensure_ascii=False))
 
 
 def assert_bounded(status: dict[str, Any]) -> None:
@@ -80,8 +85,8 @@ def largest_status() -> dict[str, Any]:
         "conditions": [
             {**condition, "type": kind.value, "lastTransitionTime": stamp} for kind in ConditionType
         ],
+        "summary": {"hitRate": "h" * 8, "ttftP95": "T" * 64, "gpuSecondsPer1k": 2**62},
         "signals": {
-            "ttftP95": "T" * 64,
             "observedAt": stamp,
             "prometheus": HUGE,
             "unknownSignals": [{"signal": "s" * 128, "reason": HUGE}] * 100,

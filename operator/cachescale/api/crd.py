@@ -44,21 +44,28 @@ PRINTER_COLUMNS: list[Schema] = [
         "description": "Enforce or Advise",
     },
     {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "The Ready condition: the policy is valid, its targets exist and the "
+        "last evaluation completed",
+    },
+    {
         "name": "Hit-Rate",
-        "type": "number",
-        "jsonPath": ".status.signals.tokenHitRate",
+        "type": "string",
+        "jsonPath": ".status.summary.hitRate",
         "description": "Token-weighted prefix-cache hit rate on warm pods",
     },
     {
         "name": "TTFT-P95",
         "type": "string",
-        "jsonPath": ".status.signals.ttftP95",
+        "jsonPath": ".status.summary.ttftP95",
         "description": "Time to first token, p95, as read ('>400s' when only a lower bound)",
     },
     {
         "name": "GPU-s/1k",
-        "type": "number",
-        "jsonPath": ".status.signals.gpuSecondsPer1kRequests",
+        "type": "integer",
+        "jsonPath": ".status.summary.gpuSecondsPer1k",
         "description": "GPU-seconds per 1,000 requests",
     },
     {
@@ -75,6 +82,8 @@ PRINTER_COLUMNS: list[Schema] = [
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+"""What ``kubectl get csp`` prints. A column's JSONPath cannot format a number, so the
+figures come from ``status.summary``, which the operator writes already formatted."""
 
 
 def _resolve(node: Schema, defs: dict[str, Schema]) -> Schema:

@@ -8,8 +8,9 @@ member is there). The values never change; a new reason is a new member.
 
 The families: ``Diagnosis`` (what an evaluation found), ``Action`` (what it did),
 ``Hold`` (why the envelope's maxReplicas is held), ``ConditionReason`` (the other condition
-reasons), ``AlertCleared`` (the Events of a clearing alert) and ``Problem`` (why no
-decision could be made). Why Prometheus could not be read at all is
+reasons), ``AlertCleared`` (the Events of a clearing alert), ``ConditionRecovered`` (the
+Events of a condition back in its good state) and ``Problem`` (why no decision could be
+made). Why Prometheus could not be read at all is
 ``cachescale.snapshot.FetchFailure``, part of the snapshot the decision reads.
 """
 
@@ -74,6 +75,24 @@ class AlertCleared(StrEnum):
 def cleared(alert: Diagnosis) -> AlertCleared:
     """The Event reason of ``alert`` clearing."""
     return AlertCleared[alert.name]
+
+
+class ConditionRecovered(StrEnum):
+    """The Normal Event posted when a condition returns to its good state after a Warning
+    (``controller/reconcile/condition_events.py``); one member per condition that has one."""
+
+    READY = "ReadyRecovered"
+    """Event: the last evaluation completed again."""
+    CACHE_HEALTHY = "CacheHealthyRecovered"
+    """Event: the warm-pod hit rate is at its baseline again."""
+    SLO_MET = "SLOMetRecovered"
+    """Event: TTFT p95 is within the SLO again."""
+    WITHIN_BUDGET = "WithinBudgetRecovered"
+    """Event: GPU-s per 1k requests is within the budget again."""
+    METRICS_AVAILABLE = "MetricsAvailableRecovered"
+    """Event: every required signal is read again."""
+    CACHE_ISOLATION = "CacheIsolationRecovered"
+    """Event: the engines' prefix cache keeps tenants apart again."""
 
 
 class Action(StrEnum):

@@ -2,19 +2,28 @@
 
 Status is what ``kubectl describe csp`` shows, so it is shaped to explain: conditions with
 stable CamelCase reasons, the signals as observed (absent when unknown, with the reason in
-``unknownSignals`` — a missing value is never written as 0), the learned baseline, the last
-decision and a short history. The schema is strict: kopf keeps its own bookkeeping in
-annotations, so nothing here is pruned by surprise.
+``unknownSignals`` — a missing value is never written as 0), the figures ``kubectl get``
+prints already formatted (``summary``), the learned baseline, the last decision and a short
+history. The decision engine's memory, which only a restarted operator reads, is one packed
+line (``learnedState``, :func:`pack_learned_state`), so ``describe`` is not mostly memory.
+The schema is strict: kopf keeps its own bookkeeping in annotations, so nothing here is
+pruned by surprise.
 
 Status has a largest size. Every text is cut at its limit, ending in "…" (:func:`clip`),
 and every list at its length, when a model is built, not refused: messages quote what a
 policy's author wrote (a selector, a URL, a refused value), and a status too large to
-write is no status at all. So everything but the decision engine's ``memory`` fits in
-``tests/controller/test_status_bounds.py``'s bound whatever the spec holds.
+write is no status at all. So everything but the decision engine's memory
+(``learnedState``) fits in ``tests/controller/test_status_bounds.py``'s bound whatever the
+spec holds.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import zlib
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final
@@ -139,10 +148,6 @@ class ObservedSignals(ApiModel):
     """Prompt tokens actually computed per request (not served from cache)."""
     ttft_p95_seconds: float | None = Field(default=None, ge=0)
     """Time to first token, 95th percentile, in seconds."""
-    ttft_p95: Annotated[str | None, _clipped(64)] = Field(default=None, max_length=64)
-    """TTFT p95 as it should be read, for ``kubectl get``: ``0.58s``; ``>400s`` when the
-    number in ttftP95Seconds is only a lower bound (past the histogram's last finite
-    bucket); ``1.3s(1–2.5s)`` when its bucket is wide."""
     ttft_p99_seconds: float | None = Field(default=None, ge=0)
     """Time to first token, 99th percentile, in seconds."""
     gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)
@@ -178,6 +183,22 @@ class ObservedSignals(ApiModel):
         default_factory=list, max_length=8
     )
     """Latency quantiles that are only a lower bound or lie in a wide bucket, as read."""
+
+
+class Summary(ApiModel):
+    """The figures ``kubectl get csp`` prints, written already formatted (a printer column
+    cannot format a number), each to at most three significant digits; absent when the
+    signal is unknown (``signals.unknownSignals`` says why)."""
+
+    hit_rate: str | None = Field(default=None, max_length=8)
+    """Warm-pod token hit rate to two decimals: ``0.87``."""
+    ttft_p95: Annotated[str | None, _clipped(64)] = Field(default=None, max_length=64)
+    """TTFT p95 as it should be read: ``0.58s``, ``16s``, ``2,370s``; ``>400s`` when the
+    number in signals.ttftP95Seconds is only a lower bound (past the histogram's last
+    finite bucket); ``1.3s(1–2.5s)`` when its bucket is wide."""
+    gpu_seconds_per_1k: int | None = Field(default=None, ge=0)
+    """GPU-seconds per 1,000 requests, a whole number to three significant digits:
+    ``16``, ``688``, ``1140``."""
 
 
 class Baseline(ApiModel):
@@ -257,6 +278,8 @@ class CacheScalingPolicyStatus(ApiModel):
     )
     """Ready, CacheHealthy, SLOMet, WithinBudget, MetricsAvailable, ScalingHeld,
     CacheIsolation."""
+    summary: Summary | None = None
+    """The figures ``kubectl get csp`` prints, formatted."""
     signals: ObservedSignals | None = None
     """Signals at the last evaluation."""
     baseline: Baseline | None = None
@@ -272,9 +295,48 @@ class CacheScalingPolicyStatus(ApiModel):
     suspected_change: SuspectedChange | None = None
     """While a collapse is suspected or alerted: what changed in the prompt sources and the
     policy's namespace in the hour before the drop (also in the alert's message)."""
+    learned_state: str | None = None
+    """The decision engine's memory between evaluations (baseline, streaks, cooldowns,
+    alerts), kept here so an operator restart loses nothing: ``v1:`` and the base64 of its
+    zlib-compressed JSON, one line in ``kubectl describe``. Written by the operator; do
+    not edit."""
     memory: dict[str, Any] | None = Field(
         default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
-    """The decision engine's memory between evaluations (baseline, streaks, cooldowns,
-    alerts), kept here so an operator restart loses nothing. Written by the operator;
-    do not edit."""
+    """The decision engine's memory as older versions wrote it (structured). Read when
+    learnedState is absent, never written: the next status write replaces it."""
+
+    def learned(self) -> dict[str, Any] | None:
+        """The decision engine's memory as stored: ``learnedState`` unpacked, else the
+        structured ``memory`` an older version wrote, else None. Raises ``ValueError``
+        when ``learnedState`` cannot be unpacked."""
+        if self.learned_state is not None:
+            return unpack_learned_state(self.learned_state)
+        return self.memory
+
+
+LEARNED_STATE_VERSION: Final = "v1"
+"""How ``status.learnedState`` is packed: ``v1:`` and the base64 of the zlib-compressed
+compact JSON of the memory (camelCase, as ``LearnedState`` serialises it)."""
+
+
+def pack_learned_state(memory: Mapping[str, Any]) -> str:
+    """``memory`` (JSON-ready) as ``status.learnedState``: one line, no spaces."""
+    text = json.dumps(memory, separators=(",", ":"), ensure_ascii=False)
+    packed = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
+    return f"{LEARNED_STATE_VERSION}:{packed}"
+
+
+def unpack_learned_state(text: str) -> dict[str, Any]:
+    """``status.learnedState`` as the memory it packs; ``ValueError`` for another version,
+    a damaged packing, or JSON that is not an object."""
+    version, _, packed = text.partition(":")
+    if version != LEARNED_STATE_VERSION:
+        raise ValueError(f"learnedState is packed as {version!r}, not {LEARNED_STATE_VERSION!r}")
+    try:
+        memory = json.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
+    except (binascii.Error, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"learnedState cannot be unpacked: {error}") from None
+    if not isinstance(memory, dict):
+        raise ValueError("learnedState does not hold an object")
+    return memory

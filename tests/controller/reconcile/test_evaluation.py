@@ -17,6 +17,7 @@ import pytest
 
 from cachescale.api.policy import ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.api.reasons import Action, ConditionReason, Diagnosis, Hold, Problem
+from cachescale.api.status import pack_learned_state, unpack_learned_state
 from cachescale.controller.reconcile.context import Operator, PolicyObject
 from cachescale.controller.reconcile.evaluation import Outcome, evaluate
 from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig
@@ -67,6 +68,11 @@ def run(
 def conditions(cluster: FakeCluster, name: str = "vllm") -> dict[str, tuple[str, str]]:
     status = cluster.get(POLICIES, name).get("status", {})
     return {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions", [])}
+
+
+def learned(cluster: FakeCluster, name: str = "vllm") -> dict[str, Any]:
+    """The decision memory the policy's stored status packs."""
+    return unpack_learned_state(cluster.get(POLICIES, name)["status"]["learnedState"])
 
 
 def events(cluster: FakeCluster) -> list[tuple[str, str]]:
@@ -339,7 +345,7 @@ def test_a_restarted_operator_keeps_the_cooldown(
     deployment_patches = len([r for r in cluster.requests("patch") if "deployments" in str(r.url)])
     assert deployment_patches == 1
     # The step and the cache before it are kept for the follow-through rule.
-    memory = cluster.get(POLICIES, "vllm")["status"]["memory"]
+    memory = learned(cluster)
     step = memory["lastMaxNumSeqsStep"]
     assert (step["before"], step["after"]) == (128, 96)
     assert step["warmHitRate"] == pytest.approx(0.3)
@@ -359,7 +365,8 @@ def test_the_deployment_remembers_a_change_the_status_lost(
     run(Operator(cluster.api, clock=clock), cluster, clock, rounds=9)
     assert ceiling(cluster)[-1] == "--max-num-seqs=96"
     body = cluster.get(POLICIES, "vllm")
-    body["status"]["memory"]["lastMaxNumSeqsChangeAt"] = None  # the status write was lost
+    memory = {**learned(cluster), "lastMaxNumSeqsChangeAt": None}  # the status write was lost
+    body["status"]["learnedState"] = pack_learned_state(memory)
     cluster.put(POLICIES, body)
     run(Operator(cluster.api, clock=clock), cluster, clock, rounds=10)
     assert ceiling(cluster)[-1] == "--max-num-seqs=96"
@@ -508,13 +515,83 @@ def spoiled_status(
 def test_an_invalid_stored_memory_is_reset_with_a_warning(
     cluster: FakeCluster, spoiled_status: Spoil
 ) -> None:
-    record = spoiled_status(
-        lambda status: status["memory"].update(baseline={"tokenHitRate": "high"}),
-        2,  # the second reads the reset memory
-    )
-    assert f"{NAMESPACE}/vllm: status.memory is invalid, so it is reset" in record.getMessage()
+    def high(status: dict[str, Any]) -> None:
+        memory = unpack_learned_state(status["learnedState"])
+        status["learnedState"] = pack_learned_state({**memory, "baseline": {"tokenHitRate": "hi"}})
+
+    record = spoiled_status(high, 2)  # the second reads the reset memory
+    message = record.getMessage()
+    assert f"{NAMESPACE}/vllm: status.learnedState is invalid, so it is reset" in message
     assert "baseline.tokenHitRate" in record.getMessage()
-    assert cluster.get(POLICIES, "vllm")["status"]["memory"]["baseline"]["evaluations"] == 0
+    assert learned(cluster)["baseline"]["evaluations"] == 0
+
+
+def test_a_learned_state_that_cannot_be_unpacked_is_reset_with_a_warning(
+    cluster: FakeCluster, spoiled_status: Spoil
+) -> None:
+    record = spoiled_status(lambda status: status.update(learnedState="v1:not-base64!"), 2)
+    message = record.getMessage()
+    assert f"{NAMESPACE}/vllm: status.learnedState is invalid, so it is reset" in message
+    assert "cannot be unpacked" in message
+    assert learned(cluster)["baseline"]["evaluations"] == 0
+
+
+def test_the_memory_an_older_version_wrote_is_read_and_replaced_by_learned_state(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A status written before ``learnedState`` holds the memory as an object: it is read
+    (nothing starts over) and the next write packs it into ``learnedState``."""
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock)
+    body = cluster.get(POLICIES, "vllm")
+    memory = unpack_learned_state(body["status"].pop("learnedState"))
+    body["status"]["memory"] = {**memory, "dataSince": "2026-11-30T09:00:00Z"}
+    cluster.put(POLICIES, body)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        run(Operator(cluster.api, clock=clock), cluster, clock)  # a new process
+    assert not caplog.records
+    stored = cluster.get(POLICIES, "vllm")["status"]
+    assert "memory" not in stored
+    assert learned(cluster)["dataSince"] == "2026-11-30T09:00:00Z"
+
+
+def test_a_spoiled_memory_an_older_version_wrote_is_reset_with_a_warning(
+    spoiled_status: Spoil,
+) -> None:
+    def spoiled(status: dict[str, Any]) -> None:
+        status.pop("learnedState")
+        status["memory"] = {"baseline": {"tokenHitRate": "high"}}
+
+    record = spoiled_status(spoiled, 1)
+    assert f"{NAMESPACE}/vllm: status.memory is invalid, so it is reset" in record.getMessage()
+
+
+def test_a_memory_the_api_server_dropped_is_warned_of_once(
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    operator: Operator,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A CRD older than the operator prunes ``learnedState`` from every write: the status
+    then holds decisions and never a memory, which one warning says."""
+    stack(cluster, engines, prometheus, clock)
+    with caplog.at_level(logging.WARNING, logger="cachescale.operator"):
+        for _ in range(3):
+            run(operator, cluster, clock)
+            body = cluster.get(POLICIES, "vllm")
+            del body["status"]["learnedState"]  # what the older CRD's pruning does
+            cluster.put(POLICIES, body)
+    (record,) = caplog.records
+    assert f"{NAMESPACE}/vllm: the stored status has a decision but no status.learnedState" in (
+        record.getMessage()
+    )
 
 
 def test_an_unparsable_acknowledge_annotation_is_ignored_with_one_warning(

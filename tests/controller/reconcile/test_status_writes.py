@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cachescale.api.reasons import Diagnosis
+from cachescale.api.status import pack_learned_state, unpack_learned_state
 from cachescale.controller.kube.client import KubeError
 from cachescale.controller.reconcile.context import Operator, PolicyObject
 from cachescale.controller.reconcile.evaluation import evaluate
@@ -128,7 +129,8 @@ def test_a_memory_change_is_written_even_when_nothing_displayed_moved(
     operator.make_decision = remembering
     run(operator, cluster, clock, rounds=1)
     assert status_writes(cluster) == before + 1
-    assert cluster.get(POLICIES, "vllm")["status"]["memory"]["acknowledgedAt"]
+    packed = cluster.get(POLICIES, "vllm")["status"]["learnedState"]
+    assert unpack_learned_state(packed)["acknowledgedAt"]
     run(operator, cluster, clock, rounds=1)
     assert status_writes(cluster) == before + 1, "the same memory again: no write"
 
@@ -238,7 +240,7 @@ def test_a_status_changed_by_someone_else_is_rewritten(
     before = status_writes(cluster)
     evaluate(operator, PolicyObject.of(cluster.get(POLICIES, "vllm")))
     assert status_writes(cluster) == before + 1
-    assert cluster.get(POLICIES, "vllm")["status"]["memory"]
+    assert unpack_learned_state(cluster.get(POLICIES, "vllm")["status"]["learnedState"])
 
 
 def test_numbers_are_compared_at_their_display_precision() -> None:
@@ -259,6 +261,25 @@ def test_numbers_are_compared_at_their_display_precision() -> None:
     moved = {**moved_little, "signals": {**signals, "tokenHitRate": 0.83}}
     assert normalised(status) != normalised(moved)
     assert timedelta(seconds=STATUS_REFRESH_SECONDS) == timedelta(minutes=5), "as documented"
+
+
+def test_the_packed_memory_is_compared_unpacked_and_the_summary_not_at_all() -> None:
+    """``learnedState`` moves with every evaluation's steady progress (a running average,
+    a re-stamped mark): compared unpacked, as the structured memory was, that is no
+    change; ``summary`` is ``signals`` again, formatted, and compared there."""
+    at = "2026-11-30T12:00:00Z"
+    later = "2026-11-30T12:00:10Z"
+
+    def status(hit_rate: float, evaluations: int, stamp: str, cell: str) -> dict[str, Any]:
+        baseline = {"tokenHitRate": hit_rate, "evaluations": evaluations, "updatedAt": stamp}
+        return {
+            "summary": {"hitRate": cell},
+            "learnedState": pack_learned_state({"baseline": baseline}),
+        }
+
+    assert normalised(status(0.8501, 3, at, "0.85")) == normalised(status(0.8502, 4, later, "0.86"))
+    assert normalised(status(0.85, 3, at, "0.85")) != normalised(status(0.83, 3, at, "0.85"))
+    assert normalised({"learnedState": "v1:damaged"}) == {"learnedState": "v1:damaged"}
 
 
 def test_a_write_says_why_it_is_due() -> None:

@@ -5,28 +5,31 @@ Each write tolerates the API failing, so no write stops the evaluation or the lo
 failure while acting comes back as text (the evaluation reports it as ``ApiConflict``),
 a status PATCH that fails is logged and written again at the next evaluation, and an
 Event that cannot be posted is logged. What is applied is ``target/actions.py``'s, when a
-status is worth writing is ``status_writes.py``'s, and how Events are kept from flooding
-is ``events.py``'s; ``evaluation.py`` calls these once it has decided, or stopped at a
+status is worth writing is ``status_writes.py``'s, which condition transitions post an
+Event is ``condition_events.py``'s, and how Events are kept from flooding is
+``events.py``'s; ``evaluation.py`` calls these once it has decided, or stopped at a
 problem.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cachescale.api.reasons import cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
+from cachescale.api.status import Condition
 from cachescale.controller.kube.client import ConflictError, KubeError
+from cachescale.controller.reconcile.condition_events import Episode, condition_events
 from cachescale.controller.target.actions import (
     PatchForbiddenError,
     apply_envelope,
     apply_max_num_seqs,
 )
 from cachescale.controller.target.workload import Target, TargetError
-from cachescale.decide import Decision
+from cachescale.decide import Decision, LearnedState
 
 if TYPE_CHECKING:
     from cachescale.controller.reconcile.context import Operator, PolicyObject
@@ -97,6 +100,32 @@ def announce(
         event(operator, policy, "Normal", cleared(change.reason), change.message, now)
     if applied:
         event(operator, policy, "Normal", decision.reason, decision.message, now)
+
+
+def announce_conditions(
+    operator: Operator,
+    policy: PolicyObject,
+    before: Sequence[Condition],
+    status: Mapping[str, Any],
+    episode: Episode,
+    now: datetime,
+) -> None:
+    """The Events of the conditions that turned bad or recovered between ``before`` (the
+    previous status's) and ``status`` (the one just rendered, wire form)."""
+    after = [Condition.model_validate(c) for c in status.get("conditions", ())]
+    for posted in condition_events(before, after, episode, now):
+        event(operator, policy, posted.kind, posted.reason, posted.message, now)
+
+
+def episode(spec: CacheScalingPolicySpec, memory: LearnedState, decision: Decision) -> Episode:
+    """What the condition rules need from an evaluation that started from ``memory``."""
+    return Episode(
+        windows=spec.cache.collapse_windows,
+        streaks_before=memory.streaks,
+        streaks_after=decision.memory.streaks,
+        alerts=frozenset(a.reason for a in memory.alerts)
+        | frozenset(c.reason for c in decision.raised),
+    )
 
 
 def event(

@@ -15,7 +15,8 @@ other policy. A suspected or raised collapse also names what changed before it
 
 An evaluation has three phases: ``prepare`` (the spec, a refusal, the target, which
 Prometheus and what to read), the read, and ``finish`` (decide, act, correlate, status,
-Events, metrics). This module runs them; what a policy brings from the cluster (its
+Events — the decision's, and a Warning or a Normal for each condition that turned bad or
+recovered — metrics). This module runs them; what a policy brings from the cluster (its
 previous status, memory and annotations) is ``recall.py``, the read ``signal_reads.py``,
 and what an evaluation writes (the decision applied, the status, Events)
 ``cluster_writes.py``. ``evaluate`` runs the phases for one policy with its own queries;
@@ -40,7 +41,14 @@ from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.api.status import ConditionType
 from cachescale.controller.kube.client import KubeError
 from cachescale.controller.reconcile import recall, signal_reads
-from cachescale.controller.reconcile.cluster_writes import act, announce, event, write_status
+from cachescale.controller.reconcile.cluster_writes import (
+    act,
+    announce,
+    announce_conditions,
+    episode,
+    event,
+    write_status,
+)
 from cachescale.controller.reconcile.context import FanOut, Operator, PolicyObject, Prepared
 from cachescale.controller.reconcile.prometheus_access import (
     EgressRefused,
@@ -188,7 +196,7 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
         step.target,
         step.now,
     )
-    memory = recall.memory(policy, previous.memory, target)
+    memory = recall.memory(operator, policy, previous, target)
     if signals.failure is not None:
         operator.metrics.failed(policy.namespace, policy.name, signals.failure.value)
     if read_retried(signals, operator.read_failures.counted(policy.uid, signals), memory):
@@ -229,6 +237,9 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
     )
     write_status(operator, policy, status, now)
     announce(operator, policy, decision, applied, now)
+    announce_conditions(
+        operator, policy, previous.conditions, status, episode(spec, memory, decision), now
+    )
     for warning in target.keda.warnings() if target.keda is not None else ():
         event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)
     operator.metrics.observe(policy.namespace, policy.name, spec, snapshot, decision)

@@ -54,20 +54,29 @@ def previous_status(
         return CacheScalingPolicyStatus()
 
 
-def memory(policy: PolicyObject, stored: Mapping[str, Any] | None, target: Target) -> LearnedState:
-    """The memory from status, with the Deployment's own record of the last ceiling
-    change folded in (survives a status write that never happened). A stored memory that
-    fails validation (edited by hand, or written by an incompatible version) is reset,
-    and the warning says so: the learned baseline is gone and relearning starts."""
+def memory(
+    operator: Operator, policy: PolicyObject, previous: CacheScalingPolicyStatus, target: Target
+) -> LearnedState:
+    """The memory from the previous status (``learnedState``, or the structured ``memory``
+    an older version wrote), with the Deployment's own record of the last ceiling change
+    folded in (survives a status write that never happened). A stored memory that cannot
+    be unpacked or fails validation (edited by hand, or written by an incompatible
+    version) is reset, and the warning says so: the learned baseline is gone and
+    relearning starts. A status with a decision and no memory at all lost it to the API
+    server (a CRD older than the operator prunes ``learnedState``): warned once."""
+    absent = previous.learned_state is None and previous.memory is None
+    if absent and previous.last_decision is not None:
+        _memory_dropped(operator, policy)
     try:
-        memory = LearnedState.model_validate(stored or {})
-    except ValidationError as error:
+        memory = LearnedState.model_validate(previous.learned() or {})
+    except ValueError as error:  # pydantic's ValidationError is one too
         log.warning(
-            "%s/%s: status.memory is invalid, so it is reset and the baseline is relearned "
+            "%s/%s: status.%s is invalid, so it is reset and the baseline is relearned "
             "(streaks, alerts and cooldowns start over too): %s",
             policy.namespace,
             policy.name,
-            summary(error),
+            "memory" if previous.learned_state is None else "learnedState",
+            summary(error) if isinstance(error, ValidationError) else error,
         )
         memory = LearnedState()
     changed = target.max_num_seqs_changed_at
@@ -75,6 +84,18 @@ def memory(policy: PolicyObject, stored: Mapping[str, Any] | None, target: Targe
     if changed is not None and (last is None or changed > last):
         memory = memory.model_copy(update={"last_max_num_seqs_change_at": changed})
     return memory
+
+
+def _memory_dropped(operator: Operator, policy: PolicyObject) -> None:
+    """Warn, once per policy, that the stored status holds a decision but no memory."""
+    if operator.first_report(policy.uid, "learnedState"):
+        log.warning(
+            "%s/%s: the stored status has a decision but no status.learnedState: the API "
+            "server dropped it, so its CacheScalingPolicy CRD is older than this operator; "
+            "apply crds/ (helm upgrade does), or the baseline is relearned at every evaluation",
+            policy.namespace,
+            policy.name,
+        )
 
 
 def human(operator: Operator, policy: PolicyObject) -> HumanRequests:

@@ -2,9 +2,11 @@
 
 Pure: previous status + decision (or a problem) in, the new status out. Conditions keep
 their ``lastTransitionTime`` unless their status flips; the observed signals are written
-only when known (the reason for every unknown one is listed); history keeps the
-decisions that changed something, newest first; the decision engine's memory rides
-along so a restarted operator picks up where it left off.
+only when known (the reason for every unknown one is listed), and the ones ``kubectl get``
+prints again in ``summary``, formatted to at most three significant digits; history keeps
+the decisions that changed something, newest first; the decision engine's memory rides
+along, packed into one line (``learnedState``), so a restarted operator picks up where it
+left off.
 
 Texts and lists are not cut here: the status model cuts each at its limit as it is
 built (``api/status.py``), so every status written has a largest size.
@@ -12,6 +14,7 @@ built (``api/status.py``), so every status written has a largest size.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -27,12 +30,14 @@ from cachescale.api.status import (
     DecisionRecord,
     ObservedSignals,
     QualifiedSignal,
+    Summary,
     SuspectedChange,
     UnknownSignal,
+    pack_learned_state,
 )
 from cachescale.decide import Decision, words
 from cachescale.decide.conditions import ConditionVerdict
-from cachescale.snapshot import Snapshot, Unit
+from cachescale.snapshot import Measured, Snapshot, Unit
 
 STATUS_FIELDS = {
     "token_hit_rate_local": "tokenHitRate",
@@ -117,6 +122,7 @@ def render(
         observed_generation=generation,
         state=decision.state.value,
         conditions=merge_conditions(previous.conditions, [ready, *verdicts], generation, now),
+        summary=_summary(snapshot, warmup_seconds),
         signals=_signals(snapshot, now, warmup_seconds, prometheus),
         baseline=_baseline(decision),
         last_decision=record,
@@ -131,7 +137,7 @@ def render(
             for a in decision.alerts
         ],
         suspected_change=suspected_change,
-        memory=decision.memory.model_dump(mode="json", by_alias=True),
+        learned_state=pack_learned_state(decision.memory.model_dump(mode="json", by_alias=True)),
     )
     return status.to_wire()
 
@@ -194,8 +200,6 @@ def _signals(
                 qualified.append(QualifiedSignal(signal=field, reads=words.latency(value)))
         else:
             unknown.append(UnknownSignal(signal=field, reason=str(value.reason)))
-    if signals.ttft_p95_seconds.value is not None:
-        values["ttftP95"] = words.latency_cell(signals.ttft_p95_seconds)
     warm = signals.warm_token_hit_rate(warmup_seconds)
     if warm.value is not None:  # rate() extrapolation can put a young pod's ratio above 1
         values["tokenHitRate"] = min(1.0, max(0.0, warm.value))
@@ -213,6 +217,35 @@ def _signals(
             "qualifiedSignals": [q.to_wire() for q in qualified],
         }
     )
+
+
+SIGNIFICANT_DIGITS = 3
+"""The most significant digits a ``summary`` figure (a ``kubectl get`` cell) shows."""
+
+
+def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """``value`` rounded to ``digits`` significant digits: 0.8744 → 0.874, 1142.3 → 1140."""
+    return float(f"{value:.{digits}g}")
+
+
+def _summary(snapshot: Snapshot, warmup_seconds: float) -> Summary:
+    """The figures ``kubectl get csp`` prints: the warm-pod hit rate to two decimals, TTFT
+    p95 as read and GPU-s/1k as a whole number, each to at most three significant digits."""
+    signals = snapshot.signals
+    warm = signals.warm_token_hit_rate(warmup_seconds).value
+    p95 = signals.ttft_p95_seconds
+    cost = signals.gpu_seconds_per_1k_requests.value
+    return Summary(
+        hit_rate=None if warm is None else words.ratio(min(1.0, max(0.0, warm))),
+        ttft_p95=None if p95.value is None else words.latency_cell(_rounded(p95)),
+        gpu_seconds_per_1k=None if cost is None else round(significant(max(0.0, cost))),
+    )
+
+
+def _rounded(quantile: Measured) -> Measured:
+    """``quantile`` with its value to three significant digits (its bucket as it is)."""
+    assert quantile.value is not None
+    return replace(quantile, value=significant(quantile.value))
 
 
 def _baseline(decision: Decision) -> Baseline:

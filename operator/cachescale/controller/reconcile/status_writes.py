@@ -11,12 +11,14 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
 (``latest``). Normalised means:
 
 - the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
-  ``lastDecision.time``, the baseline's ``updatedAt``;
+  ``lastDecision.time``, the baseline's ``updatedAt``; and so does ``summary``, the
+  signals again as ``kubectl get`` prints them (compared in ``signals``);
 - each displayed number is compared as it is displayed (``DISPLAY``: the same ``words``
   formatting ``kubectl describe`` and the messages use), so moving by less than its
   display precision is no change;
-- the decision memory (``status.memory``, what a restarted operator resumes from) is
-  compared in full, except for steady progress: the baseline's running average (compared
+- the decision memory (``status.learnedState``, what a restarted operator resumes from,
+  compared unpacked; ``status.memory`` as older versions wrote it) is compared in full,
+  except for steady progress: the baseline's running average (compared
   at display precision, its count of evaluations dropped), the time stamps of marks that
   are re-stamped every evaluation (``RESTAMPED_MARKS``), the
   recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
@@ -45,6 +47,7 @@ from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
+from cachescale.api.status import unpack_learned_state
 from cachescale.controller.reconcile.schedule import next_slot, phase_of
 from cachescale.decide import words
 
@@ -66,7 +69,7 @@ DISPLAY: Mapping[str, Callable[[float], str]] = {
     "preemptionsPerSecond": words.rate,
 }
 """The display precision of each number the status shows (``status.signals``,
-``status.baseline``, and the baseline and marks in ``status.memory``), as the text it is
+``status.baseline``, and the baseline and marks in the decision memory), as the text it is
 shown as: ratios to 0.01, tokens and GPU-s/1k to 1, seconds to 0.01 under 10 s, rates to
 two significant digits under 10/s and to 1 above."""
 
@@ -75,6 +78,7 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
     """``status`` (wire form) without what changes every evaluation and with each number
     as displayed: two statuses equal here differ in nothing worth a write."""
     out = dict(status)
+    out.pop("summary", None)
     if isinstance(out.get("signals"), Mapping):
         signals = _displayed(out["signals"])
         signals.pop("observedAt", None)
@@ -87,7 +91,18 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
         out["baseline"] = baseline
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
+    if isinstance(out.get("learnedState"), str):
+        out["learnedState"] = _packed_memory(out["learnedState"])
     return out
+
+
+def _packed_memory(packed: str) -> dict[str, Any] | str:
+    """``status.learnedState`` unpacked and normalised; as it is when it cannot be
+    unpacked (then only an identical one is equal to it)."""
+    try:
+        return _memory(unpack_learned_state(packed))
+    except ValueError:
+        return packed
 
 
 def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
