@@ -32,7 +32,8 @@ from tests.controller.process_fixture import cachescale_command, start_operator
 from tests.prometheus_fixture import free_port_block
 
 HISTORY = "2m"
-"""The test's stack has minutes of history, not an hour; ``--history`` says so."""
+"""The test's stack holds seconds to minutes of history, not an hour: ``--history`` says so,
+and ``--allow-short-history`` measures over what it holds."""
 
 
 @dataclass
@@ -74,7 +75,7 @@ def drafted(serving: Serving) -> subprocess.CompletedProcess[str]:
         serving.cluster,
         "--namespace", serving.namespace, "--deployment", APP,
         "--prometheus", serving.metrics.prometheus.url, "--history", HISTORY,
-        "--operator-default-prometheus",
+        "--allow-short-history", "--operator-default-prometheus",
     )  # fmt: skip
 
 
@@ -85,6 +86,7 @@ def test_init_drafts_a_policy_the_api_server_takes_and_the_operator_only_advises
     result = drafted(serving)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    assert "# Measured over " in result.stdout
     policy = yaml.safe_load(result.stdout)
     spec = policy["spec"]
     assert spec["mode"] == "Advise"
@@ -174,3 +176,11 @@ def test_init_tells_unreachable_prometheus_from_missing_series(serving: Serving)
     assert long_ago.returncode == 1, long_ago.stderr
     assert f'model_name="{scenario.MODEL}"' in long_ago.stderr
     assert long_ago.stderr.count("\n") == 1
+
+    # Less data than the hour asked for: refused in one line naming both spans.
+    short = init(cluster, "--namespace", namespace, "--deployment", APP,
+                 "--prometheus", serving.metrics.prometheus.url)  # fmt: skip
+    assert short.returncode == 1, short.stderr
+    assert short.stderr.startswith("cachescale init: Prometheus holds ")
+    assert "less than --history 1h" in short.stderr
+    assert short.stderr.count("\n") == 1
