@@ -27,10 +27,15 @@ class ExitCode(IntEnum):
     """A subcommand's exit status."""
 
     OK = 0
-    """Success; also when the reader of stdout stopped early (``| head -1``)."""
+    """Success. A reader of stdout that stops early (``| head -1``) changes no code: the
+    command's further output is dropped, it runs to its end and exits with the code it
+    would have had (``validate bad.yaml good.yaml | head -1`` exits 1, so ``set -o
+    pipefail`` sees it); a command that stops *because* its reader left (``emulate``)
+    exits 0. A closed stdout (``>&-``) is /dev/null: the command's own code."""
     INVALID = 1
     """Invalid input: a bad policy or scenario file, an unreadable file, an ``--out`` that
-    cannot be written, a port already taken, an unusable kubeconfig."""
+    cannot be written, a stdout that cannot be written (``> /dev/full``; a command that
+    already failed keeps its own code), a port already taken, an unusable kubeconfig."""
     REGRESSION = 1
     """``cachescale audit compare``: the candidate regressed the prefix cache (an alias of
     ``INVALID``; audit reports invalid input as ``USAGE``)."""

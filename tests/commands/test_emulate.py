@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from cachescale.emulator.__main__ import main
+from cachescale.exit_codes import ExitCode
 from tests.polling import wait_for
 from tests.prometheus_fixture import (
     fixed_fleet_scenario,
@@ -63,7 +64,8 @@ def test_a_signal_stops_the_servers_and_empties_file_sd(tmp_path: Path, sig: int
         addresses = [group["targets"][0] for group in groups]
         assert addresses == [f"127.0.0.1:{int(base_port) + index}" for index in range(2)]
         assert all(http_get(f"http://{address}/metrics") for address in addresses)
-        assert emu.stop(sig) == 0
+        interrupted = sig == signal.SIGINT
+        assert emu.stop(sig) == (ExitCode.INTERRUPTED if interrupted else ExitCode.OK)
     assert all(refuses_connections(address) for address in addresses)
     assert emu.targets() == []
     assert "stopped at simulated" in emu.output()
@@ -94,7 +96,7 @@ def test_a_taken_port_is_invalid_input(tmp_path: Path, capsys: pytest.CaptureFix
         taken.listen()
         port = taken.getsockname()[1]
         assert main(["--scenario-file", str(scenario), "--base-port", str(port)]) == 1
-    assert "Address already in use" in capsys.readouterr().err
+    assert f"port {port} is already in use" in capsys.readouterr().err
 
 
 def test_static_scrape_config_lists_the_first_pods(

@@ -224,5 +224,5 @@ def test_without_the_kubernetes_client_it_says_which_extra_to_install(
     assert report(str(tmp_path / "kubeconfig")) == ExitCode.INVALID
     assert one_line(capsys) == (
         "cachescale report: --around policy/NAME needs kubernetes: "
-        "pip install 'cachescale[operator]'"
+        "pip install '.[operator]' in a clone of the cachescale repository"
     )

@@ -184,7 +184,10 @@ def test_without_the_operator_extra_the_command_says_what_to_install(
     monkeypatch.setitem(sys.modules, "requests", None)
     monkeypatch.delitem(sys.modules, "cachescale.gather.prometheus")
     assert run(steady(closed_port_url())) == ExitCode.INVALID
-    assert "pip install 'cachescale[operator]'" in capsys.readouterr().err
+    assert (
+        "needs requests: pip install '.[operator]' in a clone of the cachescale repository"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_ttft_past_the_last_bucket_prints_as_a_lower_bound(

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachescale.extras import install_hint
+
 if TYPE_CHECKING:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -143,7 +145,7 @@ def load_chat_template(template_file: Path | None, config_file: Path | None) -> 
         from jinja2.exceptions import TemplateError, TemplateSyntaxError
     except ImportError:
         raise ChatTemplateError(
-            "'messages' needs the jinja2 package: pip install 'cachescale[audit]'"
+            f"'messages' needs the jinja2 package: {install_hint('audit')}"
         ) from None
     tokens: dict[str, str] = {}
     text: str | None = None

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cachescale.audit.divergence import Tokens
+from cachescale.extras import install_hint
 from cachescale.sim.hashing import hash_blocks
 
 #: ``--hash-algo`` choices; the first is the default.
@@ -49,7 +50,7 @@ def _serializer(algo: str) -> Callable[[Any], bytes]:
             import cbor2
         except ImportError:
             raise HashAlgoError(
-                "--hash-algo sha256_cbor needs the cbor2 package: pip install 'cachescale[audit]'"
+                f"--hash-algo sha256_cbor needs the cbor2 package: {install_hint('audit')}"
             ) from None
         dumps = cbor2.dumps
         sha256 = hashlib.sha256
@@ -62,7 +63,7 @@ def _serializer(algo: str) -> Callable[[Any], bytes]:
         import xxhash
     except ImportError:
         raise HashAlgoError(
-            "--hash-algo xxhash needs the xxhash package: pip install 'cachescale[audit]'"
+            f"--hash-algo xxhash needs the xxhash package: {install_hint('audit')}"
         ) from None
     digest = xxhash.xxh3_128_digest
     protocol = pickle.HIGHEST_PROTOCOL

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cachescale.audit.corpus import Tokenize
+from cachescale.extras import install_hint
 
 
 class TokenizerError(ValueError):
@@ -40,7 +41,7 @@ def load_tokenizer(path: Path) -> PinnedTokenizer:
         from tokenizers import Tokenizer
     except ImportError:
         raise TokenizerError(
-            "text prompts need the tokenizers package: pip install 'cachescale[audit]'"
+            f"text prompts need the tokenizers package: {install_hint('audit')}"
         ) from None
     try:
         data = path.read_bytes()

@@ -10,9 +10,10 @@ Prometheus watching it drops the targets instead of scraping closed ports.
 ``python -m cachescale.emulator`` is this subcommand without the rest of the CLI.
 
 Exit codes follow the CLI's (``cachescale.exit_codes``): 0 success (including a stop by
-signal), 1 invalid input (bad scenario, an output path that cannot be written, a port
-already taken or past 65535), 2 usage error (flags are checked as ``cachescale simulate``
-checks them, before anything starts).
+SIGTERM or by the reader of stdout leaving), 130 a stop by SIGINT (Ctrl-C), 1 invalid
+input (bad scenario, an output path that cannot be written, a port already taken or past
+65535), 2 usage error (flags are checked as ``cachescale simulate`` checks them, before
+anything starts).
 """
 
 from __future__ import annotations
@@ -241,15 +242,18 @@ def _raise_if_reader_left() -> None:
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into ``stop.set()`` for the duration (main thread only)."""
+def _stop_on_signals(stop: threading.Event) -> Iterator[list[int]]:
+    """Turn SIGINT and SIGTERM into ``stop.set()`` for the duration (main thread only);
+    yields the signals received, in order."""
+    received: list[int] = []
 
-    def handle(_signum: int, _frame: FrameType | None) -> None:
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -340,10 +344,11 @@ def _emulate(
 
 
 def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> int:
-    """Emulate until the end or a signal; always stop the servers and empty file_sd."""
+    """Emulate until the end or a signal; always stop the servers and empty file_sd.
+    Stopped by SIGINT first: exit 130."""
     stop = threading.Event()
     status = ExitCode.OK
-    with _stop_on_signals(stop):
+    with _stop_on_signals(stop) as received:
         try:
             _emulate(emulator, outputs, stop, args)
         except BrokenPipeError:  # stdout's reader left: the CLI's to handle, not bad input
@@ -361,6 +366,8 @@ def _serve(emulator: Emulator, outputs: _Outputs, args: argparse.Namespace) -> i
             outputs.write_truth()
             outputs.step(closed)  # prints last: a closed stdout must not skip the files
     print(f"{PROG}: stopped at simulated {emulator.simulation.now_s:.1f}s", flush=True)
+    if status == ExitCode.OK and received[:1] == [signal.SIGINT]:
+        return ExitCode.INTERRUPTED
     return status
 
 

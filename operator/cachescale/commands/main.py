@@ -14,22 +14,48 @@ init``), 130 interrupted. Flag values are checked by argparse types, so a bad on
 one-line usage error before anything runs. Each handler parses nothing itself and returns
 its exit code. Building the parser imports nothing of the ``operator`` extra (kopf, the
 Kubernetes client, the HTTP stack): a subcommand that needs it imports it when it runs, so
-``pip install cachescale`` alone runs ``validate``, ``simulate`` and ``emulate``.
+``pip install .`` alone runs ``validate``, ``simulate`` and ``emulate``, and one that
+needs a missing extra says which in one line (``cachescale.extras``).
 
-A reader that stops early (``cachescale signals ... | head -1``) is handled here, once, for
-every subcommand: the closed pipe is not an error of the command, so it exits 0 with no
-traceback, and nothing below has to know about pipes.
+Standard output is handled here, once, for every subcommand run as a process
+(:class:`_Stdout`), so nothing below has to know about pipes or full disks:
+
+- a reader that stops early (``cachescale validate a.yaml b.yaml | head -1``) is not an
+  error of the command: its further output is dropped and it runs to its end, exiting
+  with the status it would have had (1 when a file was invalid, so ``set -o pipefail``
+  sees it); a command that stops *because* its reader left (``emulate``) exits 0;
+- a closed stdout (``>&-``) is /dev/null: the command runs, its status is its own, and a
+  line on stderr says the output went nowhere;
+- a stdout that cannot be written (``> /dev/full``) stops the command with one line on
+  stderr and exit 1 (or the command's own failure, when it had one).
+
+None of them prints a traceback. ``cachescale --version`` prints the installed package's
+version (``pyproject.toml``'s when the package runs from a clone without being installed).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from cachescale.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+PROG = "cachescale"
+STDOUT = 1
+"""Standard output's file descriptor."""
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
+"""The clone's ``pyproject.toml``: the version of a package run without being installed."""
 
 
 def _cmd_crd(_args: argparse.Namespace) -> int:
@@ -47,16 +73,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def package_version() -> str:
+    """The installed package's version; ``pyproject.toml``'s when it is not installed."""
+    try:
+        return metadata.version("cachescale")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        with PYPROJECT.open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        return "unknown (not installed, and no pyproject.toml beside the package)"
+
+
+class _Version(argparse.Action):
+    """``--version``: ``cachescale VERSION`` on stdout, exit 0 (looked up only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> NoReturn:
+        sys.stdout.write(f"{PROG} {package_version()}\n")
+        parser.exit(ExitCode.OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser: argparse.ArgumentParser = _Parser(
-        prog="cachescale",
+        prog=PROG,
         description=(
             "Prefix-cache-aware autoscaling for vLLM and SGLang on Kubernetes. "
             "Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 Prometheus unreadable, "
             "130 interrupted."
         ),
     )
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     crd = commands.add_parser(
@@ -104,24 +161,101 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's last flush has no closed pipe to
-    fail on (it would print "Exception ignored" and exit 120)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+class _StdoutUnwritableError(Exception):
+    """Standard output cannot be written (not a reader that left): a full disk, an I/O
+    error. Not an ``OSError``, so no subcommand's own ``except OSError`` takes it for one of
+    its files."""
+
+
+class _Stdout(io.RawIOBase):
+    """Descriptor 1 for the CLI: a reader that left (``EPIPE``) makes the rest of the
+    output vanish instead of raising; any other failure is raised once as
+    :class:`_StdoutUnwritableError`, and the output vanishes from then on too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dropping = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return STDOUT
+
+    def isatty(self) -> bool:
+        return os.isatty(STDOUT)
+
+    def write(self, data: ReadableBuffer) -> int | None:
+        if self._dropping:
+            return memoryview(data).nbytes
+        try:
+            return os.write(STDOUT, data)
+        except BlockingIOError:  # a non-blocking stdout that is full: as FileIO does
+            return None
+        except BrokenPipeError:  # the reader went away, e.g. `| head -1`
+            self._dropping = True
+            return memoryview(data).nbytes
+        except OSError as error:
+            self._dropping = True
+            raise _StdoutUnwritableError(error.strerror or str(error)) from None
+
+
+def _reopen_if_closed() -> None:
+    """Point descriptor 1 at /dev/null when it is closed (``>&-``), so no file the command
+    opens can take its place; say so on stderr."""
+    try:
+        os.fstat(STDOUT)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != STDOUT:
+            os.dup2(devnull, STDOUT)
+            os.close(devnull)
+        if sys.stderr is not None:
+            print(f"{PROG}: stdout is closed; the output is discarded", file=sys.stderr)
+
+
+@contextmanager
+def _guarded_stdout() -> Iterator[None]:
+    """``sys.stdout`` on :class:`_Stdout` while the command runs, when it is the process's
+    own stdout (or there is none); a stdout a caller put in its place (a test capturing it)
+    is left alone."""
+    original = sys.stdout
+    if original is not None and original is not sys.__stdout__:
+        yield
+        return
+    _reopen_if_closed()
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(_Stdout()),
+        encoding=original.encoding if original is not None else "utf-8",
+        errors=original.errors if original is not None else "strict",
+        line_buffering=original.line_buffering if original is not None else False,
+    )
+    try:
+        yield
+    finally:
+        sys.stdout = original
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
+    with _guarded_stdout():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    status: int | None = None
     try:
-        args = build_parser().parse_args(argv)
-        handler: Callable[[argparse.Namespace], int] = args.handler
-        status = handler(args)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader of stdout went away, e.g. `| head -1`
-        _discard_stdout()
-        return ExitCode.OK
+        try:
+            args = build_parser().parse_args(argv)
+            handler: Callable[[argparse.Namespace], int] = args.handler
+            status = handler(args)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:  # the reader of stdout went away, and the command stopped
+        return ExitCode.OK if status is None else status
+    except _StdoutUnwritableError as error:
+        print(f"{PROG}: cannot write stdout: {error}", file=sys.stderr)
+        return status or ExitCode.INVALID
     except KeyboardInterrupt:  # Ctrl-C: the user knows; a stack trace tells them nothing
         print("\ncachescale: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED

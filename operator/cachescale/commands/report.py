@@ -17,7 +17,6 @@ its last collapse (``report_around.collapse_centre``) and takes ``--prometheus``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from datetime import UTC, datetime
@@ -44,6 +43,7 @@ from cachescale.commands.report_around import (
 from cachescale.commands.report_policy import read_policy
 from cachescale.commands.signals import client_config
 from cachescale.exit_codes import ExitCode
+from cachescale.extras import missing_extra, needs_extra
 from cachescale.gather.report import (
     caveats,
     read_report,
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         from cachescale.gather.prometheus import PrometheusClient
         from cachescale.gather.prometheus_errors import PrometheusError
     except ImportError as error:
-        return _fail(f"needs {error.name}: pip install 'cachescale[operator]'", ExitCode.INVALID)
+        return _fail(needs_extra(str(error.name), "operator"), ExitCode.INVALID)
 
     try:
         selector = None if args.selector is None else Selector.parse(args.selector)
@@ -196,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
         except PolicyReadError as error:
             return _fail(str(error), error.code)
         except ImportError as error:
-            needs = f"--around policy/NAME needs {error.name}: pip install 'cachescale[operator]'"
-            return _fail(needs, ExitCode.INVALID)
+            return _fail(
+                f"--around policy/NAME {needs_extra(str(error.name), 'operator')}", ExitCode.INVALID
+            )
     else:
         for flag in ("--namespace", "--kubeconfig"):
             if getattr(args, flag[2:]) is not None:
@@ -213,9 +214,8 @@ def run(args: argparse.Namespace) -> int:
     if not spans:
         return _fail("--around: every window ends in the future", ExitCode.USAGE)
     if args.out is not None:
-        if importlib.util.find_spec("matplotlib") is None:
-            needs = "--out needs matplotlib: pip install 'cachescale[plots]'"
-            return _fail(needs, ExitCode.INVALID)
+        if (plots := missing_extra("matplotlib", "plots")) is not None:
+            return _fail(f"--out {plots}", ExitCode.INVALID)
         if (problem := output_folder(args.out)) is not None:
             return _fail(problem, ExitCode.INVALID)
     try:

@@ -7,8 +7,9 @@ pod, the ServiceAccount. It watches every namespace, or only those given with
 or selector and its own peering object, split a fleet too big for one process. One
 replica runs ``--standalone`` (the default); several replicas share a kopf peering object
 (``--peering NAME``) and exactly one acts. Beside kopf it serves ``/metrics``
-(Prometheus exposition) and ``/healthz`` / ``/readyz``. SIGTERM stops it gracefully:
-running evaluations finish, daemons are cancelled. ``--allowed-prometheus-url``
+(Prometheus exposition) and ``/healthz`` / ``/readyz``. SIGTERM stops it gracefully
+(exit 0): running evaluations finish, daemons are cancelled; SIGINT (Ctrl-C) alike, with
+exit 130. ``--allowed-prometheus-url``
 (repeatable) lists where policies may make it connect (``cachescale.gather.egress``,
 ``docs/security.md``); without it, a policy may not name its own Prometheus, only the
 ``--default-prometheus-url`` is read. ``--allow-insecure-tls`` lets policies ask for
@@ -33,6 +34,7 @@ from cachescale.api.label_selector import LabelSelector
 from cachescale.api.spec_base import DNS_LABEL, MAX_LABEL
 from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
 from cachescale.controller.runtime.launch import PRIORITIES, refused
+from cachescale.extras import needs_extra
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls, UrlRefused, reached_url
 
 _DNS_LABEL = re.compile(DNS_LABEL)
@@ -280,5 +282,5 @@ def run(args: argparse.Namespace) -> int:
     try:
         from cachescale.controller.runtime.serve import serve
     except ImportError as error:
-        return refused(f"needs {error.name}: pip install 'cachescale[operator]'")
+        return refused(needs_extra(str(error.name), "operator"))
     return serve(args)

@@ -36,6 +36,7 @@ from cachescale.commands.flags import (
 )
 from cachescale.commands.signals_output import render_table, snapshot_json
 from cachescale.exit_codes import ExitCode
+from cachescale.extras import needs_extra
 from cachescale.gather.reading import gather_signals
 from cachescale.gather.selector import Selector, SelectorError
 from cachescale.gather.series_reader import AmbiguousSeriesError
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         from cachescale.gather.prometheus import PrometheusClient
         from cachescale.gather.prometheus_errors import PrometheusError
     except ImportError as error:
-        return _invalid(f"needs {error.name}: pip install 'cachescale[operator]'")
+        return _invalid(needs_extra(str(error.name), "operator"))
     try:
         request = _request(args)
     except ValidationError as error:

@@ -7,8 +7,9 @@ functions, so what they check is what users see. Output is deterministic: the sa
 scenario and seed give byte-identical JSON.
 
 Everything a run needs is checked before it starts: the flags (the ``*_flag`` functions
-are argparse types, shared with ``cachescale emulate``), the scenario file, and the policy
-cachescale would run with, so a mistake costs a second, not a simulation.
+are argparse types, shared with ``cachescale emulate``), the scenario file, the policy
+cachescale would run with, and ``--out`` (a writable folder, and matplotlib for its plots),
+so a mistake costs a second, not a simulation.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cachescale.api.durations import parse_duration_seconds
 from cachescale.api.validation import error_lines
 from cachescale.commands.flags import output_folder
 from cachescale.exit_codes import ExitCode
+from cachescale.extras import missing_extra
 from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.incident import onset
@@ -97,7 +99,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="override the duration, e.g. 30m, 2h (at most 168h)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="write CSV time series and PNG plots into this folder"
+        "--out",
+        metavar="DIR",
+        help="write CSV time series and PNG plots into this folder (the plots extra)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:  # ScenarioError: one line per problem, naming the file
         print(f"cachescale simulate: {error}", file=sys.stderr)
         return ExitCode.INVALID
-    if args.out is not None and (problem := output_folder(args.out)) is not None:
+    if args.out is not None and (problem := _out_problem(args.out)) is not None:
         print(f"cachescale simulate: {problem}", file=sys.stderr)
         return ExitCode.INVALID
     for warning in request.warnings:
@@ -144,6 +148,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(outcome.to_text() + "\n")
     return ExitCode.OK
+
+
+def _out_problem(out: str) -> str | None:
+    """Why ``--out`` cannot be written (its plots need matplotlib), checked before the run."""
+    if (plots := missing_extra("matplotlib", "plots")) is not None:
+        return f"--out {plots}"
+    return output_folder(out)
 
 
 def seed_flag(text: str) -> int:

@@ -2,7 +2,7 @@
 
 Tests and scripts start the emulator as a subprocess; this entry point builds no parser but
 the subcommand's own (``commands/emulate.py``), and takes the same flags as ``cachescale
-emulate``.
+emulate`` and exits as it does: Ctrl-C is 130 here too, also before the emulator serves.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cachescale.commands.emulate import add_parser
+from cachescale.commands.emulate import PROG, add_parser
+from cachescale.exit_codes import ExitCode
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers.choices["emulate"].prog = "python -m cachescale.emulator"  # no "emulate" to type
     args = parser.parse_args(["emulate", *(sys.argv[1:] if argv is None else argv)])
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:  # Ctrl-C before the emulator's own handler is in place
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

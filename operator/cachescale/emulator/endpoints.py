@@ -17,11 +17,14 @@ emulator's lock around that read so a scrape never sees an engine halfway throug
 simulation step, and the serving threads never run the simulation themselves. Under the
 same lock hold it tells the emulator a scrape was served, so the ground truth can record
 exactly the state that scrape exported. One path is not metrics: ``/v1/completions``
-goes to the pod's completions handler (``completions``) when one is given.
+goes to the pod's completions handler (``completions``) when one is given. A port that
+cannot be bound is named in the error (:class:`PortUnavailableError`).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -97,6 +100,18 @@ class PodEndpoint:
         self.thread.join()
 
 
+class PortUnavailableError(OSError):
+    """A pod's port cannot be bound; the message names it: ``port 8080 is already in
+    use``, or the system's reason for another failure."""
+
+    def __init__(self, port: int, error: OSError) -> None:
+        if error.errno == errno.EADDRINUSE:
+            super().__init__(f"port {port} is already in use")
+        else:
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            super().__init__(f"port {port}: {reason}")
+
+
 def with_completions(metrics: WSGIApplication, completions: WSGIApplication) -> WSGIApplication:
     """``metrics`` on every path, as before, except :data:`COMPLETIONS_PATH`."""
 
@@ -118,14 +133,17 @@ def serve(
     runs under ``lock`` after every collection; ``completions`` (if any) answers
     :data:`COMPLETIONS_PATH`.
 
-    Raises ``OSError`` when the port is taken.
+    Raises :class:`PortUnavailableError` when the port is taken.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LockedCollector(collector, lock, on_scrape))
     app = text_format_only(make_wsgi_app(registry))
     if completions is not None:
         app = with_completions(app, completions)
-    server = make_server(LOOPBACK, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+    try:
+        server = make_server(LOOPBACK, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+    except OSError as error:
+        raise PortUnavailableError(port, error) from None
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True
     )

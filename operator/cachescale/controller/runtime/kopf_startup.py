@@ -31,12 +31,14 @@ own TLS read buffer, and the process would keep that memory. :func:`bounded_sess
 the session kopf would build from the same credentials, with at most ``KOPF_REQUESTS``
 connections beside its watch streams (each holds one for its whole life); kopf's requests
 beyond that wait for a free one. It is given to kopf by the operator's login handler
-(``controller/runtime/serve.py``).
+(``controller/runtime/serve.py``), traced: what the API server answers on it is what
+``/readyz`` reads (``controller/runtime/health.py``).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import aiohttp
 import kopf
@@ -72,9 +74,12 @@ def quiet_redundant_wakeups() -> None:
     ToggleSet.drop_toggle = _drop_toggle  # type: ignore[method-assign]
 
 
-def bounded_session(info: kopf.ConnectionInfo, watches: int) -> kopf.AiohttpSession:
+def bounded_session(
+    info: kopf.ConnectionInfo, watches: int, traces: Sequence[aiohttp.TraceConfig] = ()
+) -> kopf.AiohttpSession:
     """kopf's session for ``info`` (its TLS checks, headers and credentials, as kopf builds
-    them), with at most ``watches + KOPF_REQUESTS`` connections."""
+    them), with at most ``watches + KOPF_REQUESTS`` connections; ``traces`` hear every
+    request's end (``controller/runtime/health.py``)."""
     with warnings.catch_warnings():  # as kopf: aiohttp warns of a BasicAuth it may pass
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="kopf")
         auth = info.as_aiohttp_basic_auth()
@@ -84,6 +89,7 @@ def bounded_session(info: kopf.ConnectionInfo, watches: int) -> kopf.AiohttpSess
         auth=auth,
         proxy=info.proxy_url,
         trust_env=info.trust_env,
+        trace_configs=list(traces),
     )
     return kopf.AiohttpSession(
         aiohttp_session=session,

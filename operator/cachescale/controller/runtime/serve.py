@@ -20,16 +20,22 @@ own informers fill (``controller/kube/informer.py``, started by a kopf startup h
 the same namespaces as the policies; ScaledObjects only with ``--keda``. With
 ``--peering`` the operator picks its kopf identity and priority here, gives both to kopf,
 and follows the peering objects with them (``controller/kube/peering.py``).
+``/readyz`` says whether it can serve policies now (``controller/runtime/health.py``: the
+rule, and the one log line each way when the API server stops and starts answering).
+SIGTERM stops it with exit 0, SIGINT (Ctrl-C) with 130 (``exit_codes.py``): kopf stops on
+either, and :func:`_kopf_until_stopped` keeps which one it was.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import random
 import secrets
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -46,6 +52,12 @@ from cachescale.controller.kube.client import KubeApi, api_client_or_reason
 from cachescale.controller.kube.peering import PeeringFollower, peering_objects, watch_peering
 from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.runtime.health import (
+    ApiHealth,
+    policy_watch_paths,
+    quiet_retries,
+    server_name,
+)
 from cachescale.controller.runtime.kopf_startup import bounded_session, quiet_redundant_wakeups
 from cachescale.controller.runtime.launch import PRIORITIES, refused
 from cachescale.controller.runtime.members import PHASE_WORKERS, WORKERS, Runtime
@@ -67,24 +79,33 @@ def serve(args: argparse.Namespace) -> int:
         return refused(api_client)
 
     path, watches = args.kubeconfig, kopf_watches(args)
+    health = ApiHealth(
+        server_name(api_client.configuration.host), policy_watch_paths(args.namespace)
+    )
 
     @kopf.on.login(id="bounded-session")
     async def _login(
         logger: kopf.Logger, settings: kopf.OperatorSettings, **_: object
     ) -> kopf.AiohttpSession | None:
         """``--kubeconfig``, or what kopf's own login finds (in-cluster, $KUBECONFIG), in
-        a session with bounded connections (``controller/runtime/kopf_startup.py``)."""
+        a session with bounded connections (``controller/runtime/kopf_startup.py``) that
+        ``/readyz`` hears the API server's answers on."""
         info = (
             await asyncio.to_thread(kubeconfig_login, path)
             if path
             else await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
         )
-        return None if info is None else bounded_session(info, watches)
+        if info is None:
+            return None
+        session = bounded_session(info, watches, [health.trace])
+        health.follow(session.aiohttp_session, info.server)
+        return session
 
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
+    quiet_retries(health, args.verbose)
     allowed = AllowedUrls.parse(args.allowed_prometheus_url)
     _warn_about_egress(allowed, args.allow_insecure_tls)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
@@ -111,16 +132,16 @@ def serve(args: argparse.Namespace) -> int:
         if args.metrics_port:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     except OSError as error:  # the port is taken
-        return refused(f"--metrics-port {args.metrics_port}: {error.strerror}")
+        return refused(_port_problem("--metrics-port", args.metrics_port, error))
     informers = target_informers(
         api_client, args.namespace, args.keda, on_request=metrics.kube_request
     )
     quiet_redundant_wakeups()
+    memo = kopf.Memo(runtime=runtime, informers=informers)
     try:
-        asyncio.run(_main(args, kopf.Memo(runtime=runtime, informers=informers), api_client))
+        return asyncio.run(_main(args, memo, api_client, health))
     except _PortTakenError as error:
         return refused(str(error))
-    return ExitCode.OK
 
 
 def _warn_about_egress(allowed: AllowedUrls, insecure_tls: bool) -> None:
@@ -149,34 +170,82 @@ def _warn_about_egress(allowed: AllowedUrls, insecure_tls: bool) -> None:
         )
 
 
+def _port_problem(flag: str, port: int, error: OSError) -> str:
+    """Why a port flag's port cannot be bound: ``--health-port: port 8080 is already in
+    use``, or the system's reason for another failure."""
+    if error.errno == errno.EADDRINUSE:
+        return f"{flag}: port {port} is already in use"
+    return f"{flag}: port {port}: {os.strerror(error.errno) if error.errno else error}"
+
+
 class _PortTakenError(Exception):
     """The health port could not be bound (raised before kopf starts)."""
 
 
-async def _main(args: argparse.Namespace, memo: kopf.Memo, api_client: ApiClient) -> None:
+async def _main(
+    args: argparse.Namespace, memo: kopf.Memo, api_client: ApiClient, health: ApiHealth
+) -> ExitCode:
+    """Serve until a signal stops kopf; the exit code it calls for."""
     runtime: Runtime = memo.runtime
     try:
-        health = await _serve_health(args.health_port, runtime) if args.health_port else None
+        site = await _serve_health(args.health_port, runtime, health) if args.health_port else None
     except OSError as error:
-        raise _PortTakenError(f"--health-port {args.health_port}: {error.strerror}") from None
+        raise _PortTakenError(_port_problem("--health-port", args.health_port, error)) from None
     identity = own_identity()
     # Peers with equal priorities all pause: chosen at random, distinct ones let one act.
     priority = args.priority if args.priority is not None else random.randint(*PRIORITIES)
+    probe = asyncio.create_task(health.probe_forever(), name="API server probe")
     try:
         with _following_peers(args, runtime, api_client, identity, priority):
-            await kopf.operator(
-                clusterwide=not args.namespace,
-                namespaces=args.namespace,
-                standalone=args.peering is None,
-                peering_name=args.peering,
-                identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
-                priority=priority,
-                settings=shard_settings(args.policy_selector),
-                memo=memo,
-            )
+            stopped_by = await _kopf_until_stopped(args, memo, identity, priority, probe.cancel)
     finally:
-        if health is not None:
-            await health.cleanup()
+        probe.cancel()
+        if site is not None:
+            await site.cleanup()
+    return ExitCode.INTERRUPTED if stopped_by == signal.SIGINT else ExitCode.OK
+
+
+async def _kopf_until_stopped(
+    args: argparse.Namespace,
+    memo: kopf.Memo,
+    identity: str,
+    priority: int,
+    on_signal: Callable[[], object],
+) -> signal.Signals | None:
+    """``kopf.operator`` (its two halves, as it runs them), with kopf's handlers of SIGINT
+    and SIGTERM replaced by ones that keep the signal (and call ``on_signal``): kopf stops
+    on the flag as it would on the signal, with the same last resort (a SIGKILL if
+    stopping hangs)."""
+    settings = shard_settings(args.policy_selector)
+    loop = asyncio.get_running_loop()
+    before = asyncio.all_tasks()  # the probe among them: not kopf's to wait for
+    stop: asyncio.Future[signal.Signals] = loop.create_future()
+    tasks = await kopf.spawn_tasks(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
+        priority=priority,
+        settings=settings,
+        memo=memo,
+        stop_flag=stop,
+    )
+
+    def stopping(received: signal.Signals) -> None:
+        if stop.done():
+            return
+        stop.set_result(received)  # kopf logs "Signal SIGINT is received" for a signal
+        on_signal()
+        last_resort = settings.process.ultimate_exiting_timeout
+        if last_resort is not None:  # kopf's, which a stop flag turns off
+            kill = signal.pthread_kill
+            loop.call_later(last_resort, kill, threading.get_ident(), signal.SIGKILL)
+
+    for received in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(received, stopping, received)
+    await kopf.run_tasks(tasks, ignored=before)
+    return stop.result() if stop.done() else None
 
 
 def kopf_watches(args: argparse.Namespace) -> int:
@@ -246,17 +315,22 @@ def shard_settings(shard: LabelSelector | None) -> kopf.OperatorSettings:
     return settings
 
 
-async def _serve_health(port: int, runtime: Runtime) -> web.AppRunner:
-    """``/healthz``: the event loop answers; ``/readyz``: startup finished (standby peers
-    included, so a rollout of several replicas never waits on the one that acts)."""
+async def _serve_health(port: int, runtime: Runtime, health: ApiHealth) -> web.AppRunner:
+    """``/healthz``: the event loop answers; ``/readyz``: startup finished and the operator
+    can serve policies now (``controller/runtime/health.py``; standby peers need no policy
+    watch, so a rollout of several replicas never waits on the one that acts). A 503 says
+    why, in one line."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if runtime.ready.is_set():
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="starting\n")
+        if not runtime.ready.is_set():
+            return web.Response(status=503, text="starting\n")
+        problem = health.problem(acting=runtime.active)
+        if problem is not None:
+            return web.Response(status=503, text=f"not ready: {problem}\n")
+        return web.Response(text="ready\n")
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
