@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cachescale.api.spec import Engine
-from cachescale.commands.init import span
+from cachescale.commands.init_output import span
 from cachescale.commands.main import main
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.coverage import Coverage, first_sample_query, step_seconds

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from cachescale.api.spec import Engine
-from cachescale.commands.init import proposed_budget, proposed_slo, selector_candidates
+from cachescale.commands.init import selector_candidates
+from cachescale.commands.init_output import proposed_budget, proposed_slo
 from cachescale.controller.target.draft_target import DraftError, EngineContainer, engine_container
 
 
