@@ -9,9 +9,11 @@ import zlib
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from cachescale.api.reasons import Diagnosis
 from cachescale.api.status import (
+    LEARNED_STATE_PACKED_LIMIT,
     LEARNED_STATE_VERSION,
     CacheScalingPolicyStatus,
     pack_learned_state,
@@ -85,3 +87,17 @@ def test_learned_state_holds_an_object() -> None:
     packed = "v1:" + base64.b64encode(zlib.compress(b"[1, 2]")).decode()
     with pytest.raises(ValueError, match="does not hold an object"):
         unpack_learned_state(packed)
+
+
+def test_a_packing_that_inflates_past_the_limit_is_refused() -> None:
+    # Under the packed limit, yet it would inflate to 32 MiB: refused at the limit, not inflated.
+    bomb = zlib.compress(b'{"a":"' + b"x" * (32 << 20) + b'"}', 9)
+    packed = f"{LEARNED_STATE_VERSION}:{base64.b64encode(bomb).decode()}"
+    assert len(packed) < LEARNED_STATE_PACKED_LIMIT
+    with pytest.raises(ValueError, match="unpacks past"):
+        unpack_learned_state(packed)
+
+
+def test_learned_state_is_bounded_in_the_status() -> None:
+    with pytest.raises(ValidationError):
+        CacheScalingPolicyStatus(learnedState="v1:" + "A" * LEARNED_STATE_PACKED_LIMIT)

@@ -266,6 +266,13 @@ class SuspectedChange(ApiModel):
     42 (image rag-api:1.8.2 → 1.8.3) 4 minutes before the hit rate fell"."""
 
 
+LEARNED_STATE_PACKED_LIMIT: Final = 65_536
+"""Most characters ``status.learnedState`` may hold (the API server refuses more)."""
+LEARNED_STATE_UNPACKED_LIMIT: Final = 1_048_576
+"""Most bytes its JSON may unpack to: a packing that inflates past this is refused as
+damaged, so a status written by hand cannot make the operator inflate without bound."""
+
+
 class CacheScalingPolicyStatus(ApiModel):
     """Observed state of a CacheScalingPolicy."""
 
@@ -295,7 +302,7 @@ class CacheScalingPolicyStatus(ApiModel):
     suspected_change: SuspectedChange | None = None
     """While a collapse is suspected or alerted: what changed in the prompt sources and the
     policy's namespace in the hour before the drop (also in the alert's message)."""
-    learned_state: str | None = None
+    learned_state: str | None = Field(default=None, max_length=LEARNED_STATE_PACKED_LIMIT)
     """The decision engine's memory between evaluations (baseline, streaks, cooldowns,
     alerts), kept here so an operator restart loses nothing: ``v1:`` and the base64 of its
     zlib-compressed JSON, one line in ``kubectl describe``. Written by the operator; do
@@ -334,9 +341,19 @@ def unpack_learned_state(text: str) -> dict[str, Any]:
     if version != LEARNED_STATE_VERSION:
         raise ValueError(f"learnedState is packed as {version!r}, not {LEARNED_STATE_VERSION!r}")
     try:
-        memory = json.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
+        memory = json.loads(_inflate(base64.b64decode(packed, validate=True)))
     except (binascii.Error, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"learnedState cannot be unpacked: {error}") from None
     if not isinstance(memory, dict):
         raise ValueError("learnedState does not hold an object")
     return memory
+
+
+def _inflate(data: bytes) -> bytes:
+    """``data`` decompressed, at most ``LEARNED_STATE_UNPACKED_LIMIT`` bytes of it
+    (``zlib.error`` past that, or when the stream does not end)."""
+    inflater = zlib.decompressobj()
+    text = inflater.decompress(data, LEARNED_STATE_UNPACKED_LIMIT)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise zlib.error(f"it unpacks past {LEARNED_STATE_UNPACKED_LIMIT:,} bytes or is cut short")
+    return text
