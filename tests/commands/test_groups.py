@@ -379,3 +379,37 @@ def test_a_selector_naming_another_namespace_is_shown_not_read(
     assert found["groups"] == []
     (refused,) = found["not_read"]
     assert "names namespace 'tenant-b'" in refused["reason"]
+
+
+def as_kubectl_gets_it(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``body`` as ``kubectl get csp -o yaml`` writes it: server fields and a status."""
+    metadata = body["metadata"] | {
+        "uid": uid,
+        "resourceVersion": "4711",
+        "generation": 1,
+        "creationTimestamp": "2026-12-01T12:00:00Z",
+    }
+    return body | {"metadata": metadata, "status": {"observedGeneration": 1}}
+
+
+def test_a_kubectl_list_is_read_item_by_item(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listed = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": [
+            as_kubectl_gets_it(policy("chat", selector=model("chat")), "u-1"),
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+            as_kubectl_gets_it(policy("code", "tools", selector={"model_name": "code"}), "u-2"),
+        ],
+    }
+    path = write(tmp_path, policy("rag", selector=model("rag")), listed)
+    (group,) = groups_json(capsys, path)["groups"]
+    where = [(m["policy"], m["document"], m.get("item")) for m in group["members"]]
+    assert where == [("llm/rag", 1, None), ("llm/chat", 2, 0), ("tools/code", 2, 2)]
+    assert main(["groups", str(path)]) == ExitCode.OK
+    captured = capsys.readouterr()
+    assert captured.out.startswith("1 group for 3 policies")
+    assert "v1/ConfigMap (items[1])" in captured.err  # validate's note, on stderr

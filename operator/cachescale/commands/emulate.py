@@ -6,14 +6,16 @@ the console (targets as pods come and go), the file_sd file and the ground-truth
 It stops at the scenario's end (after ``--linger``), on SIGINT/SIGTERM or when the reader
 of its stdout leaves (a pipe's hang-up is watched, not only met on the next print), and
 always shuts every server down and empties the file_sd file on the way out, so a
-Prometheus watching it drops the targets instead of scraping closed ports.
+Prometheus watching it drops the targets instead of scraping closed ports. With
+``--pods-of`` the targets carry a real Deployment's pods' names (``emulate_pods``).
 ``python -m cachescale.emulator`` is this subcommand without the rest of the CLI.
 
 Exit codes follow the CLI's (``cachescale.exit_codes``): 0 success (including a stop by
 SIGTERM or by the reader of stdout leaving), 130 a stop by SIGINT (Ctrl-C), 1 invalid
 input (bad scenario, an output path that cannot be written, a port already taken or past
-65535), 2 usage error (flags are checked as ``cachescale simulate`` checks them, before
-anything starts).
+65535, a ``--pods-of`` Deployment not found or not readable), 2 usage error (flags are
+checked as ``cachescale simulate`` checks them, before anything starts), 3 the API server
+cannot be reached at start (``--pods-of``).
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
 
 from prometheus_client import disable_created_metrics
 from pydantic import ValidationError
 
+from cachescale.commands.emulate_pods import PodsOf, PodsOfError, add_arguments, follower, following
 from cachescale.commands.flags import duration_seconds, non_negative_number, positive_number
 from cachescale.commands.simulate import (
     SimulationRequest,
@@ -44,6 +47,7 @@ from cachescale.commands.simulate import (
     seed_flag,
 )
 from cachescale.emulator.files import write_atomically
+from cachescale.emulator.pods_of import PodFollower
 from cachescale.emulator.runtime import (
     ENGINES,
     Emulator,
@@ -76,7 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Run a simulator scenario on the wall clock (optionally accelerated) and serve "
             "each ready pod's metrics on its own loopback port in the engine's exposition "
             "format. Pod and namespace labels belong to the scrape config: use "
-            "--write-file-sd and --print-scrape-config to point a Prometheus at the pods."
+            "--write-file-sd and --print-scrape-config to point a Prometheus at the pods, "
+            "and --pods-of to have them named after a real Deployment's pods."
         ),
     )
     source = parser.add_mutually_exclusive_group()
@@ -106,10 +111,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PORT",
         help="pod engine-N listens on PORT+N (default: a free port per pod)",
     )
-    parser.add_argument("--namespace", default="llm", help="the pods' namespace label")
-    parser.add_argument(
+    parser.add_argument("--namespace", help="the pods' namespace label (default llm)")
+    naming = parser.add_mutually_exclusive_group()
+    naming.add_argument(
         "--deployment", help="pod label prefix: DEPLOYMENT-engine-N (default: the engine name)"
     )
+    add_arguments(naming, parser)
     parser.add_argument("--model-name", help="model_name label (default: the profile's model)")
     parser.add_argument(
         "--prefix-caching-hash-algo",
@@ -314,18 +321,22 @@ def _check_output_paths(args: argparse.Namespace) -> None:
             ) from None
 
 
-def _emulator(args: argparse.Namespace, scenario: Scenario) -> Emulator:
+def _emulator(
+    args: argparse.Namespace, scenario: Scenario, pods: tuple[PodsOf, PodFollower] | None
+) -> Emulator:
+    pods_of = pods[0] if pods else None
     settings = EmulatorSettings(
         model_name=args.model_name or get_profile(scenario.fleet.profile).model.name,
         engine=args.engine,
-        namespace=args.namespace,
-        deployment=args.deployment or args.engine,
+        namespace=pods_of.namespace if pods_of else args.namespace or "llm",
+        deployment=pods_of.deployment if pods_of else args.deployment or args.engine,
         base_port=args.base_port,
         speed=args.speed,
         truth_window_s=args.ground_truth_window,
         prefix_caching_hash_algo=args.prefix_caching_hash_algo,
     )
-    return Emulator(Simulation(scenario, build_autoscaler("hpa", scenario)), settings)
+    simulation = Simulation(scenario, build_autoscaler("hpa", scenario))
+    return Emulator(simulation, settings, pods[1].names if pods else None)
 
 
 def _emulate(
@@ -377,10 +388,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_output_paths(args)
         scenario = _scenario(args)
-        emulator = _emulator(args, scenario)
+        pods = follower(args.pods_of, args.namespace, args.kubeconfig, PROG)
+        emulator = _emulator(args, scenario, pods)
         outputs = _Outputs(emulator, args)
     except (ValueError, ValidationError, OSError) as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return ExitCode.INVALID
+    except PodsOfError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return error.code
     outputs.banner(scenario)
-    return _serve(emulator, outputs, args)
+    with following(*pods, PROG) if pods else nullcontext():
+        return _serve(emulator, outputs, args)

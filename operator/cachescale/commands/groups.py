@@ -18,7 +18,9 @@ only its name and key are printed, never read.
 The engine profile is not known offline (the operator detects it): each engine's batch is
 shown for its newest profile, and the output says so. Files are loaded and checked as
 ``cachescale validate`` does (``commands/validate.py``); any problem ends the command with
-validate's lines and exit 1 (invalid input), before anything is printed on stdout. Needs no
+validate's lines and exit 1 (invalid input), before anything is printed on stdout. A ``v1``
+``List`` (what ``kubectl get csp -o yaml`` writes) is read item by item, as validate reads
+it: each policy of its ``items`` is a member, named by its document and item. Needs no
 extra.
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from cachescale.api.policy import API_VERSION, KIND, CacheScalingPolicy
 from cachescale.api.spec import Engine, PrometheusAuth
 from cachescale.api.validation import load_documents
 from cachescale.commands.flags import prometheus_url
-from cachescale.commands.validate import read_policy_files
+from cachescale.commands.validate import LIST, read_policy_files
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.detection import detection_query
 from cachescale.gather.egress import redact_url
@@ -81,6 +83,8 @@ class Policy:
     policy: CacheScalingPolicy
     body: dict[str, Any]
     """The document as written (the scheduler's identity reads it, not the model)."""
+    item: int | None = None
+    """Its index in the ``items`` of the ``v1`` ``List`` that is ``document``, if it is one."""
 
     @property
     def label(self) -> str:
@@ -130,10 +134,25 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def policies_in(path: Path, text: str) -> list[Policy]:
-    """The policies of a file that ``cachescale validate`` found valid."""
-    found = []
+def _documents(text: str) -> Iterator[tuple[int, int | None, Any]]:
+    """Each document of ``text`` with its index, and each item of a ``v1`` ``List`` with
+    the List's index and its own."""
     for index, document in enumerate(load_documents(text), start=1):
+        is_list = (
+            isinstance(document, dict)
+            and (document.get("apiVersion"), document.get("kind")) == LIST
+        )
+        if is_list and isinstance(document.get("items"), list):
+            yield from ((index, item, body) for item, body in enumerate(document["items"]))
+        else:
+            yield index, None, document
+
+
+def policies_in(path: Path, text: str) -> list[Policy]:
+    """The policies of a file that ``cachescale validate`` found valid (a ``v1`` ``List``'s
+    items included)."""
+    found = []
+    for index, item, document in _documents(text):
         if not isinstance(document, dict):
             continue
         if document.get("kind") != KIND or document.get("apiVersion") != API_VERSION:
@@ -149,6 +168,7 @@ def policies_in(path: Path, text: str) -> list[Policy]:
                 policy.metadata.name,
                 policy,
                 document,
+                item,
             )
         )
     return found
@@ -244,6 +264,8 @@ def _member_json(policy: Policy, request: SignalRequest | None) -> dict[str, Any
         "file": str(policy.file),
         "document": policy.document,
     }
+    if policy.item is not None:
+        out["item"] = policy.item
     if not policy.namespace_given:
         out["namespace_assumed"] = True
     if request is not None:

@@ -15,6 +15,7 @@ a client (``cachescale audit run --endpoint``) can watch its own requests hit th
 Modules: ``runtime`` (the simulation behind a lock, pods' endpoints, the real-time loop),
 ``endpoints`` (one HTTP server per pod), ``completions`` (the completions handler),
 ``targets`` (file_sd and scrape config), ``truth`` (the ground-truth ledger), ``files``
-(atomic rewrites). The subcommand is ``cachescale.commands.emulate``, which
+(atomic rewrites), ``pods_of`` (real pods' names for the replicas, to stand in for a
+Deployment). The subcommand is ``cachescale.commands.emulate``, which
 ``python -m cachescale.emulator`` runs alone.
 """

@@ -7,7 +7,11 @@ same lock (see ``endpoints``), so Prometheus only ever sees states between two s
 Starting and stopping servers happens outside it; each scrape, under the lock, is noted in
 the pod's ground truth with what it exported. A pod is served from the moment it is
 ready (a real engine opens its port only once the weights are loaded) until it is gone
-(drained and deleted); that set is what the file_sd file lists.
+(drained and deleted); that set is what the file_sd file lists. Each is scraped as
+``<deployment>-engine-N``, or, standing in for a real Deployment (``pod_names``, see
+``pods_of``), as the real pod :func:`~cachescale.emulator.pods_of.assign` gives it at each
+step: a replica without one is not served, and a replica whose pod changes keeps its
+endpoint under the new name.
 
 A client's completion (:meth:`Emulator.complete`, behind ``completions``) is submitted to
 its pod's engine under the lock at the simulation's current time, exactly as the router
@@ -24,8 +28,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -33,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from cachescale.emulator.completions import CompletionError, completions_app
 from cachescale.emulator.endpoints import PodEndpoint, serve
+from cachescale.emulator.pods_of import assign
 from cachescale.emulator.targets import Target
 from cachescale.emulator.truth import FleetState, GroundTruth, PodTruth
 from cachescale.sim.fleet import Pod
@@ -95,9 +100,19 @@ class _PodState:
 class Emulator:
     """A simulation whose ready pods each serve ``/metrics`` on their own port."""
 
-    def __init__(self, simulation: Simulation, settings: EmulatorSettings) -> None:
+    def __init__(
+        self,
+        simulation: Simulation,
+        settings: EmulatorSettings,
+        pod_names: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
+        """``pod_names``: the real pods' names now, oldest first, to scrape the served
+        replicas as (None: ``<deployment>-engine-N``)."""
         self.simulation = simulation
         self.settings = settings
+        self._pod_names = pod_names
+        self._assigned: dict[int, str] = {}
+        """Replica id → the real pod it is scraped as (with ``pod_names``)."""
         self.lock = threading.Lock()
         self.stepped = threading.Condition(self.lock)
         """Notified (under the lock) after every simulation step."""
@@ -118,6 +133,7 @@ class Emulator:
         self._pods: dict[int, _PodState] = {}
         """By engine replica id (what a finished request names)."""
         self._endpoints: dict[str, tuple[Target, PodEndpoint]] = {}
+        """By the replica's own label (``<deployment>-engine-N``)."""
         self._finished_seen = 0
 
     # -- simulation (under the lock) -------------------------------------------------------
@@ -129,7 +145,7 @@ class Emulator:
             self._observe()
             served = [state for state in self._pods.values() if self._is_served(state.pod)]
             self.stepped.notify_all()
-        return self._sync_endpoints(served)
+        return self._sync_endpoints(self._served_as(served))
 
     def _observe(self) -> None:
         for pod in self.simulation.fleet.pods:
@@ -202,8 +218,9 @@ class Emulator:
                 desired_replicas=fleet.desired_replicas,
                 dropped_requests=simulation.dropped,
             )
+            served = {label: target.pod for label, (target, _) in self._endpoints.items()}
             return self.truth.snapshot(
-                simulation.now_s, time.time(), simulation.done, state, set(self._endpoints)
+                simulation.now_s, time.time(), simulation.done, state, served
             )
 
     # -- endpoints (outside the lock) ------------------------------------------------------
@@ -216,7 +233,18 @@ class Emulator:
             engine, series, self.settings.model_name, self.settings.prefix_caching_hash_algo
         )
 
-    def _start(self, state: _PodState) -> Target:
+    def _served_as(self, served: list[_PodState]) -> dict[str, tuple[_PodState, str]]:
+        """The replicas to serve now, by their own label, with the pod name each is
+        scraped as."""
+        if self._pod_names is None:
+            return {state.label: (state, state.label) for state in served}
+        by_id = {state.pod.engine.replica_id: state for state in served}
+        self._assigned = assign(self._assigned, list(by_id), self._pod_names())
+        return {
+            by_id[replica].label: (by_id[replica], pod) for replica, pod in self._assigned.items()
+        }
+
+    def _start(self, state: _PodState, pod: str) -> Target:
         base = self.settings.base_port
         port = 0 if base is None else base + state.pod.engine.replica_id
         completions = completions_app(
@@ -225,7 +253,7 @@ class Emulator:
         endpoint = serve(
             self._collector(state), self.lock, port, partial(self._scraped, state), completions
         )
-        target = Target(self.settings.namespace, state.label, endpoint.address)
+        target = Target(self.settings.namespace, pod, endpoint.address)
         self._endpoints[state.label] = (target, endpoint)
         return target
 
@@ -238,11 +266,21 @@ class Emulator:
         endpoint.stop()
         return target
 
-    def _sync_endpoints(self, served: list[_PodState]) -> TargetChanges:
-        wanted = {state.label for state in served}
-        removed = tuple(self._stop(label) for label in sorted(set(self._endpoints) - wanted))
-        added = tuple(self._start(state) for state in served if state.label not in self._endpoints)
-        return TargetChanges(added, removed)
+    def _sync_endpoints(self, wanted: dict[str, tuple[_PodState, str]]) -> TargetChanges:
+        """Stop, rename and start endpoints to serve ``wanted`` (a rename is reported as
+        the old target removed and the new one added, at the same address)."""
+        removed = [self._stop(label) for label in sorted(set(self._endpoints) - set(wanted))]
+        added = []
+        for label, (state, pod) in wanted.items():
+            if label not in self._endpoints:
+                added.append(self._start(state, pod))
+                continue
+            target, endpoint = self._endpoints[label]
+            if target.pod != pod:
+                self._endpoints[label] = (replace(target, pod=pod), endpoint)
+                removed.append(target)
+                added.append(self._endpoints[label][0])
+        return TargetChanges(tuple(added), tuple(removed))
 
     def targets(self) -> list[Target]:
         """The pods being served now, sorted."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -225,11 +225,19 @@ class GroundTruth:
         return truth
 
     def snapshot(
-        self, now_s: float, wall_time_s: float, done: bool, fleet: FleetState, served: set[str]
+        self,
+        now_s: float,
+        wall_time_s: float,
+        done: bool,
+        fleet: FleetState,
+        served: Mapping[str, str],
     ) -> dict[str, Any]:
-        """Everything, as one JSON-ready object (take it under the emulator's lock)."""
+        """Everything, as one JSON-ready object (take it under the emulator's lock).
+        ``served``: the pods served now, by label, with the ``pod`` label each is scraped
+        as (the pod's ``target_pod``: its own label, or a real pod's name; None when not
+        served)."""
         pods = {
-            label: truth.snapshot(now_s, label in served)
+            label: truth.snapshot(now_s, label in served) | {"target_pod": served.get(label)}
             for label, truth in sorted(self.pods.items())
         }
         totals: Counter[str] = Counter()
