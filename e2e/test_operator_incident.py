@@ -218,6 +218,9 @@ def test_a_collapse_is_alerted_held_and_explained(incident: Incident) -> None:
     assert described.returncode == 0, described.stderr
     for words in ("token hit rate", "PrefixCollapse", "CollapseHold", "Warning"):
         assert words in described.stdout, (words, described.stdout)
+    # The spec as written: the API server stores no default but the mode's.
+    for left_out in ("Cooldown:", "Collapse Relative Drop:", "Restore On Delete:", "Engine:"):
+        assert left_out not in described.stdout, (left_out, described.stdout)
     # The decision memory is one packed line, not its internals.
     (memory,) = [line for line in described.stdout.splitlines() if "Learned State:" in line]
     assert memory.split()[-1].startswith("v1:"), memory

@@ -103,6 +103,33 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
         False,
         "interval",
     ),
+    # A rule that reads a field the policy left out reads its default (the CRD stores none).
+    ("interval-above-default-window", {"metrics.interval": "6m"}, False, "interval"),
+    ("window-below-default-interval", {"metrics.window": "1m"}, True, ""),
+    ("window-too-many-default-intervals", {"metrics.window": "3h1m"}, False, "window"),
+    ("window-360-default-intervals", {"metrics.window": "3h"}, True, ""),
+    ("interval-alone-10s", {"metrics.interval": "10s"}, True, ""),
+    ("seqs-min-above-default-max", {"batching.minNumSeqs": 257}, False, "minNumSeqs"),
+    ("seqs-min-at-default-max", {"batching.minNumSeqs": 256}, True, ""),
+    ("seqs-max-below-default-min", {"batching.maxNumSeqs": 7}, False, "minNumSeqs"),
+    (
+        "replicas-max-above-default-min",
+        {"budget.maxReplicas": 1, "budget.minReplicas": None},
+        True,
+        "",
+    ),
+    (
+        "weights-over-default-utilization",
+        {"batching.model": {**SHAPE, "weightsGiB": 72.5}, "batching.gpu": GPU},
+        False,
+        "weightsGiB",
+    ),
+    (
+        "weights-under-default-utilization",
+        {"batching.model": {**SHAPE, "weightsGiB": 71.5}, "batching.gpu": GPU},
+        True,
+        "",
+    ),
     ("url-without-scheme", {"metrics.prometheusUrl": "prometheus:9090"}, False, "prometheusUrl"),
     ("url-https", {"metrics.prometheusUrl": "https://prom.example:9090/"}, True, ""),
     ("url-path", {"metrics.prometheusUrl": "http://vm:8481/select/0/prometheus"}, True, ""),
@@ -481,15 +508,17 @@ def test_defaults_a_user_can_live_with() -> None:
     assert spec.cache.on_collapse == "Hold"
 
 
-def test_crd_applies_the_same_defaults(crd: dict[str, Any]) -> None:
+def test_crd_stores_only_the_mode_default(crd: dict[str, Any]) -> None:
+    """What a policy leaves out stays out of the stored object (so ``kubectl describe``
+    shows what its author wrote) but ``mode``; pydantic fills in the rest, the same."""
     from tests.api.crd_emulation import _apply_defaults
 
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     defaulted = _apply_defaults(copy.deepcopy(base_policy()), schema)
-    assert defaulted["spec"]["mode"] == "Advise"
-    assert defaulted["spec"]["cache"]["collapseWindows"] == 3
-    assert defaulted["spec"]["batching"]["cooldown"] == "30m"
-    assert defaulted["spec"]["metrics"]["window"] == "5m"
+    assert defaulted["spec"] == {**base_policy()["spec"], "mode": "Advise"}
+    spec = CacheScalingPolicy.model_validate(base_policy()).spec
+    assert (spec.mode, spec.cache.collapse_windows) == ("Advise", 3)
+    assert (spec.batching.cooldown, spec.metrics.window) == ("30m", "5m")
 
 
 def test_an_empty_or_absent_selector_reads_the_policy_namespace() -> None:

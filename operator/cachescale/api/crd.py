@@ -11,12 +11,13 @@ API server wants a *structural* OpenAPI v3.0 schema, so the conversion:
   ``exclusiveMinimum: true``;
 - drops ``title`` and ``additionalProperties: false`` (unknown fields are pruned by the API
   server and rejected by ``kubectl apply --validate=strict``);
-- gives optional sub-objects whose fields all have defaults a ``default`` that spells out
-  every one of those defaults (``batching: {minNumSeqs: 8, maxNumSeqs: 256, ...}``), so
-  the API server fills them in. Not ``default: {}``: the API server evaluates the CEL rules
-  against a schema's ``default`` itself, without applying the nested defaults inside it,
-  so ``{}`` fails every rule that reads a defaulted field ("no such key: minNumSeqs")
-  and the CRD is refused.
+- drops every ``default`` but ``spec.mode``'s (``STORED_DEFAULTS``). The API server would
+  store a default in the object, so ``kubectl describe`` and ``get -o yaml`` would show
+  every field a policy left out (KEDA's ScaledObject likewise keeps its defaults in the
+  operator, not the schema); pydantic fills them in when the operator reads a policy, and
+  the CEL rules read a field that may be absent through ``cel_or_default``
+  (``spec_base.py``). ``mode`` keeps its default: it decides whether the operator changes
+  anything, and ``kubectl get`` prints it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import yaml
 
 from cachescale.api.policy import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from cachescale.api.spec import CacheScalingPolicySpec
+from cachescale.api.spec import CacheScalingPolicySpec, Mode
 from cachescale.api.status import CacheScalingPolicyStatus
 
 Schema = dict[str, Any]
@@ -118,7 +119,9 @@ def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
     node = _resolve(node, defs)
     out: Schema = {}
     for key, value in node.items():
-        if key in ("title", "$defs") or (key == "additionalProperties" and value is False):
+        if key in ("title", "$defs", "default") or (
+            key == "additionalProperties" and value is False
+        ):
             continue
         if key == "additionalProperties" and node.get(PRESERVE_UNKNOWN_FIELDS):
             continue  # an opaque object: the API server keeps whatever it holds
@@ -128,11 +131,7 @@ def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
         elif key == "const":
             out["enum"] = [value]
         elif key == "properties":
-            required = set(node.get("required", ()))
-            out[key] = {
-                name: _with_object_default(to_structural(prop, defs), name in required)
-                for name, prop in value.items()
-            }
+            out[key] = {name: to_structural(prop, defs) for name, prop in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = to_structural(value, defs)
         else:
@@ -140,35 +139,20 @@ def to_structural(node: Schema, defs: dict[str, Schema]) -> Schema:
     return out
 
 
-def _with_object_default(prop: Schema, required: bool) -> Schema:
-    """Optional sub-objects that need nothing default to the object of their defaults.
-
-    The default is built from the properties' own (already converted) defaults, so it is
-    the pydantic model's default instance, field by field, and every CEL rule on the
-    object can read every field it names. A sub-object with required fields of its own
-    (``auth``, ``model``) stays absent unless the user writes it: defaulting it would make
-    every policy invalid.
-    """
-    if (
-        not required
-        and prop.get("type") == "object"
-        and "properties" in prop
-        and not prop.get("required")
-    ):
-        prop.setdefault("default", _defaults_of(prop))
-    return prop
-
-
-def _defaults_of(node: Schema) -> Schema:
-    """``{field: default}`` for every property of an object schema that has a default."""
-    return {
-        name: child["default"] for name, child in node["properties"].items() if "default" in child
-    }
+STORED_DEFAULTS: dict[str, Any] = {"mode": Mode.ADVISE.value}
+"""The only defaults the API server stores, by ``spec`` field: see the module's docstring."""
 
 
 def _model_schema(model: type[CacheScalingPolicySpec] | type[CacheScalingPolicyStatus]) -> Schema:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return to_structural(raw, raw.get("$defs", {}))
+
+
+def _spec_schema() -> Schema:
+    schema = _model_schema(CacheScalingPolicySpec)
+    for name, default in STORED_DEFAULTS.items():
+        schema["properties"][name]["default"] = default
+    return schema
 
 
 def build_crd() -> Schema:
@@ -185,7 +169,7 @@ def build_crd() -> Schema:
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": _model_schema(CacheScalingPolicySpec),
+            "spec": _spec_schema(),
             "status": _model_schema(CacheScalingPolicyStatus),
         },
     }

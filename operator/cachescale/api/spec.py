@@ -50,6 +50,7 @@ from cachescale.api.spec_base import (
     TOO_MANY_EVALUATIONS,
     Duration,
     SpecModel,
+    cel_or_default,
 )
 from cachescale.api.spec_batching import BatchingSpec, GpuShape, ModelShape
 from cachescale.api.spec_metrics import EMPTY_LABEL_VALUE, MetricsSpec, PrometheusAuth, SecretKeyRef
@@ -161,6 +162,10 @@ class SLOSpec(SpecModel):
         return self
 
 
+DEFAULT_MIN_REPLICAS = 1
+"""``budget.minReplicas`` when left out."""
+
+
 class BudgetSpec(SpecModel):
     """The cost envelope: GPU-seconds per 1k requests and the replica range."""
 
@@ -168,7 +173,8 @@ class BudgetSpec(SpecModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "rule": f"{cel_or_default('minReplicas', DEFAULT_MIN_REPLICAS)} <= "
+                    "self.maxReplicas",
                     "message": "minReplicas must be less than or equal to maxReplicas",
                 }
             ]
@@ -177,7 +183,7 @@ class BudgetSpec(SpecModel):
 
     gpu_seconds_per_1k_requests: float = Field(gt=0, le=MAX_GPU_SECONDS_PER_1K)
     """Most GPU-seconds the fleet may spend per 1,000 successful requests."""
-    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    min_replicas: int = Field(default=DEFAULT_MIN_REPLICAS, ge=1, le=MAX_REPLICAS)
     """Fewest replicas the HPA may run."""
     max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
     """Most replicas the HPA may run."""

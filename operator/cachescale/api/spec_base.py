@@ -91,6 +91,22 @@ Duration = Annotated[
 """A duration string such as ``30s``, ``5m`` or ``1h30m``."""
 
 
+def cel_or_default(field: str, default: str | int | float | bool) -> str:
+    """CEL for ``self.<field>`` or, when the policy leaves it out, ``default``.
+
+    The CRD stores no defaults (what a policy leaves out stays out, so ``kubectl describe``
+    shows what its author wrote; pydantic fills the defaults in when the operator reads
+    it), so a rule must not read a field that may be absent: this is how it reads one.
+    ``field`` may be a path (``gpu.gpuMemoryUtilization``) whose parents are present."""
+    if isinstance(default, bool):
+        literal = "true" if default else "false"
+    elif isinstance(default, str):
+        literal = f"'{default}'"  # durations and names: no quote to escape
+    else:
+        literal = repr(default)
+    return f"(has(self.{field}) ? self.{field} : {literal})"
+
+
 class SpecModel(ApiModel):
     """An ``ApiModel`` with the API server's strictness: no string-to-number or
     number-to-bool coercion, no Inf or NaN. Enum fields opt back out (``strict=False``)

@@ -14,7 +14,16 @@ from typing import Self
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from cachescale.api.durations import parse_duration_seconds
-from cachescale.api.spec_base import MAX_COOLDOWN, MAX_GIB, Duration, SpecModel
+from cachescale.api.spec_base import MAX_COOLDOWN, MAX_GIB, Duration, SpecModel, cel_or_default
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+"""``gpu.gpuMemoryUtilization`` when left out: vLLM's own default."""
+DEFAULT_MIN_NUM_SEQS = 8
+"""``batching.minNumSeqs`` when left out."""
+DEFAULT_MAX_NUM_SEQS = 256
+"""``batching.maxNumSeqs`` when left out."""
+DEFAULT_COOLDOWN = "30m"
+"""``batching.cooldown`` when left out."""
 
 
 class ModelShape(SpecModel):
@@ -38,7 +47,7 @@ class GpuShape(SpecModel):
 
     memory_gib: float = Field(gt=0, le=MAX_GIB)
     """GPU memory per replica, in GiB (summed over tensor-parallel GPUs)."""
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=DEFAULT_GPU_MEMORY_UTILIZATION, gt=0, le=1)
     """The engine's --gpu-memory-utilization (vLLM default 0.9; 0.92 from vLLM 0.20)."""
 
 
@@ -49,21 +58,25 @@ class BatchingSpec(SpecModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.minNumSeqs <= self.maxNumSeqs",
+                    "rule": f"{cel_or_default('minNumSeqs', DEFAULT_MIN_NUM_SEQS)} <= "
+                    f"{cel_or_default('maxNumSeqs', DEFAULT_MAX_NUM_SEQS)}",
                     "message": "minNumSeqs must be less than or equal to maxNumSeqs",
                 },
                 {
-                    "rule": "!self.manageMaxNumSeqs || (has(self.model) && has(self.gpu))",
+                    "rule": f"!{cel_or_default('manageMaxNumSeqs', False)} || "
+                    "(has(self.model) && has(self.gpu))",
                     "message": "manageMaxNumSeqs needs model and gpu to compute the ceiling",
                 },
                 {
                     "rule": "!has(self.model) || !has(self.gpu) || self.model.weightsGiB < "
-                    "self.gpu.memoryGiB * self.gpu.gpuMemoryUtilization",
+                    "self.gpu.memoryGiB * "
+                    f"{cel_or_default('gpu.gpuMemoryUtilization', DEFAULT_GPU_MEMORY_UTILIZATION)}",
                     "message": "model.weightsGiB must fit in gpu.memoryGiB × "
                     "gpu.gpuMemoryUtilization (the engine's share of GPU memory)",
                 },
                 {
-                    "rule": f"duration(self.cooldown) <= duration('{MAX_COOLDOWN}')",
+                    "rule": f"duration({cel_or_default('cooldown', DEFAULT_COOLDOWN)}) <= "
+                    f"duration('{MAX_COOLDOWN}')",
                     "message": f"cooldown must be at most {MAX_COOLDOWN}",
                 },
             ]
@@ -73,9 +86,9 @@ class BatchingSpec(SpecModel):
     manage_max_num_seqs: bool = False
     """Let the operator change --max-num-seqs (vLLM) / --max-running-requests (SGLang).
     Each change restarts pods and empties their caches, so it is off by default."""
-    min_num_seqs: int = Field(default=8, ge=1, le=65_536)
+    min_num_seqs: int = Field(default=DEFAULT_MIN_NUM_SEQS, ge=1, le=65_536)
     """Lowest batch ceiling the operator may set."""
-    max_num_seqs: int = Field(default=256, ge=1, le=65_536)
+    max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, ge=1, le=65_536)
     """Highest batch ceiling the operator may set."""
     model: ModelShape | None = None
     """Model shape for the cache-friendly ceiling; required when managing the ceiling."""
@@ -83,7 +96,7 @@ class BatchingSpec(SpecModel):
     """GPU memory for the cache-friendly ceiling; required when managing the ceiling."""
     cache_reserve_gib: float = Field(default=0.0, ge=0, le=MAX_GIB)
     """KV memory, in GiB, kept for reusable cached prefixes rather than running sequences."""
-    cooldown: Duration = "30m"
+    cooldown: Duration = DEFAULT_COOLDOWN
     """Least time between two ceiling changes, at most 168h (each change empties caches)."""
 
     @model_validator(mode="after")

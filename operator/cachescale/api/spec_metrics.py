@@ -33,6 +33,7 @@ from cachescale.api.spec_base import (
     TOO_MANY_EVALUATIONS,
     Duration,
     SpecModel,
+    cel_or_default,
 )
 
 
@@ -82,6 +83,14 @@ def _check_selector(selector: dict[str, str]) -> dict[str, str]:
     return selector
 
 
+DEFAULT_WINDOW = "5m"
+"""``metrics.window`` when a policy leaves it out."""
+DEFAULT_INTERVAL = "30s"
+"""``metrics.interval`` when a policy leaves it out."""
+WINDOW = cel_or_default("window", DEFAULT_WINDOW)
+INTERVAL = cel_or_default("interval", DEFAULT_INTERVAL)
+
+
 class MetricsSpec(SpecModel):
     """Where the engine's metrics live and over which window they are read."""
 
@@ -104,24 +113,24 @@ class MetricsSpec(SpecModel):
                     "message": EMPTY_LABEL_VALUE,
                 },
                 {
-                    "rule": "duration(self.window) >= duration('1m')",
+                    "rule": f"duration({WINDOW}) >= duration('1m')",
                     "message": "window must be at least 1m; shorter rates are scrape noise",
                 },
                 {
-                    "rule": f"duration(self.window) <= duration('{MAX_WINDOW}')",
+                    "rule": f"duration({WINDOW}) <= duration('{MAX_WINDOW}')",
                     "message": f"window must be at most {MAX_WINDOW}",
                 },
                 {
-                    "rule": "duration(self.interval) >= duration('10s')",
+                    "rule": f"duration({INTERVAL}) >= duration('10s')",
                     "message": "interval must be at least 10s",
                 },
                 {
-                    "rule": "duration(self.interval) <= duration(self.window)",
+                    "rule": f"duration({INTERVAL}) <= duration({WINDOW})",
                     "message": "interval must not be longer than window",
                 },
                 {
-                    "rule": "duration(self.window).getSeconds() <= "
-                    f"{MAX_EVALUATIONS_PER_WINDOW} * duration(self.interval).getSeconds()",
+                    "rule": f"duration({WINDOW}).getSeconds() <= "
+                    f"{MAX_EVALUATIONS_PER_WINDOW} * duration({INTERVAL}).getSeconds()",
                     "message": TOO_MANY_EVALUATIONS,
                 },
             ]
@@ -146,9 +155,9 @@ class MetricsSpec(SpecModel):
     must not be empty; at most 16 matchers, names of at most 63 characters, values of at
     most 253. Left out or {}, it is {namespace: <the policy's namespace>}: a policy
     never reads every engine in Prometheus."""
-    window: Duration = "5m"
+    window: Duration = DEFAULT_WINDOW
     """Window over which rates and quantiles are computed (at least 1m, at most 24h)."""
-    interval: Duration = "30s"
+    interval: Duration = DEFAULT_INTERVAL
     """How often the policy is evaluated (at least 10s, at most the window)."""
     demand_query: str | None = Field(default=None, min_length=1, max_length=MAX_DEMAND_QUERY)
     """Optional PromQL giving the arrival rate in requests per second as exactly one series,

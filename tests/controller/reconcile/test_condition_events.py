@@ -62,6 +62,11 @@ def test_an_slo_breach_warns_once_it_holds_for_collapse_windows_evaluations() ->
     assert condition_events([breach()], [breach("TTFT p95 31 s")], episode(3, 4), NOW) == []
 
 
+def test_a_breach_warned_at_its_first_evaluation_says_one_evaluation() -> None:
+    (warning,) = condition_events([within()], [breach()], episode(0, 1, windows=1), NOW)
+    assert warning.message.endswith("SLO, 1 evaluation in a row"), warning.message
+
+
 def test_a_sustained_breach_that_ends_posts_a_normal_event_quoting_the_reading() -> None:
     (recovered,) = condition_events([breach()], [within()], episode(5, 0), NOW)
     assert recovered == ConditionEvent(

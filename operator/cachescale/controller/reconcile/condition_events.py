@@ -115,9 +115,14 @@ def _bad(condition: Condition | None, streaks: Streaks, windows: int) -> bool:
 
 def _warning(condition: Condition, streaks: Streaks) -> ConditionEvent:
     streak = SUSTAINED.get(condition.reason)
-    held = f", {streak(streaks)} evaluations in a row" if streak is not None else ""
+    held = f", {_evaluations(streak(streaks))} in a row" if streak is not None else ""
     message = f"{condition.type.value}=False: {condition.message}{held}"
     return ConditionEvent("Warning", condition.reason, message)
+
+
+def _evaluations(count: int) -> str:
+    """``1 evaluation``, ``3 evaluations``."""
+    return f"{count} evaluation" + ("" if count == 1 else "s")
 
 
 def _recovery(was: Condition, now_is: Condition, now: datetime) -> ConditionEvent:

@@ -1,0 +1,145 @@
+"""An SLO breach and its recovery, as Events on a real API server.
+
+What runs where: the API server and the controllers are real (envtest, or the cluster in
+KUBECONFIG); the operator runs out of cluster as ``cachescale run`` with a TokenRequest
+token for the chart's ServiceAccount; the serving Deployment's pods are real and their
+engines' metrics come from ``cachescale emulate`` through a real Prometheus
+(e2e/serving.py).
+
+The policy's TTFT p95 objective is set far below what the emulated engines serve, in
+Advise mode so nothing is patched: once the breach has held for ``cache.collapseWindows``
+evaluations, ``SLOMet`` turns False and the operator posts a Warning ``SLOAtRisk`` that
+quotes the p95 read and the objective. The objective is then raised above the p95, and the
+next evaluation posts a Normal ``SLOMetRecovered`` quoting the p95 within the new objective
+and how long the breach lasted (controller/reconcile/condition_events.py).
+
+Wall time is bound by the policy's minimum window: about 90 s from the policy's creation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from e2e.harness.cluster import Cluster
+from e2e.harness.release import Release
+from e2e.kube_helpers import apply, condition_of, events_for, get, until
+from e2e.operators import operator_process
+from e2e.serving import APP, create_stack, emulated_metrics
+from tests.controller.cluster import policy as policy_body
+from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
+from tests.prometheus_fixture import fixed_fleet_scenario
+
+MODEL = "llama-3-8b"
+PODS = 2
+SPEED = 4.0
+TIGHT_SLO_S = 0.01
+"""Below the emulated engines' TTFT p95 (a prefill of hundreds of tokens): a breach."""
+LOOSE_SLO_S = 60.0
+"""Far above it: met again."""
+WINDOWS = 2
+"""``cache.collapseWindows``: the breach must hold for two evaluations before it warns."""
+BREACH_TIMEOUT_S = 120.0
+"""Nothing is decided before the policy's first full window (1m, the least there is) of
+data, then the breach must hold for ``WINDOWS`` evaluations 10 s apart."""
+RECOVERY_TIMEOUT_S = 40.0
+SECONDS = r"([0-9][0-9,]*(?:\.[0-9]+)?) s"
+WARNING = re.compile(
+    rf"^SLOMet=False: TTFT p95 {SECONDS}.* above the {SECONDS} SLO, (\d+) evaluations in a row$"
+)
+RECOVERED = re.compile(
+    rf"^SLOMet=True: TTFT p95 {SECONDS}.* within the {SECONDS} SLO; it was False \(SLOAtRisk\)"
+    r" for \d+ (s|min) from \d\d:\d\d UTC$"
+)
+
+
+def events(cluster: Cluster, namespace: str, kind: str, reason: str) -> list[dict[str, Any]]:
+    """The policy's Events of type ``kind`` and ``reason``."""
+    found = events_for(cluster, namespace, "CacheScalingPolicy", APP)
+    return [e for e in found if e["type"] == kind and e["reason"] == reason]
+
+
+def story(cluster: Cluster, namespace: str, operator: OperatorProcess) -> str:
+    """What to read when a wait times out: conditions, Events, the operator's log."""
+    status = (get(cluster, "csp", APP, "-n", namespace) or {}).get("status", {})
+    brief = {key: status.get(key) for key in ("state", "conditions", "signals")}
+    found = events_for(cluster, namespace, "CacheScalingPolicy", APP)
+    posted = [f"{e['type']} {e['reason']}: {e['message']}" for e in found]
+    return "\n".join([json.dumps(brief, indent=1, default=str), *posted, operator.tail(30)])
+
+
+def test_an_slo_breach_warns_and_its_recovery_is_a_normal_event(
+    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
+) -> None:
+    kubeconfig = cluster.token_kubeconfig(
+        tmp_path / "operator.kubeconfig", release.namespace, release.service_account
+    )
+    _, pods = create_stack(cluster, namespace, MODEL, PODS)
+    scenario = fixed_fleet_scenario(replicas=PODS, duration_s=180 * SPEED)
+    with (
+        emulated_metrics(tmp_path, namespace, MODEL, scenario, pods, speed=SPEED) as metrics,
+        operator_process(
+            tmp_path / "operator", kubeconfig, (namespace,), flags=LOOPBACK_PROMETHEUS
+        ) as operator,
+    ):
+        body = policy_body(
+            APP,
+            prometheus_url=metrics.prometheus.url,
+            mode="Advise",
+            extra={
+                "metrics": {"selector": {"namespace": namespace, "model_name": MODEL}},
+                "slo": {"ttftP95Seconds": TIGHT_SLO_S},
+                "budget": {"gpuSecondsPer1kRequests": 100_000.0},
+                "cache": {"collapseWindows": WINDOWS},
+            },
+        )
+        body["metadata"] = {"name": APP}
+        apply(cluster, namespace, body)
+
+        def warned() -> list[dict[str, Any]] | None:
+            return events(cluster, namespace, "Warning", "SLOAtRisk") or None
+
+        try:
+            warnings = until(warned, "a Warning SLOAtRisk Event", BREACH_TIMEOUT_S)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{story(cluster, namespace, operator)}") from None
+        assert len(warnings) == 1, warnings
+        warning = warnings[0]
+        print(f"Warning SLOAtRisk: {warning['message']}")
+        quoted = WARNING.match(warning["message"])
+        assert quoted, warning["message"]
+        p95, objective, streak = float(quoted[1].replace(",", "")), quoted[2], int(quoted[3])
+        assert p95 > TIGHT_SLO_S, warning["message"]
+        assert objective == "0.01", warning["message"]
+        assert streak == WINDOWS, warning["message"]
+        policy = get(cluster, "csp", APP, "-n", namespace)
+        slo = condition_of(policy, "SLOMet") or {}
+        assert (slo.get("status"), slo.get("reason")) == ("False", "SLOAtRisk"), slo
+        assert not events(cluster, namespace, "Normal", "SLOMetRecovered")
+
+        raised = cluster.kubectl(
+            "patch", "csp", APP, "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"slo": {"ttftP95Seconds": LOOSE_SLO_S}}}),
+        )  # fmt: skip
+        assert raised.returncode == 0, raised.stderr
+
+        def recovered() -> list[dict[str, Any]] | None:
+            return events(cluster, namespace, "Normal", "SLOMetRecovered") or None
+
+        try:
+            recoveries = until(recovered, "a Normal SLOMetRecovered Event", RECOVERY_TIMEOUT_S)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{story(cluster, namespace, operator)}") from None
+        assert len(recoveries) == 1, recoveries
+        recovery = recoveries[0]
+        print(f"Normal SLOMetRecovered: {recovery['message']}")
+        quoted = RECOVERED.match(recovery["message"])
+        assert quoted, recovery["message"]
+        assert float(quoted[1].replace(",", "")) < LOOSE_SLO_S, recovery["message"]
+        assert quoted[2] == "60", recovery["message"]
+        slo = condition_of(get(cluster, "csp", APP, "-n", namespace), "SLOMet") or {}
+        assert (slo.get("status"), slo.get("reason")) == ("True", "TTFTWithinSLO"), slo
+        assert len(events(cluster, namespace, "Warning", "SLOAtRisk")) == 1, "one Warning"
+        assert "Traceback" not in operator.output()
