@@ -20,6 +20,8 @@ import pytest
 
 from e2e.harness.cluster import Cluster, session_cluster, tool, why_no_cluster
 from e2e.harness.release import Release, install_cycle, uninstall
+from e2e.image import start_build
+from e2e.third_party_crds import KEDA, PROMETHEUS_OPERATOR
 from tests.tools import require_tool
 
 E2E = Path(__file__).resolve().parent
@@ -32,6 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if Path(str(item.fspath)).is_relative_to(E2E):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Start building the operator image when this worker begins its e2e tests and
+    e2e/test_image.py is among them: the build overlaps the tests that wait on the cluster."""
+    if any(Path(str(test.fspath)).name == "test_image.py" for test in item.session.items):
+        start_build()
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only called under `pytest -n`
@@ -82,3 +91,33 @@ def release(cluster: Cluster) -> Iterator[Release]:
     installed = install_cycle(cluster)
     yield installed
     uninstall(cluster, installed)
+
+
+def install_crds(cluster: Cluster, path: Path) -> None:
+    """Apply the CRDs in ``path`` (server-side, as large upstream CRDs are applied) and wait
+    until each is served."""
+    applied = cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", str(path), "-o", "name"
+    )
+    assert applied.returncode == 0, applied.stderr
+    for name in applied.stdout.split():
+        ready = cluster.kubectl("wait", "--for=condition=Established", name, "--timeout=30s")
+        assert ready.returncode == 0, ready.stderr
+
+
+@pytest.fixture(scope="session")
+def keda_crds(cluster: Cluster) -> Path:
+    """KEDA's ScaledObject CRD, on its real schema (e2e/third_party_crds.py), installed once
+    for the session; the file it came from."""
+    path = KEDA.path
+    install_crds(cluster, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def prometheus_operator_crds(cluster: Cluster) -> Path:
+    """The Prometheus Operator's PrometheusRule and ServiceMonitor CRDs, on their real
+    schemas (e2e/third_party_crds.py), installed once for the session; the file."""
+    path = PROMETHEUS_OPERATOR.path
+    install_crds(cluster, path)
+    return path

@@ -186,26 +186,21 @@ def check_the_namespaced_operator(
         assert f"{watched}/{APP}: " in output
 
 
-MONITORING_CRDS = Path(__file__).with_name("prometheus_operator_stand_in_crds.yaml")
 RULES = CHART / "files" / "prometheus" / "cachescale-rules.yaml"
 DASHBOARD = CHART / "files" / "grafana" / "cachescale-dashboard.json"
 
 
 def test_monitoring_objects_install_as_the_prometheus_operator_reads_them(
-    cluster: Cluster, release: Release, namespace: str, tmp_path: Path
+    cluster: Cluster,
+    release: Release,
+    namespace: str,
+    tmp_path: Path,
+    prometheus_operator_crds: Path,
 ) -> None:
     """The ServiceMonitor, PrometheusRule and dashboard ConfigMap a kube-prometheus-stack
     user turns on: admitted under the Prometheus Operator's types, stored as rendered (no
     field pruned), the stored rules accepted by promtool, and the ServiceMonitor selecting
     the chart's metrics Service."""
-    installed_crds = cluster.kubectl("apply", "-f", str(MONITORING_CRDS))
-    assert installed_crds.returncode == 0, installed_crds.stderr
-    for crd in ("prometheusrules", "servicemonitors"):
-        ready = cluster.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd}.monitoring.coreos.com",
-            "--timeout=30s",
-        )  # fmt: skip
-        assert ready.returncode == 0, ready.stderr
     name, where = "cs-mon", ("-n", namespace)
     full = f"{name}-cachescale"
     values = (
@@ -271,7 +266,6 @@ def test_monitoring_objects_install_as_the_prometheus_operator_reads_them(
             assert get(cluster, kind, full, *where) is None, f"{kind} left behind"
     finally:
         cluster.helm("uninstall", name, *where, "--timeout", "1m")
-        cluster.kubectl("delete", "-f", str(MONITORING_CRDS), "--wait=false")
 
 
 def _serving_port(cluster: Cluster, service: str, namespace: str) -> str | None:

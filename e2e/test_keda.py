@@ -1,10 +1,13 @@
 """A KEDA ScaledObject target on a real API server: a collapse holds ``maxReplicaCount``
 with a Warning Event, KEDA's generated HPA is never written, and deleting the policy (the
-real operator's kopf delete handler) puts the ScaledObject's original values back.
+real operator's kopf delete handler) puts the ScaledObject's original values back. With
+``advanced.scalingModifiers`` set, the same hold leaves every trigger threshold alone and
+the status says the threshold is not what scales.
 
-KEDA's controller cannot run here, so its ScaledObject CRD is the structural stand-in in
-e2e/keda_stand_in_crd.yaml, and the HPA KEDA would generate is created by the test, owned
-by the ScaledObject, as KEDA makes it. The Deployment and its pods are real (the
+KEDA's controller cannot run here; its ScaledObject CRD is the real schema
+(e2e/keda_crd.yaml, from a maintained package: e2e/third_party_crds.py, checked against
+that package here), and the HPA KEDA would generate is created by the test, owned by the
+ScaledObject, as KEDA makes it. The Deployment and its pods are real (the
 controllers and the node stand-in). CI time is short, so the collapse is driven
 in-process: the operator's own evaluation (``controller.evaluation.evaluate``, the code the
 kopf daemon runs) on the real API server, with a clock stepped 10 s per round and the
@@ -15,6 +18,7 @@ e2e/test_operator_incident.py's. The delete goes through the real ``cachescale r
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from collections.abc import Iterator
@@ -33,22 +37,26 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release, upgraded
 from e2e.kube_helpers import apply, events_for, get, until
 from e2e.serving import create_serving_deployment
+from e2e.third_party_crds import BUNDLES
 from tests.controller.cluster import Clock
 from tests.controller.cluster import hpa as hpa_body
 from tests.controller.cluster import policy as policy_body
 from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, run_operator
 from tests.gather.gather_fakes import FakePrometheus, fake_prometheus
+from tests.tools import require_tool
 
 E2E = Path(__file__).resolve().parent
 CRDS = E2E.parent / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
-STAND_IN = E2E / "keda_stand_in_crd.yaml"
 APP = "vllm"
 PODS = 3
 MODEL = "llama"
 QUERY = f'sum(vllm:num_requests_waiting{{model_name="{MODEL}"}})'
 ROUNDS = 60
 """At most this many evaluations (10 s apart on the test clock) for each phase."""
+MODIFIERS = {"formula": "queue", "target": "5", "metricType": "AverageValue"}
+"""A scalingModifiers formula over the queue trigger (named ``queue``): KEDA's HPA scales
+on it, not on the trigger's threshold."""
 
 
 def install_crd(cluster: Cluster, path: Path, name: str) -> None:
@@ -60,10 +68,11 @@ def install_crd(cluster: Cluster, path: Path, name: str) -> None:
     assert ready.returncode == 0, ready.stderr
 
 
-def scaled_object() -> dict[str, Any]:
+def scaled_object(modifiers: bool) -> dict[str, Any]:
     """production-stack's ScaledObject (waiting queue, threshold 5), ignoreNullValues left
-    at KEDA's default: the trap cachescale must warn about."""
-    return {
+    at KEDA's default: the trap cachescale must warn about; with ``modifiers``, its trigger
+    named and a scalingModifiers formula over it."""
+    body: dict[str, Any] = {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": {"name": APP},
@@ -84,6 +93,10 @@ def scaled_object() -> dict[str, Any]:
             ],
         },
     }
+    if modifiers:
+        body["spec"]["triggers"][0]["name"] = "queue"
+        body["spec"]["advanced"] = {"scalingModifiers": dict(MODIFIERS)}
+    return body
 
 
 def generated_hpa(owner: dict[str, Any]) -> dict[str, Any]:
@@ -120,26 +133,28 @@ def can_i(cluster: Cluster, kubeconfig: Path, verb: str, resource: str, namespac
     return asked.stdout.strip()
 
 
+@pytest.mark.parametrize("modifiers", [False, True], ids=["triggers", "scaling-modifiers"])
 def test_a_collapse_holds_the_scaled_object_and_delete_restores_it(
+    modifiers: bool,
     cluster: Cluster,
     release: Release,
     namespace: str,
     prometheus: tuple[FakePrometheus, EngineFake],
     tmp_path: Path,
+    keda_crds: Path,
 ) -> None:
     """All of it as the chart's ServiceAccount, with the RBAC of ``keda.enabled=true``."""
     started = time.monotonic()
     kubeconfig = cluster.token_kubeconfig(
         tmp_path / "operator.kubeconfig", release.namespace, release.service_account
     )
-    install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")  # can-i needs it discoverable
     assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "no"
     enforce = f"rbac.enforceNamespaces={{{namespace}}}"  # Enforce is granted per namespace
     with upgraded(cluster, release, "keda.enabled=true", enforce):
         assert can_i(cluster, kubeconfig, "patch", "scaledobjects.keda.sh", namespace) == "yes"
         for verb in ("create", "delete", "update"):  # patch only, as for HPAs
             assert can_i(cluster, kubeconfig, verb, "scaledobjects.keda.sh", namespace) == "no"
-        hold_and_restore(cluster, namespace, prometheus, kubeconfig, tmp_path)
+        hold_and_restore(cluster, namespace, prometheus, kubeconfig, tmp_path, modifiers)
     print(f"test_keda: {time.monotonic() - started:.1f} s")
 
 
@@ -149,17 +164,18 @@ def hold_and_restore(
     prometheus: tuple[FakePrometheus, EngineFake],
     kubeconfig: Path,
     tmp_path: Path,
+    modifiers: bool,
 ) -> None:
     """The collapse held on the ScaledObject, then the restore on delete, with the
     operator's credentials from ``kubeconfig``."""
     fake, engines = prometheus
     install_crd(cluster, CRDS, "cachescalingpolicies.cachescale.dev")
-    install_crd(cluster, STAND_IN, "scaledobjects.keda.sh")
     pods = create_serving_deployment(cluster, namespace, MODEL, PODS)
-    apply(cluster, namespace, scaled_object())
+    apply(cluster, namespace, scaled_object(modifiers))
     owner = get(cluster, "scaledobject", APP, "-n", namespace)
     apply(cluster, namespace, generated_hpa(owner))
     original = get(cluster, "scaledobject", APP, "-n", namespace)["spec"]
+    assert original == scaled_object(modifiers)["spec"], "stored as written, nothing pruned"
     hpa_before = get(cluster, "hpa", f"keda-hpa-{APP}", "-n", namespace)
 
     numbers = EngineNumbers(pods=tuple(pods))
@@ -195,12 +211,20 @@ def hold_and_restore(
     assert held["spec"]["maxReplicaCount"] == PODS, held["spec"]  # held at the pre-collapse 3
     record = json.loads(held["metadata"]["annotations"][ORIGINAL_ENVELOPE])
     assert record["maxReplicaCount"] == 40
-    assert record["threshold"] == "5"
     status = get(cluster, "csp", APP, "-n", namespace)["status"]
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions["ScalingHeld"] == ("True", Hold.COLLAPSE)
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert "ignoreNullValues is unset (KEDA's default: true)" in ready["message"]
+    threshold = "no trigger threshold is what scales"
+    if modifiers:  # the formula scales: only the counts are managed, and the status says so
+        assert "threshold" not in record, record
+        assert held["spec"]["triggers"] == original["triggers"]
+        assert held["spec"]["advanced"] == original["advanced"]
+        assert threshold in ready["message"], ready["message"]
+    else:
+        assert record["threshold"] == "5"
+        assert threshold not in ready["message"], ready["message"]
     warnings = {
         e["reason"]
         for e in events_for(cluster, namespace, "CacheScalingPolicy", APP)
@@ -246,3 +270,35 @@ def test_the_api_server_refuses_both_or_neither_autoscaler(
     assert refused.returncode != 0, f"the API server accepted {name}"
     assert "spec.target" in refused.stderr, refused.stderr
     assert "set exactly one of hpaName" in refused.stderr, refused.stderr
+
+
+def test_the_crd_files_are_what_the_maintained_packages_give() -> None:
+    """e2e/keda_crd.yaml and e2e/prometheus_operator_crds.yaml are regenerated from the
+    installed packages (the dev extra); a new package version or a hand edit shows here."""
+    for bundle in BUNDLES:
+        found = importlib.util.find_spec("cloudcoil.models") is not None
+        require_tool(found, f"{bundle.package} is not installed (pip install -e '.[dev]')")
+        assert bundle.path.read_text(encoding="utf-8") == bundle.text(), (
+            f"{bundle.path.name} differs from {bundle.package}: run python -m e2e.third_party_crds"
+        )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("minReplicaCount", "two"), ("fallback", {"replicas": 4}), ("triggers", None)],
+    ids=["count-not-an-integer", "fallback-without-failureThreshold", "no-triggers"],
+)
+def test_kedas_schema_refuses_what_keda_refuses(
+    cluster: Cluster, namespace: str, keda_crds: Path, field: str, value: Any
+) -> None:
+    """The installed CRD is KEDA's: its types and required fields bite."""
+    body = scaled_object(modifiers=False)
+    if value is None:
+        del body["spec"][field]
+    else:
+        body["spec"][field] = value
+    refused = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(body)
+    )
+    assert refused.returncode != 0, f"the API server accepted spec.{field}={value!r}"
+    assert f"spec.{field}" in refused.stderr, refused.stderr

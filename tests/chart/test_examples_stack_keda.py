@@ -1,5 +1,5 @@
 """examples/stack-keda/: production-stack's KEDA ScaledObject and a policy naming it, valid
-for KEDA's schema (the stand-in CRD the e2e test installs), for cachescale and for the CRD,
+for KEDA's schema (its real CRD, as the e2e test installs it), for cachescale and for the CRD,
 and read by the operator as intended: the queue trigger's threshold as the HPA target."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cachescale.controller.target.keda import notes, scaled_object_view
 from tests.chart.chart_helpers import REPO, STACK, one, validation_errors
 
 STACK_KEDA = REPO / "examples" / "stack-keda"
-STAND_IN_CRD = REPO / "e2e" / "keda_stand_in_crd.yaml"
+KEDA_CRD = REPO / "e2e" / "keda_crd.yaml"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def test_every_file_is_commented(name: str) -> None:
 
 
 def test_the_scaled_object_fits_kedas_schema() -> None:
-    crd = load(STAND_IN_CRD)
+    crd = load(KEDA_CRD)
     (version,) = crd["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     body = scaled_object()

@@ -46,7 +46,7 @@ from typing import Any, Final, Protocol
 from cachescale.api.label_selector import LabelSelector, Requirement
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
 from cachescale.controller.kube.client import KubeApi
-from cachescale.controller.target.keda import PAUSED, PAUSED_REPLICAS
+from cachescale.controller.target.keda_pauses import READ_ANNOTATIONS
 from cachescale.controller.target.workload import GPU_RESOURCES
 
 ObjectKey = tuple[str, str]
@@ -162,9 +162,7 @@ def scaled_object_projection(body: Mapping[str, Any]) -> Projection:
             _pick(condition, "type", "status") for condition in status["conditions"] or []
         ]
     return {
-        "metadata": _metadata(
-            body.get("metadata") or {}, (ORIGINAL_ENVELOPE, PAUSED, PAUSED_REPLICAS)
-        ),
+        "metadata": _metadata(body.get("metadata") or {}, (ORIGINAL_ENVELOPE, *READ_ANNOTATIONS)),
         "spec": _compact(body.get("spec") or {}),
         "status": projected_status,
     }

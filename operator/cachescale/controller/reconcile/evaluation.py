@@ -255,12 +255,7 @@ def _keda_status(target: Target) -> dict[str, Any]:
     keda = target.keda
     if keda is None:
         return {}
-    fallback = None
-    if keda.fallback_active:
-        fallback = (
-            f"KEDA's Fallback condition is True on ScaledObject {keda.name}: its scaler cannot "
-            "read its metrics, so KEDA runs spec.fallback's replicas instead of scaling on them"
-        )
+    fallback = keda.fallback_message() if keda.fallback_active else None
     return {
         "autoscaler_notes": (*keda.warnings(), *keda_notes(keda)),
         "autoscaler_fallback": fallback,

@@ -19,8 +19,9 @@ The HPA KEDA generates from it is never written: KEDA would overwrite it. A hold
 ``maxReplicaCount`` rather than setting ``autoscaling.keda.sh/paused-replicas``: pausing
 freezes KEDA both ways (no scale-down either, and no SLO guard growth within budget) and
 removes its HPA, while a lower ceiling keeps every other KEDA behaviour. A
-``minReplicaCount`` of 0 (scale to zero) is KEDA's and is kept, and a paused ScaledObject
-is not patched at all. Blocking calls: run in a worker thread.
+``minReplicaCount`` of 0 (scale to zero) is KEDA's and is kept, a paused ScaledObject
+is not patched at all, and a one-way pause bounds what is (``keda_pauses.one_way_counts``).
+Blocking calls: run in a worker thread.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ from cachescale.controller.target.keda import (
     DEFAULT_MAX_REPLICAS,
     DEFAULT_MIN_REPLICAS,
     ScaledObjectError,
-    paused_by,
-    queue_trigger,
     scaled_object_path,
 )
+from cachescale.controller.target.keda_pauses import one_way_counts, paused_by
 from cachescale.controller.target.keda_record import recorded_counts
+from cachescale.controller.target.keda_triggers import queue_trigger
 from cachescale.controller.target.workload import (
     TargetError,
     apps_path,
@@ -180,10 +181,14 @@ def scaled_object_ops(
         return []
     ops: list[dict[str, Any]] = []
     low = spec.get("minReplicaCount", DEFAULT_MIN_REPLICAS)
-    if low != 0 and low != envelope.min_replicas:
-        ops.append({"op": "add", "path": "/spec/minReplicaCount", "value": envelope.min_replicas})
-    if spec.get("maxReplicaCount", DEFAULT_MAX_REPLICAS) != envelope.max_replicas:
-        ops.append({"op": "add", "path": "/spec/maxReplicaCount", "value": envelope.max_replicas})
+    high = spec.get("maxReplicaCount", DEFAULT_MAX_REPLICAS)
+    wanted_low, wanted_high = one_way_counts(
+        annotations or {}, (low, high), (envelope.min_replicas, envelope.max_replicas)
+    )
+    if low != 0 and low != wanted_low:
+        ops.append({"op": "add", "path": "/spec/minReplicaCount", "value": wanted_low})
+    if high != wanted_high:
+        ops.append({"op": "add", "path": "/spec/maxReplicaCount", "value": wanted_high})
     queue = queue_trigger(spec)
     if queue is not None and envelope.target_average_value is not None:
         wanted = threshold_text(envelope.target_average_value)

@@ -21,38 +21,48 @@ Prometheus trigger (cpu, kafka...) keeps its triggers and only its envelope is m
 KEDA's own traps are surfaced in ``warnings``: a Prometheus trigger with
 ``ignoreNullValues`` true (KEDA's default when unset) reads a missing series as 0 and
 scales to the minimum during a peak (kedacore/keda#3065). KEDA's ``Fallback`` condition
-means its scaler cannot read metrics: ``fallback_active``. A paused ScaledObject
-(``autoscaling.keda.sh/paused``, ``autoscaling.keda.sh/paused-replicas``) is not
-scaling at all: it is read, never patched. Blocking calls: run in a worker thread. The
+means its scaler cannot read metrics: ``fallback_active``; ``fallback.behavior`` says
+which replica count it then asks for (``fallback_replicas``).
+
+``advanced.scalingModifiers`` (a ``formula`` over named triggers against its own
+``target``) replaces every trigger's metric in KEDA's HPA by one composite metric: no
+trigger's threshold is then what scales, so there is no queue trigger, and only
+``minReplicaCount`` / ``maxReplicaCount`` are managed. ``initialCooldownPeriod`` and
+``cooldownPeriod`` only delay KEDA's scale to zero, a floor cachescale never moves: they
+are said in ``notes``. Reading the triggers is ``keda_triggers.py``; KEDA's pause
+annotations, and what each leaves cachescale free to change, are ``keda_pauses.py``; the
 record of the values before the first change, and its check, are ``keda_record.py``.
+Blocking calls: run in a worker thread.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from cachescale.api.reasons import Problem
 from cachescale.controller.kube.client import KubeError, NotFoundError, Reads
+from cachescale.controller.target.keda_pauses import (
+    PAUSED_SCALE_IN,
+    PAUSED_SCALE_OUT,
+    one_way_pauses,
+    paused_by,
+)
+from cachescale.controller.target.keda_triggers import (
+    PrometheusTrigger,
+    prometheus_triggers,
+    scaling_modifiers,
+)
 from cachescale.snapshot import HPAState
 
 GROUP_VERSION: Final = "keda.sh/v1alpha1"
-PAUSED: Final = "autoscaling.keda.sh/paused"
-PAUSED_REPLICAS: Final = "autoscaling.keda.sh/paused-replicas"
 DEFAULT_MIN_REPLICAS: Final = 0
 """KEDA's ``minReplicaCount`` when unset."""
 DEFAULT_MAX_REPLICAS: Final = 100
 """KEDA's ``maxReplicaCount`` when unset."""
-QUEUE_GAUGES: Final = (
-    "num_requests_waiting",
-    "num_requests_running",
-    "num_queue_reqs",
-    "num_running_reqs",
-)
-"""Engine gauges a queue trigger may count (vLLM and SGLang names, any prefix)."""
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+DEFAULT_COOLDOWN_PERIOD: Final = 300
+"""KEDA's ``cooldownPeriod`` when unset, in seconds."""
 KEDA_3065: Final = "kedacore/keda#3065"
 
 
@@ -68,36 +78,6 @@ class ScaledObjectError(Exception):
 def scaled_object_path(namespace: str, name: str) -> str:
     """API path of a KEDA ScaledObject."""
     return f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects/{name}"
-
-
-@dataclass(frozen=True)
-class PrometheusTrigger:
-    """One ``type: prometheus`` trigger as KEDA reads it."""
-
-    index: int
-    """Its index in ``spec.triggers`` (the JSON-patch path)."""
-    query: str
-    threshold: float | None
-    """``metadata.threshold``; None when absent or not a number."""
-    activation_threshold: float | None
-    metric_type: str
-    """``metricType``: AverageValue (KEDA's default), Value or Utilization."""
-    ignore_null_values: bool
-    """``metadata.ignoreNullValues``; KEDA's default is true."""
-    ignore_null_values_set: bool
-    queue_gauge: str | None
-    """The engine queue gauge the query reads, e.g. ``vllm:num_requests_waiting``."""
-
-    @property
-    def sums_a_queue(self) -> bool:
-        """Whether the threshold is a per-pod target on an engine queue gauge."""
-        return (
-            self.queue_gauge is not None
-            and self.metric_type == "AverageValue"
-            and self.threshold is not None
-            and self.threshold > 0
-            and self.query.lstrip().startswith("sum")
-        )
 
 
 @dataclass(frozen=True)
@@ -125,16 +105,56 @@ class ScaledObjectView:
     """The generated HPA's ``status.currentReplicas`` (None: not read)."""
     hpa_desired_replicas: int | None = None
     """...and ``status.desiredReplicas``: what KEDA's HPA wants now."""
+    scaling_modifiers: dict[str, Any] = field(default_factory=dict)
+    """``advanced.scalingModifiers``: when set, its formula is what KEDA's HPA scales on."""
+    one_way_pauses: tuple[str, ...] = ()
+    """The one-way pause annotations set (``keda_pauses.py``)."""
+    cooldown_period: int | None = None
+    """``cooldownPeriod`` (KEDA's default 300 s when unset)."""
+    initial_cooldown_period: int | None = None
+    """``initialCooldownPeriod`` (KEDA's default 0 s when unset)."""
 
     @property
     def queue_trigger(self) -> PrometheusTrigger | None:
-        """The trigger whose threshold is managed as the HPA target (None: none is)."""
+        """The trigger whose threshold is managed as the HPA target (None: none is, and
+        none is while scalingModifiers replaces the triggers' metrics)."""
+        if self.scaling_modifiers:
+            return None
         return next((t for t in self.triggers if t.sums_a_queue), None)
 
     @property
     def fallback_active(self) -> bool:
         """KEDA's scaler failed to read its metrics and applies ``spec.fallback``."""
         return self.conditions.get("Fallback") == "True"
+
+    @property
+    def fallback_behavior(self) -> str:
+        """``fallback.behavior`` (KEDA's default ``static``)."""
+        return str((self.fallback or {}).get("behavior") or "static")
+
+    @property
+    def fallback_replicas(self) -> int | None:
+        """The replica count KEDA's fallback asks for, within the envelope the HPA clamps
+        it to (None: no fallback, or a behavior or current count not known here)."""
+        wanted = fallback_target(
+            self.fallback_behavior,
+            _int_or_none((self.fallback or {}).get("replicas")),
+            self.hpa_current_replicas,
+        )
+        if wanted is None:
+            return None
+        return min(max(wanted, self.min_replicas), self.max_replicas)
+
+    def fallback_message(self) -> str:
+        """What KEDA does while its Fallback condition is True: the replicas its
+        ``fallback.behavior`` asks for, when known."""
+        replicas = self.fallback_replicas
+        runs = "its fallback" if replicas is None else f"{replicas} replicas"
+        return (
+            f"KEDA's Fallback condition is True on ScaledObject {self.name}: its scaler cannot "
+            f"read its metrics, so KEDA runs {runs} (fallback.behavior "
+            f"{self.fallback_behavior}) instead of scaling on them"
+        )
 
     def hpa_state(self) -> HPAState:
         """The ScaledObject as the HPA the decision engine reads."""
@@ -235,110 +255,135 @@ def scaled_object_view(body: Mapping[str, Any], deployment: str) -> ScaledObject
             str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []
         },
         hpa_name=str(status.get("hpaName") or f"keda-hpa-{name}"),
+        scaling_modifiers=scaling_modifiers(spec),
+        one_way_pauses=one_way_pauses(annotations),
+        cooldown_period=_int_or_none(spec.get("cooldownPeriod")),
+        initial_cooldown_period=_int_or_none(spec.get("initialCooldownPeriod")),
     )
 
 
-def prometheus_triggers(spec: Mapping[str, Any]) -> list[PrometheusTrigger]:
-    """The Prometheus triggers of a ScaledObject's ``spec``."""
-    return [
-        _prometheus_trigger(index, trigger)
-        for index, trigger in enumerate(spec.get("triggers") or [])
-        if trigger.get("type") == "prometheus"
-    ]
-
-
-def queue_trigger(spec: Mapping[str, Any]) -> PrometheusTrigger | None:
-    """The trigger whose threshold is managed as the HPA target (None: none is)."""
-    return next((t for t in prometheus_triggers(spec) if t.sums_a_queue), None)
-
-
-def paused_by(annotations: Mapping[str, Any]) -> str | None:
-    """The paused annotation that stops KEDA scaling (None: not paused)."""
-    if PAUSED_REPLICAS in annotations:
-        return f"{PAUSED_REPLICAS}={annotations[PAUSED_REPLICAS]}"
-    if str(annotations.get(PAUSED, "")).lower() == "true":
-        return f"{PAUSED}=true"
-    return None
-
-
-def _prometheus_trigger(index: int, trigger: Mapping[str, Any]) -> PrometheusTrigger:
-    metadata = trigger.get("metadata") or {}
-    query = str(metadata.get("query", ""))
-    ignore = metadata.get("ignoreNullValues")
-    gauge = next(
-        (
-            token
-            for token in _METRIC_NAME.findall(query)
-            if any(token.endswith(g) for g in QUEUE_GAUGES)
-        ),
-        None,
-    )
-    return PrometheusTrigger(
-        index=index,
-        query=query,
-        threshold=number_or_none(metadata.get("threshold")),
-        activation_threshold=number_or_none(metadata.get("activationThreshold")),
-        metric_type=str(trigger.get("metricType") or "AverageValue"),
-        ignore_null_values=ignore is None or str(ignore).strip().lower() != "false",
-        ignore_null_values_set=ignore is not None,
-        queue_gauge=gauge,
-    )
+def fallback_target(behavior: str, replicas: int | None, current: int | None) -> int | None:
+    """The replica count KEDA's fallback asks for under ``fallback.behavior``: ``static``
+    is ``fallback.replicas``, ``currentReplicas`` the current count, ``currentReplicasIfHigher``
+    / ``currentReplicasIfLower`` the higher / lower of the two (None: not known)."""
+    if replicas is None:
+        return None
+    if behavior == "static":
+        return replicas
+    if current is None:
+        return None
+    choose = {
+        "currentReplicas": current,
+        "currentReplicasIfHigher": max(current, replicas),
+        "currentReplicasIfLower": min(current, replicas),
+    }
+    return choose.get(behavior)
 
 
 def notes(view: ScaledObjectView) -> tuple[str, ...]:
     """What a reader of the status must know about how the ScaledObject is managed."""
-    notes = []
+    return (
+        *_hpa_notes(view),
+        *_pause_notes(view),
+        *_trigger_notes(view),
+        *_fallback_notes(view),
+        *_zero_notes(view),
+    )
+
+
+def _hpa_notes(view: ScaledObjectView) -> list[str]:
+    found = []
     if view.hpa_desired_replicas is not None:
-        notes.append(
+        found.append(
             f"KEDA's HPA {view.hpa_name} (read only) runs {view.hpa_current_replicas} replicas "
             f"and wants {view.hpa_desired_replicas}"
         )
     stabilization = (view.behavior.get("scaleDown") or {}).get("stabilizationWindowSeconds")
     if stabilization is not None:
-        notes.append(
+        found.append(
             f"KEDA's HPA keeps the highest recommendation of the last {stabilization}s "
             "before scaling down (advanced.horizontalPodAutoscalerConfig.behavior)"
         )
+    return found
+
+
+def _pause_notes(view: ScaledObjectView) -> list[str]:
     if view.paused is not None:
-        notes.append(
+        return [
             f"ScaledObject {view.name} is paused ({view.paused}): KEDA is not scaling, so "
             "cachescale changes nothing on it until the annotation is removed"
+        ]
+    found = []
+    if PAUSED_SCALE_IN in view.one_way_pauses:
+        found.append(
+            f"ScaledObject {view.name} has {PAUSED_SCALE_IN}=true: KEDA does not scale it "
+            "in, so cachescale lowers neither minReplicaCount nor maxReplicaCount (a hold or "
+            "a budget cap that would lower them waits for the annotation's removal)"
         )
+    if PAUSED_SCALE_OUT in view.one_way_pauses:
+        found.append(
+            f"ScaledObject {view.name} has {PAUSED_SCALE_OUT}=true: KEDA does not scale it "
+            "out, so cachescale does not raise minReplicaCount until the annotation is removed"
+        )
+    return found
+
+
+def _trigger_notes(view: ScaledObjectView) -> list[str]:
+    modifiers = view.scaling_modifiers
+    if modifiers:
+        return [
+            f"ScaledObject {view.name} sets advanced.scalingModifiers: KEDA's HPA scales on "
+            f"its formula ({modifiers.get('formula')!r}) against target "
+            f"{modifiers.get('target')!r}, so no trigger threshold is what scales; cachescale "
+            "manages only minReplicaCount and maxReplicaCount and leaves the triggers and the "
+            "formula alone"
+        ]
     queue = view.queue_trigger
     if queue is None:
         kinds = ", ".join(view.other_scalers) or "none"
-        notes.append(
+        return [
             f"ScaledObject {view.name} has no Prometheus trigger summing an engine queue "
             f"gauge with metricType AverageValue (other triggers: {kinds}): only "
             "minReplicaCount and maxReplicaCount are managed, its triggers are left alone"
-        )
-    elif queue.activation_threshold is not None:
-        notes.append(
+        ]
+    if queue.activation_threshold is not None:
+        return [
             f"ScaledObject {view.name} trigger {queue.index}: activationThreshold "
             f"{queue.activation_threshold:g} on {queue.queue_gauge} is KEDA's and is kept"
-        )
-    if view.fallback is not None:
-        notes.append(
-            f"ScaledObject {view.name} falls back to {view.fallback.get('replicas')} replicas "
-            f"after {view.fallback.get('failureThreshold')} failed reads (spec.fallback)"
-        )
-    if view.min_replicas == 0:
-        notes.append(
-            f"ScaledObject {view.name} scales to zero (minReplicaCount 0): that floor is "
-            "KEDA's and is never raised"
-        )
-    return tuple(notes)
+        ]
+    return []
 
 
-def number_or_none(value: object) -> float | None:
-    """``value`` as a finite number (None: not one)."""
-    try:
-        number = float(str(value))
-    except ValueError:
-        return None
-    return (
-        number if value is not None and number == number and abs(number) != float("inf") else None
-    )
+def _fallback_notes(view: ScaledObjectView) -> list[str]:
+    if view.fallback is None:
+        return []
+    fallback, behavior = view.fallback, view.fallback_behavior
+    asked = {
+        "static": f"{fallback.get('replicas')} replicas",
+        "currentReplicas": "the replicas it runs",
+        "currentReplicasIfHigher": f"the replicas it runs, or {fallback.get('replicas')} if more",
+        "currentReplicasIfLower": f"the replicas it runs, or {fallback.get('replicas')} if fewer",
+    }.get(behavior, f"what behavior {behavior!r} asks for")
+    now = view.fallback_replicas
+    clamped = f": {now} now" if now is not None else ""
+    return [
+        f"ScaledObject {view.name} falls back to {asked} after "
+        f"{fallback.get('failureThreshold')} failed reads (spec.fallback, behavior "
+        f"{behavior}), within the minReplicaCount and maxReplicaCount cachescale sets{clamped}"
+    ]
+
+
+def _zero_notes(view: ScaledObjectView) -> list[str]:
+    if view.min_replicas != 0:
+        return []
+    cooldown = view.cooldown_period if view.cooldown_period is not None else DEFAULT_COOLDOWN_PERIOD
+    initial = view.initial_cooldown_period or 0
+    grace = f", nor within initialCooldownPeriod {initial}s of its creation" if initial else ""
+    return [
+        f"ScaledObject {view.name} scales to zero (minReplicaCount 0): that floor is "
+        f"KEDA's and is never raised; KEDA scales to zero only after cooldownPeriod "
+        f"{cooldown}s without activity{grace}"
+    ]
 
 
 def _int_or_none(value: object) -> int | None:

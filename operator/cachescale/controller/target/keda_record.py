@@ -16,7 +16,8 @@ from typing import Any, Final
 
 from cachescale.api.policy import ORIGINAL_ENVELOPE
 from cachescale.api.reasons import Problem
-from cachescale.controller.target.keda import ScaledObjectError, number_or_none
+from cachescale.controller.target.keda import ScaledObjectError
+from cachescale.controller.target.keda_triggers import number_or_none
 
 RECORD_KEYS: Final = frozenset({"minReplicaCount", "maxReplicaCount", "triggerIndex", "threshold"})
 """What ``actions.scaled_object_ops`` records (null: the field was unset)."""
