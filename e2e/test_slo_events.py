@@ -70,6 +70,28 @@ def story(cluster: Cluster, namespace: str, operator: OperatorProcess) -> str:
     return "\n".join([json.dumps(brief, indent=1, default=str), *posted, operator.tail(30)])
 
 
+def one_event(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kind: str,
+    reason: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Wait for the policy's ``kind`` Event of ``reason``; there must be exactly one."""
+
+    def posted() -> list[dict[str, Any]] | None:
+        return events(cluster, namespace, kind, reason) or None
+
+    try:
+        found = until(posted, f"a {kind} {reason} Event", timeout_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{story(cluster, namespace, operator)}") from None
+    assert len(found) == 1, found
+    print(f"{kind} {reason}: {found[0]['message']}")
+    return found[0]
+
+
 def test_an_slo_breach_warns_and_its_recovery_is_a_normal_event(
     cluster: Cluster, release: Release, namespace: str, tmp_path: Path
 ) -> None:
@@ -98,16 +120,7 @@ def test_an_slo_breach_warns_and_its_recovery_is_a_normal_event(
         body["metadata"] = {"name": APP}
         apply(cluster, namespace, body)
 
-        def warned() -> list[dict[str, Any]] | None:
-            return events(cluster, namespace, "Warning", "SLOAtRisk") or None
-
-        try:
-            warnings = until(warned, "a Warning SLOAtRisk Event", BREACH_TIMEOUT_S)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{story(cluster, namespace, operator)}") from None
-        assert len(warnings) == 1, warnings
-        warning = warnings[0]
-        print(f"Warning SLOAtRisk: {warning['message']}")
+        warning = one_event(cluster, namespace, operator, "Warning", "SLOAtRisk", BREACH_TIMEOUT_S)
         quoted = WARNING.match(warning["message"])
         assert quoted, warning["message"]
         p95, objective, streak = float(quoted[1].replace(",", "")), quoted[2], int(quoted[3])
@@ -125,16 +138,9 @@ def test_an_slo_breach_warns_and_its_recovery_is_a_normal_event(
         )  # fmt: skip
         assert raised.returncode == 0, raised.stderr
 
-        def recovered() -> list[dict[str, Any]] | None:
-            return events(cluster, namespace, "Normal", "SLOMetRecovered") or None
-
-        try:
-            recoveries = until(recovered, "a Normal SLOMetRecovered Event", RECOVERY_TIMEOUT_S)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{story(cluster, namespace, operator)}") from None
-        assert len(recoveries) == 1, recoveries
-        recovery = recoveries[0]
-        print(f"Normal SLOMetRecovered: {recovery['message']}")
+        recovery = one_event(
+            cluster, namespace, operator, "Normal", "SLOMetRecovered", RECOVERY_TIMEOUT_S
+        )
         quoted = RECOVERED.match(recovery["message"])
         assert quoted, recovery["message"]
         assert float(quoted[1].replace(",", "")) < LOOSE_SLO_S, recovery["message"]
