@@ -96,5 +96,5 @@ def test_cli_regression_exits_1(tmp_path: Path) -> None:
         assert "token hit rate" in ran.stdout
     done = cli("compare", "baseline.json", "candidate.json", "--format", "markdown", cwd=tmp_path)
     assert done.returncode == ExitCode.REGRESSION, done.stderr
-    assert "variable text at the top" in done.stdout
+    assert "a span that differs on every request" in done.stdout
     assert "Traceback" not in done.stderr

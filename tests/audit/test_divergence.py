@@ -54,7 +54,7 @@ def test_the_causes_of_a_follow_up_turn() -> None:
         "boundary-shift",  # cold, and the next request reuses it: it heals
         None,  # a hit: it extends the warm-up prompt
         "unstable-ordering",
-        "variable-top",
+        "variable-span",  # one token inserted at the top
         "not-append-only",
     ]
     assert outcomes[2].divergence is not None

@@ -1,22 +1,36 @@
-"""Where two prompts part, and whether the part that differs is only a reordering.
+"""How two prompts differ, token by token: where they part, what changed, where they rejoin.
 
-These are the token-level questions behind every cause the audit names: the first
-position at which a prompt leaves a reference (a cached prompt, or the conversation's
-previous turn), and whether the region from there holds the same tokens in another order
-(tool definitions or JSON keys whose order is not stable) before the two agree again.
+These are the token-level questions behind every cause the audit names, asked of a prompt
+and a reference (its conversation's previous turn, or the longest cached prompt it could
+have matched), wherever in the prompt the change sits:
+
+* the first position at which the prompt leaves the reference (:func:`common_prefix`);
+* whether the region from there holds the same tokens in another order before the two
+  agree again (:func:`reordered_until`: tool definitions or JSON keys out of order);
+* otherwise where the two rejoin (:func:`realign`: the first run of
+  :data:`ANCHOR_TOKENS` tokens the prompt holds again from the reference, past the
+  divergence), which says how many tokens were inserted and how many were removed there
+  (:func:`diff`). A span replaced by another of a few tokens is a variable value; a span
+  removed is dropped history; a span inserted or a long one replaced is new text ahead of
+  what follows. Naming those is ``explain.py``'s work.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 Tokens = npt.NDArray[np.int32]
 
-#: How far past the divergence a reordered region is looked for (tokens).
+#: How far past the divergence a reordered region or a rejoining run is looked for (tokens).
 REORDER_SCAN_TOKENS = 8192
 #: A reordering is at least this many tokens long (shorter is a coincidence of ids).
 MIN_REORDERED_TOKENS = 4
+#: Two prompts rejoin where they agree again on this many consecutive tokens.
+ANCHOR_TOKENS = 16
+_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
 def common_prefix(a: Tokens, b: Tokens, start: int = 0) -> int:
@@ -58,3 +72,70 @@ def reordered_until(a: Tokens, b: Tokens, start: int, agree: int) -> int | None:
             if both_end or (tail > 0 and np.array_equal(a[end : end + tail], b[end : end + tail])):
                 return end
     return None
+
+
+def _grams(tokens: Tokens) -> npt.NDArray[np.uint64]:
+    """A hash of every run of :data:`ANCHOR_TOKENS` tokens, by its first position."""
+    values = tokens.astype(np.uint64)
+    count = len(values) - ANCHOR_TOKENS + 1
+    grams = np.zeros(count, dtype=np.uint64)
+    for offset in range(ANCHOR_TOKENS):
+        grams = grams * _MULTIPLIER + values[offset : offset + count]
+    return grams
+
+
+def realign(a: Tokens, b: Tokens, start: int) -> tuple[int, int] | None:
+    """Where ``a`` and ``b`` agree again past ``start``: the first position ``i`` of ``a``
+    (then the first ``j`` of ``b``) from which :data:`ANCHOR_TOKENS` tokens are equal,
+    within :data:`REORDER_SCAN_TOKENS` of ``start``; None when they never do."""
+    left = a[start : start + REORDER_SCAN_TOKENS + ANCHOR_TOKENS]
+    right = b[start : start + REORDER_SCAN_TOKENS + ANCHOR_TOKENS]
+    if min(len(left), len(right)) < ANCHOR_TOKENS:
+        return None
+    ga, gb = _grams(left), _grams(right)
+    for i in np.flatnonzero(np.isin(ga, gb)).tolist():
+        for j in np.flatnonzero(gb == ga[i]).tolist():
+            if np.array_equal(left[i : i + ANCHOR_TOKENS], right[j : j + ANCHOR_TOKENS]):
+                return start + i, start + j
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """How a prompt differs from a reference from the first token where they part."""
+
+    position: int
+    """The first token where they differ."""
+    inserted: int
+    """Tokens of the prompt from ``position`` that the reference does not hold there."""
+    removed: int
+    """Tokens of the reference from ``position`` that the prompt no longer holds."""
+    reordered: bool
+    """The tokens there are the reference's, in another order."""
+    rejoined: int
+    """Tokens the two agree on again after the change (0 when they never rejoin)."""
+    keeps_rest: bool = False
+    """After the change, the prompt holds all the rest of the reference, to its end."""
+
+    @property
+    def rejoins(self) -> bool:
+        """True when the prompt holds the reference's text again after the change."""
+        return self.rejoined > 0
+
+
+def diff(a: Tokens, b: Tokens, start: int, agree: int) -> Change:
+    """How ``a`` differs from ``b`` (known equal up to ``start``): a reordering that agrees
+    again for ``agree`` tokens, a span inserted or removed or replaced, then rejoined, or
+    all of the rest replaced."""
+    position = common_prefix(a, b, start)
+    end = reordered_until(a, b, position, agree)
+    if end is not None:
+        rejoined = common_prefix(a[end:], b[end:])
+        keeps = end + rejoined == len(b)
+        return Change(position, end - position, end - position, True, max(rejoined, 1), keeps)
+    meet = realign(a, b, position)
+    if meet is None:
+        return Change(position, len(a) - position, len(b) - position, False, 0)
+    i, j = meet
+    rejoined = common_prefix(a[i:], b[j:])
+    return Change(position, i - position, j - position, False, rejoined, j + rejoined == len(b))

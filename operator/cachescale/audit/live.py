@@ -54,7 +54,7 @@ from cachescale.api.engine_metrics import (
     VLLM_PREFIX_CACHE_QUERIES,
 )
 from cachescale.audit.corpus import Corpus, Record
-from cachescale.audit.explain import Outcome
+from cachescale.audit.explain import HIT_FRACTION, Outcome
 from cachescale.audit.replay import Replay, split_passes
 from cachescale.audit.result import build_result
 from cachescale.exit_codes import ExitCode
@@ -287,6 +287,7 @@ class Live:
     block_size: int
     warmup_conversations: int | None = None
     timeout_s: float = TIMEOUT_S
+    hit_fraction: float = HIT_FRACTION
 
 
 def live_result(
@@ -327,12 +328,20 @@ def live_result(
                 chain=hash_blocks(
                     record.tokens.tobytes(), live.block_size, (record.cache_salt or "").encode()
                 ),
+                hit_fraction=live.hit_fraction,
             )
         )
     result = build_result(
         corpus,
         corpus_path,
-        Replay(outcomes, live.block_size, engine.num_blocks, warm_count, engine=engine.kind),
+        Replay(
+            outcomes,
+            live.block_size,
+            engine.num_blocks,
+            warm_count,
+            engine=engine.kind,
+            hit_fraction=live.hit_fraction,
+        ),
         tokenizer_sha256,
         chat_template_sha256,
     )

@@ -57,6 +57,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
         raise argparse.ArgumentTypeError(f"not an http(s) URL: {text}")
@@ -126,7 +136,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from cachescale.audit.live import Live, LiveError, live_result
 
             metrics_url = args.metrics_url or args.endpoint.rstrip("/") + "/metrics"
-            live = Live(args.endpoint, metrics_url, args.block_size, args.warmup_conversations)
+            live = Live(
+                args.endpoint,
+                metrics_url,
+                args.block_size,
+                args.warmup_conversations,
+                hit_fraction=args.hit_fraction,
+            )
             try:
                 result = live_result(
                     corpus, args.corpus, live, pinned.sha256 if pinned else None, chat[1]
@@ -142,6 +158,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 args.warmup_conversations,
                 args.hash_algo,
                 args.engine,
+                args.hit_fraction,
+                pinned.decode if pinned else None,
             )
             result = build_result(
                 corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1]
@@ -297,6 +315,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="bound the pool as vLLM's --num-gpu-blocks-override N does: N blocks, one of "
         "them vLLM's null block, with vLLM's LRU eviction (default: unbounded)",
+    )
+    run.add_argument(
+        "--hit-fraction",
+        type=_share,
+        default=0.8,
+        metavar="X",
+        help="a request hits when it takes at least this share of its prompt from the cache: "
+        "the request hit share, and which requests are explained (default 0.8); recorded in "
+        "settings, and compare refuses results with different ones",
     )
     run.add_argument(
         "--warmup-conversations",
