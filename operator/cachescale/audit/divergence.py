@@ -85,18 +85,26 @@ def _grams(tokens: Tokens) -> npt.NDArray[np.uint64]:
 
 
 def realign(a: Tokens, b: Tokens, start: int) -> tuple[int, int] | None:
-    """Where ``a`` and ``b`` agree again past ``start``: the first position ``i`` of ``a``
-    (then the first ``j`` of ``b``) from which :data:`ANCHOR_TOKENS` tokens are equal,
-    within :data:`REORDER_SCAN_TOKENS` of ``start``; None when they never do."""
+    """Where ``a`` and ``b`` agree again past ``start``: positions ``i`` of ``a`` and ``j``
+    of ``b`` from which :data:`ANCHOR_TOKENS` tokens are equal, the closest such pair
+    (the least ``i + j``: the smallest change), within :data:`REORDER_SCAN_TOKENS` of
+    ``start``; None when they never agree again."""
     left = a[start : start + REORDER_SCAN_TOKENS + ANCHOR_TOKENS]
     right = b[start : start + REORDER_SCAN_TOKENS + ANCHOR_TOKENS]
     if min(len(left), len(right)) < ANCHOR_TOKENS:
         return None
     ga, gb = _grams(left), _grams(right)
-    for i in np.flatnonzero(np.isin(ga, gb)).tolist():
-        for j in np.flatnonzero(gb == ga[i]).tolist():
-            if np.array_equal(left[i : i + ANCHOR_TOKENS], right[j : j + ANCHOR_TOKENS]):
-                return start + i, start + j
+    order = np.argsort(gb, kind="stable")
+    ranked = gb[order]
+    slot = np.minimum(np.searchsorted(ranked, ga), len(ranked) - 1)
+    found = np.flatnonzero(ranked[slot] == ga)
+    if not len(found):
+        return None
+    first_j = order[slot[found]]
+    for k in np.argsort(found + first_j, kind="stable").tolist():
+        i, j = int(found[k]), int(first_j[k])
+        if np.array_equal(left[i : i + ANCHOR_TOKENS], right[j : j + ANCHOR_TOKENS]):
+            return start + i, start + j
     return None
 
 

@@ -164,7 +164,8 @@ def _words(change: Change, against: str) -> str:
     return f"{change.inserted} tokens in place of {change.removed}, then the same again"
 
 
-def _quote(tokens: Tokens, ref: Tokens, change: Change, against: str, ctx: Context) -> Divergence:
+def quote(tokens: Tokens, ref: Tokens, change: Change, against: str, ctx: Context) -> Divergence:
+    """The change from ``ref`` to ``tokens`` quoted: where, the ids, the words, the text."""
     position, decode = change.position, ctx.decode
 
     def text(ids: Tokens, count: int) -> str | None:
@@ -230,7 +231,7 @@ def explain(
         ref = ctx.outcomes[prev].record.tokens
         if not extends(tokens, ref):
             change = diff(tokens, ref, 0, block_size)
-            outcome.divergence = _quote(tokens, ref, change, "previous turn", ctx)
+            outcome.divergence = quote(tokens, ref, change, "previous turn", ctx)
             outcome.cause = turn_cause(change)
             return
     if _salted(outcome, ctx, start, same_start):
@@ -245,10 +246,10 @@ def explain(
         return  # all of it is cached: only the engine's last-token cap recomputes
     if best_ref is None:
         change = Change(best, len(tokens) - best, 0, False, 0)
-        outcome.divergence = _quote(tokens, tokens[:0], change, "cache", ctx)
+        outcome.divergence = quote(tokens, tokens[:0], change, "cache", ctx)
     else:
         change = diff(tokens, best_ref, best, block_size)
-        outcome.divergence = _quote(tokens, best_ref, change, "cache", ctx)
+        outcome.divergence = quote(tokens, best_ref, change, "cache", ctx)
         if ctx.bounded and best >= start + block_size:
             outcome.cause = "evicted"
             return

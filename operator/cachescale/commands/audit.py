@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cachescale.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from cachescale.audit.corpus import EncodeChat
+    from cachescale.audit.corpus import Corpus, EncodeChat
     from cachescale.audit.tokenizer import PinnedTokenizer
 
 PROG = "cachescale audit"
@@ -168,10 +168,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _fail(f"{args.corpus}: {error}")
     except HashAlgoError as error:
         return _fail(str(error))
+    if args.baseline_corpus is not None:
+        try:
+            _against(args, result, corpus, pinned, chat[0])
+        except CorpusError as error:
+            return _fail(f"--baseline-corpus {error}")
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
     return ExitCode.OK
+
+
+def _against(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    corpus: Corpus,
+    pinned: PinnedTokenizer | None,
+    encode_chat: EncodeChat | None,
+) -> None:
+    """Align the corpus with ``--baseline-corpus`` (read as the corpus was) into the result."""
+    from cachescale.audit.against import against_baseline, attach
+    from cachescale.audit.corpus import read_corpus
+
+    base = read_corpus(Path(args.baseline_corpus), pinned.encode if pinned else None, encode_chat)
+    decode = pinned.decode if pinned else None
+    attach(result, *against_baseline(corpus, base, args.block_size, decode))
 
 
 def _chat_encoder(
@@ -330,6 +351,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_positive_int,
         metavar="N",
         help="conversations in the warm-up pass (default: half, rounded down)",
+    )
+    run.add_argument(
+        "--baseline-corpus",
+        metavar="FILE",
+        help="the baseline's corpus: align every prompt with the baseline's of the same "
+        "conversation and turn and say what changed (result's 'baseline' section)",
     )
     # Live mode (audit/live.py): the corpus against a running engine and its /metrics.
     run.add_argument(
