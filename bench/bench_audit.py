@@ -11,7 +11,7 @@ reading and checking the JSONL, the replay (hashing, the engine's lookups, the c
 the result (figures, JSON). It prints the machine, the date, prompt tokens per second,
 and the raw sha256 rate on one 96-byte input (a parent digest and a 16-token block: the
 hashing floor) for comparison. The goal is under 5 s in all. Then the same corpora once
-per other setting (``--hash-algo sha256_cbor`` and ``xxhash``, ``--engine sglang``): the
+per other setting (vLLM's ``--hash-algo`` digests, ``--engine sglang``): the
 time of the whole run and its token hit rate.
 
 ``--scale`` measures the audit at 2,000 conversations × 8 turns instead (~1.6k-token
@@ -38,8 +38,14 @@ from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result, dumps
 from cachescale.sim.hashing import hash_blocks
 
-VARIANTS = (("vllm", "sha256_cbor"), ("vllm", "xxhash"), ("sglang", "sha256"))
-"""(engine, hash algorithm) settings timed beside the default vLLM + sha256."""
+VARIANTS = (
+    ("vllm", "sha256"),
+    ("vllm", "sha256_cbor"),
+    ("vllm", "xxhash"),
+    ("vllm", "xxhash_cbor"),
+    ("sglang", "fast"),
+)
+"""(engine, hash algorithm) settings timed beside the default vLLM + fast."""
 CONVERSATIONS = 50
 TURNS = 10
 SYSTEM = 2000

@@ -28,10 +28,10 @@ from cachescale.audit.explain import HIT_FRACTION, Context, Decode, Outcome, exp
 from cachescale.audit.hashing import chain_hasher
 from cachescale.sim.profiles import usable_blocks
 
-#: Why ``--engine sglang`` takes neither ``--kv-blocks`` nor ``--hash-algo``.
+#: Why ``--engine sglang`` takes none of ``--kv-blocks``, ``--hash-algo``, ``--vllm-version``.
 SGLANG_FLAGS = (
-    "--engine sglang is SGLang's unbounded radix cache: --kv-blocks and --hash-algo are "
-    "vLLM's settings"
+    "--engine sglang is SGLang's unbounded radix cache: --kv-blocks, --hash-algo and "
+    "--vllm-version are vLLM's settings"
 )
 #: Salts kept per first block, to find the same tokens cached under another salt.
 _SALTS_KEPT = 8
@@ -48,7 +48,7 @@ class Replay:
     kv_blocks: int | None
     """The engine's ``num_gpu_blocks`` (vLLM's null block included), None when unbounded."""
     warmup_conversations: int
-    hash_algo: str = "sha256"
+    hash_algo: str = "fast"
     engine: str = "vllm"
     hit_fraction: float = HIT_FRACTION
 
@@ -112,14 +112,14 @@ def replay(
     block_size: int = 16,
     kv_blocks: int | None = None,
     warmup_conversations: int | None = None,
-    hash_algo: str = "sha256",
+    hash_algo: str = "fast",
     engine: str = "vllm",
     hit_fraction: float = HIT_FRACTION,
     decode: Decode | None = None,
 ) -> Replay:
     """Replay the corpus (warm-up pass, then audit pass) and classify every miss, and every
     request that lost the reuse of its previous turn (``decode`` quotes changes as text)."""
-    if engine == "sglang" and (kv_blocks is not None or hash_algo != "sha256"):
+    if engine == "sglang" and (kv_blocks is not None or hash_algo != "fast"):
         raise ValueError(SGLANG_FLAGS)
     order, warm_count = split_passes(corpus, warmup_conversations)
     warm_ids = set(corpus.conversations[:warm_count])

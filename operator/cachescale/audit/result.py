@@ -232,7 +232,8 @@ def _cause_entry(entry: object) -> bool:
 def incompatible(baseline: dict[str, Any], candidate: dict[str, Any]) -> str | None:
     """Why two results cannot be compared (the first differing setting), or None."""
     base, cand = baseline["settings"], candidate["settings"]
-    for key in sorted(set(base) | set(cand)):
+    first = ("mode", "engine")  # the difference that explains the others
+    for key in sorted(set(base) | set(cand), key=lambda key: (key not in first, key)):
         if base.get(key) != cand.get(key):
             return (
                 f"{key} differs ({base.get(key)} in the baseline, {cand.get(key)} in the "

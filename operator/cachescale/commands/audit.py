@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 PROG = "cachescale audit"
 
 #: ``--hash-algo`` choices (``audit/hashing.py`` keeps the same tuple; a test checks).
-HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash")
+HASH_ALGOS = ("fast", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 
 #: The demo cases (``audit/demo.py`` writes them; a test keeps the two lists equal).
 DEMO_CASES = (
@@ -94,15 +94,16 @@ def _run_flags_problem(args: argparse.Namespace) -> str | None:
     if args.endpoint is None:
         if args.metrics_url is not None:
             return "--metrics-url needs --endpoint"
-        if args.engine == "sglang" and (args.kv_blocks is not None or args.hash_algo != "sha256"):
+        vllm_only = (args.kv_blocks, args.hash_algo, args.vllm_version)
+        if args.engine == "sglang" and any(flag is not None for flag in vllm_only):
             return SGLANG_FLAGS
         return None
     if args.kv_blocks is not None:
         return "--kv-blocks is for the offline replay: the engine's own pool bounds a live run"
-    if args.engine != "vllm" or args.hash_algo != "sha256":
+    if args.engine != "vllm" or args.hash_algo is not None or args.vllm_version is not None:
         return (
-            "--engine and --hash-algo are for the offline replay: a live run reads the "
-            "engine's own (from its /metrics)"
+            "--engine, --hash-algo and --vllm-version are for the offline replay: a live run "
+            "reads the engine's own (from its /metrics)"
         )
     return None
 
@@ -111,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if (problem := _run_flags_problem(args)) is not None:
         return _fail(problem)
     from cachescale.audit.corpus import CorpusError, read_corpus
-    from cachescale.audit.hashing import HashAlgoError
+    from cachescale.audit.hashing import HashAlgoError, default_algo
     from cachescale.audit.replay import replay
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
@@ -156,7 +157,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 args.block_size,
                 args.kv_blocks,
                 args.warmup_conversations,
-                args.hash_algo,
+                default_algo(args.vllm_version, args.hash_algo),
                 args.engine,
                 args.hit_fraction,
                 pinned.decode if pinned else None,
@@ -323,9 +324,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument(
         "--hash-algo",
         choices=HASH_ALGOS,
-        default=HASH_ALGOS[0],
-        help="vLLM's --prefix-caching-hash-algo: sha256 (the simulator's chain), or "
-        "sha256_cbor and xxhash byte-identical to vLLM's (cbor2, xxhash packages)",
+        help="vLLM's --prefix-caching-hash-algo, byte-identical to vLLM's: sha256, "
+        "sha256_cbor, xxhash, xxhash_cbor (cbor2, xxhash packages); or fast, the simulator's "
+        "chain (the same hits, not vLLM's digests). Default: --vllm-version's default, else fast",
+    )
+    run.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="the vLLM the corpus is for: its default --hash-algo (sha256 from 0.10.2; "
+        "fast stands in for the builtin hash before), and the algorithms it has",
     )
     run.add_argument(
         "--block-size", type=_positive_int, default=16, metavar="N", help="tokens per block"
