@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 from cachescale.audit.corpus import Corpus, CorpusError, Record
 from cachescale.audit.engines import Lookup, SglangCache, VllmCache
-from cachescale.audit.explain import HIT_FRACTION, Context, Decode, Outcome, explain, extends
+from cachescale.audit.explain import (
+    HIT_FRACTION,
+    Context,
+    Decode,
+    Outcome,
+    References,
+    explain,
+    extends,
+)
 from cachescale.audit.hashing import chain_hasher
 from cachescale.sim.profiles import usable_blocks
 
@@ -148,10 +156,41 @@ def replay(
         starts.add(index, record)
         previous[record.conversation_id] = index
         outcomes.append(outcome)
+    _decide_new_content(outcomes, hit_blocks)
+    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo, engine, hit_fraction)
+
+
+def _decide_new_content(outcomes: list[Outcome], hit_blocks: set[bytes]) -> None:
+    """New content a later request reused heals (``boundary-shift``); else ``unique``."""
     for outcome in outcomes:
         if outcome.cause is None and outcome.new_block is not None:
             outcome.cause = "boundary-shift" if outcome.new_block in hit_blocks else "unique"
-    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo, engine, hit_fraction)
+
+
+def explain_outcomes(outcomes: list[Outcome], block_size: int, decode: Decode | None) -> None:
+    """Name the causes of requests whose cached tokens an engine reported (live mode): the
+    same explanation as the replay's, with the cache's answers read from the outcomes (the
+    leading whole blocks the engine gave; earlier prompts by their chained block hashes).
+    A prompt found cached past what the engine gave was evicted by the engine's pool."""
+    references, starts = References(), _Starts(block_size)
+    explained: list[Outcome] = []
+    ctx = Context(explained, block_size, True, decode)
+    previous: dict[str, int] = {}
+    hit_blocks: set[bytes] = set()
+    for index, outcome in enumerate(outcomes):
+        record, chain = outcome.record, outcome.chain
+        salt = (record.cache_salt or "").encode()
+        blocks = min(outcome.cached_tokens // block_size, len(chain))
+        hit_blocks.update(chain[:blocks])
+        prev = previous.get(record.conversation_id)
+        if not outcome.hit or _lost_reuse(outcome, explained, prev, block_size):
+            candidates = references.candidates(chain, blocks, salt)
+            explain(outcome, ctx, prev, blocks * block_size, candidates, starts.same(record))
+        references.add(index, len(record.tokens), chain, block_size, salt)
+        starts.add(index, record)
+        previous[record.conversation_id] = index
+        explained.append(outcome)
+    _decide_new_content(outcomes, hit_blocks)
 
 
 def _lost_reuse(outcome: Outcome, outcomes: list[Outcome], prev: int | None, block: int) -> bool:

@@ -143,6 +143,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 args.block_size,
                 args.warmup_conversations,
                 hit_fraction=args.hit_fraction,
+                decode=pinned.decode if pinned else None,
             )
             try:
                 result = live_result(
