@@ -31,6 +31,13 @@ GOOD = '{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1, 2, 3]}'
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1.5]}', "integers"),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [-1]}', "integers"),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [2147483648]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, true]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, "2"]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, 1e400]}', "integers"),
+        (
+            '{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, 99999999999999999999]}',
+            "integers",
+        ),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1], "tenant": 3}', "tenant"),
         ('{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1]}', "replay order"),
     ],
