@@ -2,11 +2,12 @@
 # The pre-merge prefix-cache gate for any CI: build the corpus on the base branch and on
 # the change, audit both, compare, and leave the Markdown verdict for a review comment.
 #
-#   examples/ci/audit-gate.sh [BASE_REF]     # default: origin/main
+#   examples/ci/audit-gate.sh [BASE_REF [BUILD_CORPUS]]     # default: origin/main
 #
 # Environment (all optional):
 #   BUILD_CORPUS   the script that writes a corpus: BUILD_CORPUS OUT.jsonl, run from the
-#                  checkout being audited (default: examples/ci/build-corpus.sh of the change)
+#                  checkout being audited (default: examples/ci/build-corpus.sh of the change;
+#                  the second argument, when given, wins)
 #   AUDIT_FLAGS    extra flags for `cachescale audit run`, e.g. "--tokenizer tokenizer.json"
 #                  or "--endpoint http://127.0.0.1:8000" (live mode: an engine of its own)
 #   GATE_FLAGS     extra flags for `cachescale audit compare`, e.g. "--max-hit-rate-drop 0.02"
@@ -19,7 +20,7 @@ set -euo pipefail
 base_ref="${1:-origin/main}"
 repo="$(git rev-parse --show-toplevel)"
 out_dir="$(mkdir -p "${OUT_DIR:-cachescale-audit}" && cd "${OUT_DIR:-cachescale-audit}" && pwd)"
-build="$(realpath "${BUILD_CORPUS:-$repo/examples/ci/build-corpus.sh}")"
+build="$(realpath "${2:-${BUILD_CORPUS:-$repo/examples/ci/build-corpus.sh}}")"
 read -r -a audit_flags <<<"${AUDIT_FLAGS:-}"
 read -r -a gate_flags <<<"${GATE_FLAGS:-}"
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +66,51 @@ def results_by_setting(
         assert settings[flag.replace("-", "_")] == value
         outs.append(str(out))
     return source, outs
+
+
+#: The CI example scripts a scratch repository gets (``examples/ci/``).
+SCRIPTS = ("build-corpus.sh", "audit-gate.sh")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True)
+
+
+def gate_fixture(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A scratch app repository for the CI gate, and the environment to run it in.
+
+    ``main`` holds the example scripts; the checked-out branch ``change`` puts a timestamp
+    at the top of its prompts (its corpus builder writes the ``timestamp-top`` demo's
+    candidate corpus there, the baseline on main). ``cachescale`` on ``PATH`` runs this
+    checkout; ``OUT_DIR`` is a scratch folder.
+    """
+    repo = tmp_path / "app"
+    (repo / "examples" / "ci").mkdir(parents=True)
+    for name in SCRIPTS:
+        shutil.copy2(REPO / "examples" / "ci" / name, repo / "examples" / "ci" / name)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "gate")
+    _git(repo, "checkout", "-qb", "change")
+    builder = repo / "examples" / "ci" / "build-corpus.sh"
+    text = builder.read_text(encoding="utf-8").replace(
+        'cp "$scratch/baseline.jsonl"',
+        'side=baseline; [ -e CHANGED ] && side=candidate\ncp "$scratch/$side.jsonl"',
+    )
+    builder.write_text(text, encoding="utf-8")
+    (repo / "CHANGED").write_text("", encoding="utf-8")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "change")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cachescale").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m cachescale.commands.main "$@"\n', encoding="utf-8"
+    )
+    (bin_dir / "cachescale").chmod(0o755)
+    env = os.environ | {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO / "operator"),
+        "OUT_DIR": str(tmp_path / "out"),
+    }
+    return repo, env

@@ -31,6 +31,13 @@ GOOD = '{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1, 2, 3]}'
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1.5]}', "integers"),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [-1]}', "integers"),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [2147483648]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, true]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, "2"]}', "integers"),
+        ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, 1e400]}', "integers"),
+        (
+            '{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1, 99999999999999999999]}',
+            "integers",
+        ),
         ('{"conversation_id": "c", "turn": 1, "prompt_token_ids": [1], "tenant": 3}', "tenant"),
         ('{"conversation_id": "c", "turn": 0, "prompt_token_ids": [1]}', "replay order"),
     ],
@@ -96,5 +103,5 @@ def test_cli_regression_exits_1(tmp_path: Path) -> None:
         assert "token hit rate" in ran.stdout
     done = cli("compare", "baseline.json", "candidate.json", "--format", "markdown", cwd=tmp_path)
     assert done.returncode == ExitCode.REGRESSION, done.stderr
-    assert "variable text at the top" in done.stdout
+    assert "a span that differs on every request" in done.stdout
     assert "Traceback" not in done.stderr

@@ -16,10 +16,10 @@ from cachescale.audit.result import build_result
 from cachescale.commands.audit import DEMO_CASES
 
 EXPECTED_CAUSE = {
-    "rechunk-retrieval-first": "not-append-only",
-    "timestamp-top": "variable-top",
+    "rechunk-retrieval-first": "retrieval-rerun",
+    "timestamp-top": "variable-span",
     "shuffled-tools": "unstable-ordering",
-    "sliding-window": "not-append-only",
+    "sliding-window": "sliding-window",
     "prompt-doubled": "prompt-growth",
 }
 

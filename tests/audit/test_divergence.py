@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cachescale.audit.divergence import Tokens, common_prefix, reordered_until
+from cachescale.audit.divergence import Tokens, common_prefix, diff, realign, reordered_until
 from cachescale.audit.replay import replay
 from cachescale.audit.result import build_result
 from tests.audit.helpers import corpus
@@ -54,7 +54,7 @@ def test_the_causes_of_a_follow_up_turn() -> None:
         "boundary-shift",  # cold, and the next request reuses it: it heals
         None,  # a hit: it extends the warm-up prompt
         "unstable-ordering",
-        "variable-top",
+        "variable-span",  # one token inserted at the top
         "not-append-only",
     ]
     assert outcomes[2].divergence is not None
@@ -72,3 +72,47 @@ def test_tenants_without_a_salt_are_named() -> None:
     assert "without cache_salt" in build_result(data, "x", replay(data))["notes"][0]
     salted = corpus(*[{**r, "cache_salt": r["tenant"]} for r in records])
     assert build_result(salted, "x", replay(salted))["notes"] == []
+
+
+def _reordered_reference(a: list[int], b: list[int], start: int, agree: int) -> int | None:
+    """The rule, one token at a time: the first end where both regions hold the same
+    multiset (at least 4 tokens, ending on a differing pair), then ``agree`` equal tokens
+    or both prompts end."""
+    for end in range(start + 4, min(len(a), len(b)) + 1):
+        if a[end - 1] == b[end - 1] or sorted(a[start:end]) != sorted(b[start:end]):
+            continue
+        tail = min(agree, len(a) - end, len(b) - end)
+        if (len(a) == end == len(b)) or (tail > 0 and a[end : end + tail] == b[end : end + tail]):
+            return end
+    return None
+
+
+def test_the_reordering_test_agrees_with_the_rule_on_random_prompts() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        head = rng.integers(0, 6, 3).tolist()
+        parts = [rng.integers(0, 6, int(rng.integers(1, 5))).tolist() for _ in range(3)]
+        tail = rng.integers(0, 6, int(rng.integers(0, 8))).tolist()
+        order = rng.permutation(3).tolist()
+        a = head + [t for k in range(3) for t in parts[k]] + tail
+        b = (
+            head
+            + [t for k in order for t in parts[k]]
+            + rng.integers(0, 6, 2).tolist() * int(rng.integers(0, 2))
+        )
+        b += tail
+        got = reordered_until(ids(*a), ids(*b), 3, agree=4)
+        assert got == _reordered_reference(a, b, 3, 4), (a, b)
+
+
+def test_prompts_rejoin_at_the_closest_equal_run() -> None:
+    common = list(range(100, 140))
+    a = ids(1, 2, *range(500, 510), *common)  # 10 tokens in place of 3
+    b = ids(1, 2, 7, 8, 9, *common)
+    assert realign(a, b, 2) == (12, 5)
+    change = diff(a, b, 0, 16)
+    assert (change.position, change.inserted, change.removed) == (2, 10, 3)
+    assert change.keeps_rest
+    # Far apart: found past the first window too.
+    far = ids(*range(20000, 23000), *common)
+    assert realign(far, ids(*common), 0) == (3000, 0)

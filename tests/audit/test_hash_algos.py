@@ -1,5 +1,6 @@
 """``--hash-algo``: vLLM's block hash definitions on worked vectors, the same hits under
-every algorithm, the simulator's chain unchanged, and no comparison across algorithms.
+every algorithm, the simulator's chain as ``fast``, the default by vLLM version, and no
+comparison across algorithms.
 
 vLLM's definition (``vllm/utils/hashing.py`` and ``hash_block_tokens`` in
 ``vllm/v1/core/kv_cache_utils.py``): block ``i`` is named
@@ -21,10 +22,17 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pytest
 import xxhash
 
 from cachescale.audit.demo import build_case
-from cachescale.audit.hashing import HASH_ALGOS, HASH_SEED, chain_hasher
+from cachescale.audit.hashing import (
+    HASH_ALGOS,
+    HASH_SEED,
+    HashAlgoError,
+    chain_hasher,
+    default_algo,
+)
 from cachescale.audit.replay import replay
 from cachescale.commands import audit as command
 from cachescale.exit_codes import ExitCode
@@ -74,9 +82,74 @@ def test_xxhash_is_xxh3_128_of_the_pickled_tuple() -> None:
     assert all(a != b for a, b in zip(chain, salted, strict=True))
 
 
-def test_sha256_stays_the_simulators_chain() -> None:
-    assert chain_hasher("sha256")(TOKENS, 4, "t") == hash_blocks(TOKENS.tobytes(), 4, b"t")
+def test_fast_is_the_simulators_chain() -> None:
+    assert chain_hasher("fast")(TOKENS, 4, "t") == hash_blocks(TOKENS.tobytes(), 4, b"t")
     assert command.HASH_ALGOS == HASH_ALGOS
+
+
+def test_sha256_is_vllms_default_digest_of_the_pickled_tuple() -> None:
+    """vLLM >= 0.10.2's default, computed as vLLM computes it: ``sha256`` in
+    ``vllm/utils/hashing.py`` is ``hashlib.sha256(pickle.dumps(x,
+    protocol=pickle.HIGHEST_PROTOCOL)).digest()``; ``init_none_hash`` in
+    ``vllm/v1/core/kv_cache_utils.py`` roots the chain at ``sha256("0")`` for
+    ``PYTHONHASHSEED=0``, and ``hash_block_tokens`` hashes ``(parent, tuple(ids),
+    extra_keys)``."""
+    pickled_seed = b"\x80\x05\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x01" + b"0" + b"\x94."
+    assert pickle.dumps("0", protocol=pickle.HIGHEST_PROTOCOL) == pickled_seed
+    root = sha256(pickled_seed)
+    block0 = sha256(pickle.dumps((root, (1, 2, 3, 4), None), protocol=5))
+    block1 = sha256(pickle.dumps((block0, (100, 1000, 70000, 23), None), protocol=5))
+    salted0 = sha256(pickle.dumps((root, (1, 2, 3, 4), ("t",)), protocol=5))
+    chain = chain_hasher("sha256")
+    assert chain(TOKENS, 4, None) == [block0, block1]
+    assert chain(TOKENS, 4, "t")[0] == salted0
+    assert chain(TOKENS, 4, None) != chain_hasher("fast")(TOKENS, 4, None)
+
+
+def test_xxhash_cbor_is_xxh3_128_of_the_canonical_cbor() -> None:
+    """vLLM >= 0.13's ``xxhash_cbor`` (``vllm/utils/hashing.py``):
+    ``xxh3_128_digest(cbor2.dumps(x, canonical=True))``, chained by ``hash_block_tokens``
+    from ``NONE_HASH = xxhash_cbor("0")`` (``init_none_hash``, ``PYTHONHASHSEED=0``). The
+    CBOR is the worked bytes of the ``sha256_cbor`` vector above, with 16-byte digests
+    (``0x50``) as parents."""
+    root = xxhash.xxh3_128_digest(b"\x61" + b"0")
+    block0 = xxhash.xxh3_128_digest(b"\x83\x50" + root + b"\x84\x01\x02\x03\x04" + b"\xf6")
+    block1 = xxhash.xxh3_128_digest(
+        b"\x83\x50" + block0 + b"\x84\x18\x64\x19\x03\xe8\x1a\x00\x01\x11\x70\x17" + b"\xf6"
+    )
+    salted0 = xxhash.xxh3_128_digest(b"\x83\x50" + root + b"\x84\x01\x02\x03\x04\x81\x61t")
+    chain = chain_hasher("xxhash_cbor")
+    assert chain(TOKENS, 4, None) == [block0, block1]
+    assert chain(TOKENS, 4, "t")[0] == salted0
+
+
+def test_the_vllm_version_picks_the_default_and_bounds_the_choice(tmp_path: Path) -> None:
+    assert default_algo(None) == "fast"
+    assert default_algo("0.10.1") == "fast"  # Python's builtin hash: fast stands in
+    assert default_algo("0.10.2") == "sha256"
+    assert default_algo("v0.13.0rc1") == "sha256"
+    assert default_algo("0.13", "xxhash_cbor") == "xxhash_cbor"
+    with pytest.raises(HashAlgoError, match=r"vLLM 0\.12\.1 has none \(from 0\.13\)"):
+        default_algo("0.12.1", "xxhash")
+    with pytest.raises(HashAlgoError, match="not a version"):
+        default_algo("main")
+    source = tmp_path / "c.jsonl"
+    source.write_text(
+        "\n".join(
+            json.dumps({"conversation_id": c, "turn": 0, "prompt_token_ids": list(range(40))})
+            for c in ("a", "b")
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "r.json"
+    done = cli("run", str(source), "--out", str(out), "--vllm-version", "0.11.0")
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert json.loads(out.read_text(encoding="utf-8"))["settings"]["hash_algo"] == "sha256"
+    done = cli(
+        "run", str(source), "--out", str(out), "--vllm-version", "0.9.2", "--hash-algo", "xxhash"
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert done.stderr.count("\n") == 1
 
 
 def test_every_algorithm_gives_the_same_hits_and_causes() -> None:
@@ -85,7 +158,7 @@ def test_every_algorithm_gives_the_same_hits_and_causes() -> None:
         data = corpus(*(json.loads(line) for line in lines))
         runs = [replay(data, hash_algo=algo) for algo in HASH_ALGOS]
         figures = [[(o.cached_tokens, o.cause) for o in run.outcomes] for run in runs]
-        assert figures[0] == figures[1] == figures[2]
+        assert all(figure == figures[0] for figure in figures)
         assert [run.hash_algo for run in runs] == list(HASH_ALGOS)
 
 

@@ -100,7 +100,9 @@ def test_on_a_demo_corpus_sglang_hits_at_least_as_much_and_keeps_the_causes() ->
         )
         assert s_rate >= v_rate
     # A timestamp near the top defeats both caches in the same way.
-    assert {o.cause for o in sglang.outcomes if o.pass_name == "audit"} - {None} == {"variable-top"}
+    assert {o.cause for o in sglang.outcomes if o.pass_name == "audit"} - {None} == {
+        "variable-span"
+    }
 
 
 def test_the_engine_is_a_setting_and_sglang_refuses_vllms_flags(tmp_path: Path) -> None:

@@ -54,6 +54,22 @@ def audit(tmp_path: Path, corpus: list[dict[str, object]], *flags: str) -> dict[
     return result
 
 
+def _without_text(causes: object) -> object:
+    """The causes without the words and decoded text of each example."""
+    assert isinstance(causes, dict)
+    text = ("where", "text", "reference_text")
+    return {
+        name: [
+            {
+                **e,
+                "examples": [{k: v for k, v in x.items() if k not in text} for x in e["examples"]],
+            }
+            for e in entries
+        ]
+        for name, entries in causes.items()
+    }
+
+
 def test_text_prompts_audit_exactly_as_their_token_ids(tmp_path: Path) -> None:
     path = write_tokenizer(tmp_path / "tokenizer.json", WORDS)
     pinned = load_tokenizer(path)
@@ -66,7 +82,12 @@ def test_text_prompts_audit_exactly_as_their_token_ids(tmp_path: Path) -> None:
     from_text = audit(tmp_path, text, "--tokenizer", str(path))
     from_ids = audit(tmp_path, ids)
     assert from_text["passes"] == from_ids["passes"]
-    assert from_text["causes"] == from_ids["causes"]
+    assert _without_text(from_text["causes"]) == _without_text(from_ids["causes"])
+    # With the tokenizer the changed span is quoted as text too.
+    example = from_text["causes"]["audit"][0]["examples"][0]  # type: ignore[index]
+    assert (example["text"], example["reference_text"]) == ("w62", "w60")
+    assert "[63] 'w62' where the cache has [61] 'w60'" in example["where"]
+    assert from_ids["causes"]["audit"][0]["examples"][0]["text"] is None  # type: ignore[index]
     assert from_text["settings"]["tokenizer"] == pinned.sha256  # type: ignore[index]
     assert from_ids["settings"]["tokenizer"] is None  # type: ignore[index]
     # The shared system prompt hits: a cache that saw nothing would make this 0.

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from cachescale.audit.against import MEANINGS
 from cachescale.audit.result import CHAIN_BYTES
 
 #: Hex characters per block in a result's ``chain``.
@@ -197,9 +198,55 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], limits: Thresho
         cause = str(named["cause"])
     else:
         headline = "REGRESSION: no single cause found (see the figures)"
+    if not failures:
+        notes += _under_the_gates(causes)
+    notes += _baseline_notes(candidate.get("baseline"))
     notes += [f"candidate: {note}" for note in _strings(candidate.get("notes"))]
     warnings = _strings(candidate.get("warnings"))
     return Verdict(rows, failures, causes, headline, notes, cause, warnings)
+
+
+def _under_the_gates(causes: list[dict[str, Any]]) -> list[str]:
+    """A cause that costs recomputation while every gate passes (a sliding window whose
+    requests still hit), named all the same."""
+    notes = []
+    for row in causes:
+        if row["cause"] in _BENIGN or row["recomputed_tokens_change"] <= 0:
+            continue
+        example = row["examples"][0] if row["examples"] else None
+        where = (
+            f"; e.g. conversation {example['conversation_id']} turn {example['turn']}: "
+            f"{example['where']}"
+            if example
+            else ""
+        )
+        notes.append(
+            f"under the gates, {row['cause']} costs {row['recomputed_tokens_change']:+,} "
+            f"recomputed tokens ({row['baseline_requests']} → {row['candidate_requests']} "
+            f"requests): {row['meaning']}{where}"
+        )
+    return notes
+
+
+def _baseline_notes(section: object) -> list[str]:
+    """What the change did to the prompts, when the candidate was run with
+    ``--baseline-corpus`` (``audit/against.py``)."""
+    if not isinstance(section, dict) or not section.get("changes"):
+        return []
+    changes = section["changes"]
+    counts = ", ".join(f"{entry['cause']} {entry['requests']}" for entry in changes)
+    first = changes[0]["examples"][0] if changes[0]["examples"] else None
+    example = (
+        f"; e.g. conversation {first['conversation_id']} turn {first['turn']}: {first['where']}"
+        if first
+        else ""
+    )
+    notes = [
+        f"against the baseline corpus, {section['changed']} of {section['matched']} requests "
+        f"changed: {counts}{example}"
+    ]
+    notes += [MEANINGS[e["cause"]] for e in changes if e["cause"] in MEANINGS]
+    return notes
 
 
 def _strings(value: object) -> list[str]:

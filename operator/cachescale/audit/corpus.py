@@ -124,6 +124,20 @@ def _prompt_ids(
     return tokenize(prompt)
 
 
+def _token_ids(ids: list[object]) -> npt.NDArray[np.int32] | None:
+    """The ids as int32, or None unless every one is an integer (not a bool) in
+    ``[0, MAX_TOKEN_ID]``: the types checked at C speed, the range in numpy."""
+    if set(map(type, ids)) != {int}:
+        return None
+    try:
+        wide = np.asarray(ids, dtype=np.int64)
+    except OverflowError:
+        return None
+    if int(wide.min()) < 0 or int(wide.max()) > MAX_TOKEN_ID:
+        return None
+    return wide.astype(np.int32)
+
+
 def _record(
     path: Path, line: int, text: str, tokenize: Tokenize | None, encode_chat: EncodeChat | None
 ) -> Record:
@@ -144,7 +158,8 @@ def _record(
         raise _field_error(path, line, "'turn' must be an integer >= 0")
     if not isinstance(ids, list) or not ids:
         raise _field_error(path, line, "'prompt_token_ids' must be a non-empty list")
-    if not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in ids):
+    tokens = _token_ids(ids)
+    if tokens is None:
         raise _field_error(
             path, line, f"'prompt_token_ids' must hold integers in [0, {MAX_TOKEN_ID}]"
         )
@@ -158,7 +173,7 @@ def _record(
         line=line,
         conversation_id=str(conversation),
         turn=turn,
-        tokens=np.asarray(ids, dtype=np.int32),
+        tokens=tokens,
         tenant=optional["tenant"],
         cache_salt=optional["cache_salt"],
     )

@@ -20,8 +20,9 @@ SGLang's ``prefill_effective_tokens_total{mode}``.
 The counters are the engine's, not the audit's: anything else the engine serves meanwhile
 moves them too. A request whose query tokens differ from its prompt is reported in the
 result's notes (other traffic, a preemption, or counters that lag the response), never
-silently absorbed. The causes ("why") need the prompts compared token by token, which is
-the offline audit's work: a live result lists none and says so.
+silently absorbed. The causes ("why") come from the corpus itself, as offline: every
+request the engine served short is compared token by token with its previous turn or the
+earlier prompts (``replay.explain_outcomes``), the engine's counters saying what hit.
 
 Standard library only (``urllib``), so the audit stays on the core install; TLS is
 verified against the system's trust store (``SSL_CERT_FILE`` to add one); an
@@ -54,8 +55,8 @@ from cachescale.api.engine_metrics import (
     VLLM_PREFIX_CACHE_QUERIES,
 )
 from cachescale.audit.corpus import Corpus, Record
-from cachescale.audit.explain import Outcome
-from cachescale.audit.replay import Replay, split_passes
+from cachescale.audit.explain import HIT_FRACTION, Decode, Outcome
+from cachescale.audit.replay import Replay, explain_outcomes, split_passes
 from cachescale.audit.result import build_result
 from cachescale.exit_codes import ExitCode
 from cachescale.sim.hashing import hash_blocks
@@ -287,6 +288,9 @@ class Live:
     block_size: int
     warmup_conversations: int | None = None
     timeout_s: float = TIMEOUT_S
+    hit_fraction: float = HIT_FRACTION
+    decode: Decode | None = None
+    """The tokenizer's decoder, to quote changed spans as text."""
 
 
 def live_result(
@@ -327,12 +331,21 @@ def live_result(
                 chain=hash_blocks(
                     record.tokens.tobytes(), live.block_size, (record.cache_salt or "").encode()
                 ),
+                hit_fraction=live.hit_fraction,
             )
         )
+    explain_outcomes(outcomes, live.block_size, live.decode)
     result = build_result(
         corpus,
         corpus_path,
-        Replay(outcomes, live.block_size, engine.num_blocks, warm_count, engine=engine.kind),
+        Replay(
+            outcomes,
+            live.block_size,
+            engine.num_blocks,
+            warm_count,
+            engine=engine.kind,
+            hit_fraction=live.hit_fraction,
+        ),
         tokenizer_sha256,
         chat_template_sha256,
     )
@@ -348,8 +361,8 @@ def live_result(
 
 def _notes(mismatched: int, requests: int) -> list[str]:
     notes = [
-        "live mode: the figures are the engine's prefix-cache counters; the causes need the "
-        "prompts compared token by token: run the offline audit on the same corpus for them"
+        "live mode: the figures are the engine's prefix-cache counters; the causes come from "
+        "the corpus's prompts compared token by token, the engine's counters saying what hit"
     ]
     if mismatched:
         notes.append(

@@ -11,9 +11,10 @@ requests reused.
 Two passes, as in the incident team's CI: warm-up, then audit. A static corpus replayed
 twice would hit in full the second time by construction, so the passes are the corpus's
 conversations split in two (the first ones, in order of appearance, warm the cache; the
-rest are audited against it). Each missed request is then compared at token level with
-the longest cached prompt it could have matched and with its conversation's previous
-turn, and the first divergence is classified (:data:`CAUSES`, ``audit/explain.py``).
+rest are audited against it). Each missed request, and each request that lost the reuse
+of its conversation's previous turn (a hit or not), is then compared at token level with
+that turn or with the longest cached prompt it could have matched, and what changed names
+the cause (``audit/explain.py``, ``audit/causes.py``).
 """
 
 from __future__ import annotations
@@ -23,30 +24,25 @@ from dataclasses import dataclass
 
 from cachescale.audit.corpus import Corpus, CorpusError, Record
 from cachescale.audit.engines import Lookup, SglangCache, VllmCache
-from cachescale.audit.explain import Outcome, explain
+from cachescale.audit.explain import (
+    HIT_FRACTION,
+    Context,
+    Decode,
+    Outcome,
+    References,
+    explain,
+    extends,
+)
 from cachescale.audit.hashing import chain_hasher
 from cachescale.sim.profiles import usable_blocks
 
-#: Cause ids, in the order reports list them, with their one-line meaning.
-CAUSES: dict[str, str] = {
-    "variable-top": "variable text at the top: prompts differ within their first two blocks "
-    "(a timestamp or request id in the system prompt?)",
-    "not-append-only": "history not append-only: a turn does not extend the previous one "
-    "(retrieval re-run ahead of the history, or sliding-window truncation)",
-    "unstable-ordering": "unstable ordering: the same tokens in another order "
-    "(tool definitions or JSON keys in nondeterministic order)",
-    "evicted": "evicted: the prefix was computed before but the bounded pool (--kv-blocks) "
-    "evicted it",
-    "boundary-shift": "new content that later requests reuse: a boundary shift or a cold "
-    "prefix, which heals after warm-up (not a regression by itself)",
-    "unique": "genuinely unique: content no other request shares",
-}
-
-#: Why ``--engine sglang`` takes neither ``--kv-blocks`` nor ``--hash-algo``.
+#: Why ``--engine sglang`` takes none of ``--kv-blocks``, ``--hash-algo``, ``--vllm-version``.
 SGLANG_FLAGS = (
-    "--engine sglang is SGLang's unbounded radix cache: --kv-blocks and --hash-algo are "
-    "vLLM's settings"
+    "--engine sglang is SGLang's unbounded radix cache: --kv-blocks, --hash-algo and "
+    "--vllm-version are vLLM's settings"
 )
+#: Salts kept per first block, to find the same tokens cached under another salt.
+_SALTS_KEPT = 8
 _WARMUP = "warmup"
 _AUDIT = "audit"
 
@@ -60,8 +56,9 @@ class Replay:
     kv_blocks: int | None
     """The engine's ``num_gpu_blocks`` (vLLM's null block included), None when unbounded."""
     warmup_conversations: int
-    hash_algo: str = "sha256"
+    hash_algo: str = "fast"
     engine: str = "vllm"
+    hit_fraction: float = HIT_FRACTION
 
 
 def split_passes(corpus: Corpus, warmup: int | None) -> tuple[list[Record], int]:
@@ -123,11 +120,14 @@ def replay(
     block_size: int = 16,
     kv_blocks: int | None = None,
     warmup_conversations: int | None = None,
-    hash_algo: str = "sha256",
+    hash_algo: str = "fast",
     engine: str = "vllm",
+    hit_fraction: float = HIT_FRACTION,
+    decode: Decode | None = None,
 ) -> Replay:
-    """Replay the corpus (warm-up pass, then audit pass) and classify every miss."""
-    if engine == "sglang" and (kv_blocks is not None or hash_algo != "sha256"):
+    """Replay the corpus (warm-up pass, then audit pass) and classify every miss, and every
+    request that lost the reuse of its previous turn (``decode`` quotes changes as text)."""
+    if engine == "sglang" and (kv_blocks is not None or hash_algo != "fast"):
         raise ValueError(SGLANG_FLAGS)
     order, warm_count = split_passes(corpus, warmup_conversations)
     warm_ids = set(corpus.conversations[:warm_count])
@@ -136,31 +136,89 @@ def replay(
     serve = _server(engine, order, block_size, kv_blocks)
     previous: dict[str, int] = {}
     outcomes: list[Outcome] = []
+    ctx = Context(outcomes, block_size, kv_blocks is not None, decode)
+    starts = _Starts(block_size)
     hit_blocks: set[bytes] = set()
     for index, (record, hashes) in enumerate(zip(order, chains, strict=True)):
-        length = len(record.tokens)
         found = serve(index, record, hashes)
         outcome = Outcome(
             record=record,
             pass_name=_WARMUP if record.conversation_id in warm_ids else _AUDIT,
-            prompt_tokens=length,
+            prompt_tokens=len(record.tokens),
             cached_tokens=found.cached_tokens,
             chain=hashes,
+            hit_fraction=hit_fraction,
         )
         hit_blocks.update(hashes[: found.cached_tokens // block_size])
-        if not outcome.hit:
-            explain(
-                outcome,
-                outcomes,
-                previous.get(record.conversation_id),
-                found.known,
-                found.candidates,
-                block_size,
-                kv_blocks is not None,
-            )
+        prev = previous.get(record.conversation_id)
+        if not outcome.hit or _lost_reuse(outcome, outcomes, prev, block_size):
+            explain(outcome, ctx, prev, found.known, found.candidates, starts.same(record))
+        starts.add(index, record)
         previous[record.conversation_id] = index
         outcomes.append(outcome)
+    _decide_new_content(outcomes, hit_blocks)
+    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo, engine, hit_fraction)
+
+
+def _decide_new_content(outcomes: list[Outcome], hit_blocks: set[bytes]) -> None:
+    """New content a later request reused heals (``boundary-shift``); else ``unique``."""
     for outcome in outcomes:
         if outcome.cause is None and outcome.new_block is not None:
             outcome.cause = "boundary-shift" if outcome.new_block in hit_blocks else "unique"
-    return Replay(outcomes, block_size, kv_blocks, warm_count, hash_algo, engine)
+
+
+def explain_outcomes(outcomes: list[Outcome], block_size: int, decode: Decode | None) -> None:
+    """Name the causes of requests whose cached tokens an engine reported (live mode): the
+    same explanation as the replay's, with the cache's answers read from the outcomes (the
+    leading whole blocks the engine gave; earlier prompts by their chained block hashes).
+    A prompt found cached past what the engine gave was evicted by the engine's pool."""
+    references, starts = References(), _Starts(block_size)
+    explained: list[Outcome] = []
+    ctx = Context(explained, block_size, True, decode)
+    previous: dict[str, int] = {}
+    hit_blocks: set[bytes] = set()
+    for index, outcome in enumerate(outcomes):
+        record, chain = outcome.record, outcome.chain
+        salt = (record.cache_salt or "").encode()
+        blocks = min(outcome.cached_tokens // block_size, len(chain))
+        hit_blocks.update(chain[:blocks])
+        prev = previous.get(record.conversation_id)
+        if not outcome.hit or _lost_reuse(outcome, explained, prev, block_size):
+            candidates = references.candidates(chain, blocks, salt)
+            explain(outcome, ctx, prev, blocks * block_size, candidates, starts.same(record))
+        references.add(index, len(record.tokens), chain, block_size, salt)
+        starts.add(index, record)
+        previous[record.conversation_id] = index
+        explained.append(outcome)
+    _decide_new_content(outcomes, hit_blocks)
+
+
+def _lost_reuse(outcome: Outcome, outcomes: list[Outcome], prev: int | None, block: int) -> bool:
+    """True when a request took a block or more less from the cache than its previous
+    turn holds, because it does not extend that turn (a sliding window that still hits)."""
+    if prev is None:
+        return False
+    previous = outcomes[prev].record.tokens
+    return outcome.cached_tokens + block <= len(previous) and not extends(
+        outcome.record.tokens, previous
+    )
+
+
+class _Starts:
+    """Earlier prompts by the tokens of their first block, the first one per salt: where a
+    ``cache_salt`` kept a prompt from the same tokens cached under another one."""
+
+    def __init__(self, block_size: int) -> None:
+        self._block_size = block_size
+        self._by_start: dict[bytes, dict[str | None, int]] = {}
+
+    def same(self, record: Record) -> list[int]:
+        """Earlier prompts whose first block holds this prompt's first block's tokens."""
+        known = self._by_start.get(record.tokens[: self._block_size].tobytes())
+        return list(known.values()) if known else []
+
+    def add(self, index: int, record: Record) -> None:
+        """Register a prompt (the first of each salt, for the first few salts)."""
+        known = self._by_start.setdefault(record.tokens[: self._block_size].tobytes(), {})
+        if len(known) < _SALTS_KEPT:
+            known.setdefault(record.cache_salt, index)

@@ -19,9 +19,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cachescale.audit.causes import CAUSES
 from cachescale.audit.corpus import Corpus
-from cachescale.audit.explain import HIT_FRACTION, Outcome
-from cachescale.audit.replay import CAUSES, Replay
+from cachescale.audit.explain import Outcome
+from cachescale.audit.replay import Replay
 from cachescale.audit.tenancy import tenancy
 
 FORMAT = "cachescale-audit/v1"
@@ -85,6 +86,10 @@ def _causes(outcomes: list[Outcome]) -> list[dict[str, Any]]:
                         "position": o.divergence.position,
                         "block": o.divergence.block,
                         "against": o.divergence.against,
+                        "inserted": o.divergence.inserted,
+                        "removed": o.divergence.removed,
+                        "text": o.divergence.text,
+                        "reference_text": o.divergence.reference_text,
                     }
                     for o in hit[:EXAMPLES]
                     if o.divergence is not None
@@ -136,7 +141,7 @@ def build_result(
             "hash_algo": replay.hash_algo,
             "tokenizer": tokenizer_sha256,
             "chat_template": chat_template_sha256,
-            "hit_fraction": HIT_FRACTION,
+            "hit_fraction": replay.hit_fraction,
         },
         "corpus": {
             "path": corpus_path,
@@ -227,7 +232,8 @@ def _cause_entry(entry: object) -> bool:
 def incompatible(baseline: dict[str, Any], candidate: dict[str, Any]) -> str | None:
     """Why two results cannot be compared (the first differing setting), or None."""
     base, cand = baseline["settings"], candidate["settings"]
-    for key in sorted(set(base) | set(cand)):
+    first = ("mode", "engine")  # the difference that explains the others
+    for key in sorted(set(base) | set(cand), key=lambda key: (key not in first, key)):
         if base.get(key) != cand.get(key):
             return (
                 f"{key} differs ({base.get(key)} in the baseline, {cand.get(key)} in the "

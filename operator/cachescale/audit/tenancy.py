@@ -100,9 +100,9 @@ def tenancy(
             f"{named}"
         )
     warnings = []
-    if hash_algo == "xxhash":
+    if hash_algo in ("xxhash", "xxhash_cbor"):
         warnings.append(
-            f"--hash-algo xxhash is not a cryptographic hash: with {len(tenants)} tenants in "
+            f"--hash-algo {hash_algo} is not a cryptographic hash: with {len(tenants)} tenants in "
             "one cache, a crafted prompt can collide with another tenant's block (wrong KV "
             "reused, or a probe of what others sent); use sha256 or sha256_cbor"
         )

@@ -13,6 +13,7 @@ chat endpoint does.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ class PinnedTokenizer:
     encode_rendered: Tokenize
     """A rendered chat's ids, as they stand (the template wrote the special tokens)."""
     sha256: str
+    decode: Callable[[list[int]], str]
+    """Ids to their text, special tokens kept (to quote where prompts part)."""
 
 
 def load_tokenizer(path: Path) -> PinnedTokenizer:
@@ -59,6 +62,12 @@ def load_tokenizer(path: Path) -> PinnedTokenizer:
     def encode_rendered(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False))
+
     return PinnedTokenizer(
-        encode=encode, encode_rendered=encode_rendered, sha256=hashlib.sha256(data).hexdigest()
+        encode=encode,
+        encode_rendered=encode_rendered,
+        sha256=hashlib.sha256(data).hexdigest(),
+        decode=decode,
     )

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from cachescale.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from cachescale.audit.corpus import EncodeChat
+    from cachescale.audit.corpus import Corpus, EncodeChat
     from cachescale.audit.tokenizer import PinnedTokenizer
 
 PROG = "cachescale audit"
 
 #: ``--hash-algo`` choices (``audit/hashing.py`` keeps the same tuple; a test checks).
-HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash")
+HASH_ALGOS = ("fast", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 
 #: The demo cases (``audit/demo.py`` writes them; a test keeps the two lists equal).
 DEMO_CASES = (
@@ -57,6 +57,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
         raise argparse.ArgumentTypeError(f"not an http(s) URL: {text}")
@@ -84,15 +94,16 @@ def _run_flags_problem(args: argparse.Namespace) -> str | None:
     if args.endpoint is None:
         if args.metrics_url is not None:
             return "--metrics-url needs --endpoint"
-        if args.engine == "sglang" and (args.kv_blocks is not None or args.hash_algo != "sha256"):
+        vllm_only = (args.kv_blocks, args.hash_algo, args.vllm_version)
+        if args.engine == "sglang" and any(flag is not None for flag in vllm_only):
             return SGLANG_FLAGS
         return None
     if args.kv_blocks is not None:
         return "--kv-blocks is for the offline replay: the engine's own pool bounds a live run"
-    if args.engine != "vllm" or args.hash_algo != "sha256":
+    if args.engine != "vllm" or args.hash_algo is not None or args.vllm_version is not None:
         return (
-            "--engine and --hash-algo are for the offline replay: a live run reads the "
-            "engine's own (from its /metrics)"
+            "--engine, --hash-algo and --vllm-version are for the offline replay: a live run "
+            "reads the engine's own (from its /metrics)"
         )
     return None
 
@@ -101,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if (problem := _run_flags_problem(args)) is not None:
         return _fail(problem)
     from cachescale.audit.corpus import CorpusError, read_corpus
-    from cachescale.audit.hashing import HashAlgoError
+    from cachescale.audit.hashing import HashAlgoError, default_algo
     from cachescale.audit.replay import replay
     from cachescale.audit.result import build_result, dumps
     from cachescale.audit.summary import render_run
@@ -126,7 +137,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from cachescale.audit.live import Live, LiveError, live_result
 
             metrics_url = args.metrics_url or args.endpoint.rstrip("/") + "/metrics"
-            live = Live(args.endpoint, metrics_url, args.block_size, args.warmup_conversations)
+            live = Live(
+                args.endpoint,
+                metrics_url,
+                args.block_size,
+                args.warmup_conversations,
+                hit_fraction=args.hit_fraction,
+                decode=pinned.decode if pinned else None,
+            )
             try:
                 result = live_result(
                     corpus, args.corpus, live, pinned.sha256 if pinned else None, chat[1]
@@ -140,8 +158,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 args.block_size,
                 args.kv_blocks,
                 args.warmup_conversations,
-                args.hash_algo,
+                default_algo(args.vllm_version, args.hash_algo),
                 args.engine,
+                args.hit_fraction,
+                pinned.decode if pinned else None,
             )
             result = build_result(
                 corpus, args.corpus, outcome, pinned.sha256 if pinned else None, chat[1]
@@ -150,10 +170,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _fail(f"{args.corpus}: {error}")
     except HashAlgoError as error:
         return _fail(str(error))
+    if args.baseline_corpus is not None:
+        try:
+            _against(args, result, corpus, pinned, chat[0])
+        except CorpusError as error:
+            return _fail(f"--baseline-corpus {error}")
     if (problem := _write(Path(args.out), dumps(result))) is not None:
         return _fail(f"--out {problem}")
     sys.stdout.write(render_run(result))
     return ExitCode.OK
+
+
+def _against(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    corpus: Corpus,
+    pinned: PinnedTokenizer | None,
+    encode_chat: EncodeChat | None,
+) -> None:
+    """Align the corpus with ``--baseline-corpus`` (read as the corpus was) into the result."""
+    from cachescale.audit.against import against_baseline, attach
+    from cachescale.audit.corpus import read_corpus
+
+    base = read_corpus(Path(args.baseline_corpus), pinned.encode if pinned else None, encode_chat)
+    decode = pinned.decode if pinned else None
+    attach(result, *against_baseline(corpus, base, args.block_size, decode))
 
 
 def _chat_encoder(
@@ -284,9 +325,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument(
         "--hash-algo",
         choices=HASH_ALGOS,
-        default=HASH_ALGOS[0],
-        help="vLLM's --prefix-caching-hash-algo: sha256 (the simulator's chain), or "
-        "sha256_cbor and xxhash byte-identical to vLLM's (cbor2, xxhash packages)",
+        help="vLLM's --prefix-caching-hash-algo, byte-identical to vLLM's: sha256, "
+        "sha256_cbor, xxhash, xxhash_cbor (cbor2, xxhash packages); or fast, the simulator's "
+        "chain (the same hits, not vLLM's digests). Default: --vllm-version's default, else fast",
+    )
+    run.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="the vLLM the corpus is for: its default --hash-algo (sha256 from 0.10.2; "
+        "fast stands in for the builtin hash before), and the algorithms it has",
     )
     run.add_argument(
         "--block-size", type=_positive_int, default=16, metavar="N", help="tokens per block"
@@ -299,10 +346,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "them vLLM's null block, with vLLM's LRU eviction (default: unbounded)",
     )
     run.add_argument(
+        "--hit-fraction",
+        type=_share,
+        default=0.8,
+        metavar="X",
+        help="a request hits when it takes at least this share of its prompt from the cache: "
+        "the request hit share, and which requests are explained (default 0.8); recorded in "
+        "settings, and compare refuses results with different ones",
+    )
+    run.add_argument(
         "--warmup-conversations",
         type=_positive_int,
         metavar="N",
         help="conversations in the warm-up pass (default: half, rounded down)",
+    )
+    run.add_argument(
+        "--baseline-corpus",
+        metavar="FILE",
+        help="the baseline's corpus: align every prompt with the baseline's of the same "
+        "conversation and turn and say what changed (result's 'baseline' section)",
     )
     # Live mode (audit/live.py): the corpus against a running engine and its /metrics.
     run.add_argument(
