@@ -34,7 +34,7 @@ from cachescale.audit.hashing import (
     default_algo,
 )
 from cachescale.audit.replay import replay
-from cachescale.commands import audit as command
+from cachescale.commands import audit_flags as command
 from cachescale.exit_codes import ExitCode
 from cachescale.sim.hashing import hash_blocks
 from tests.audit.helpers import cli, corpus, results_by_setting
