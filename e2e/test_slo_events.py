@@ -2,18 +2,20 @@
 
 What runs where: the API server and the controllers are real (envtest, or the cluster in
 KUBECONFIG); the operator runs out of cluster as ``cachescale run`` with a TokenRequest
-token for the chart's ServiceAccount; the serving Deployment's pods are real and their
-engines' metrics come from ``cachescale emulate`` through a real Prometheus
-(e2e/serving.py).
+token for the chart's ServiceAccount; the serving Deployment's pods are real. The
+"Prometheus" is the scripted fake on loopback (tests/gather/gather_fakes.py) answering the
+gather layer's queries for a healthy fleet of those pods whose TTFT p95 is
+``SERVED_P95_S`` (tests/controller/engine_fake.py): no scrape to wait for.
 
-The policy's TTFT p95 objective is set far below what the emulated engines serve, in
-Advise mode so nothing is patched: once the breach has held for ``cache.collapseWindows``
-evaluations, ``SLOMet`` turns False and the operator posts a Warning ``SLOAtRisk`` that
-quotes the p95 read and the objective. The objective is then raised above the p95, and the
-next evaluation posts a Normal ``SLOMetRecovered`` quoting the p95 within the new objective
-and how long the breach lasted (controller/reconcile/condition_events.py).
+The policy's TTFT p95 objective is set below that, in Advise mode so nothing is patched:
+once the breach has held for ``cache.collapseWindows`` evaluations, ``SLOMet`` turns False
+and the operator posts a Warning ``SLOAtRisk`` that quotes the p95 read and the objective.
+The objective is then raised above the p95, and the next evaluation posts a Normal
+``SLOMetRecovered`` quoting the p95 within the new objective and how long the breach lasted
+(controller/reconcile/condition_events.py).
 
-Wall time is bound by the policy's minimum window: about 90 s from the policy's creation.
+Wall time is bound by the policy's minimum window: nothing is decided before a full minute
+of data.
 """
 
 from __future__ import annotations
@@ -27,27 +29,29 @@ from e2e.harness.cluster import Cluster
 from e2e.harness.release import Release
 from e2e.kube_helpers import apply, condition_of, events_for, get, until
 from e2e.operators import operator_process
-from e2e.serving import APP, create_stack, emulated_metrics
+from e2e.serving import APP, create_stack
 from tests.controller.cluster import policy as policy_body
+from tests.controller.engine_fake import EngineFake, EngineNumbers
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess
-from tests.prometheus_fixture import fixed_fleet_scenario
+from tests.gather.gather_fakes import fake_prometheus
 
 MODEL = "llama-3-8b"
 PODS = 2
-SPEED = 4.0
+SERVED_P95_S = 0.5
+"""The fake engines' TTFT p95."""
 TIGHT_SLO_S = 0.01
-"""Below the emulated engines' TTFT p95 (a prefill of hundreds of tokens): a breach."""
+"""Below what the engines serve: a breach."""
 LOOSE_SLO_S = 60.0
 """Far above it: met again."""
-WINDOWS = 2
-"""``cache.collapseWindows``: the breach must hold for two evaluations before it warns."""
+WINDOWS = 1
+"""``cache.collapseWindows``: the breach warns at the first evaluation that may decide."""
 BREACH_TIMEOUT_S = 120.0
 """Nothing is decided before the policy's first full window (1m, the least there is) of
-data, then the breach must hold for ``WINDOWS`` evaluations 10 s apart."""
+data; evaluations are 10 s apart."""
 RECOVERY_TIMEOUT_S = 40.0
 SECONDS = r"([0-9][0-9,]*(?:\.[0-9]+)?) s"
 WARNING = re.compile(
-    rf"^SLOMet=False: TTFT p95 {SECONDS}.* above the {SECONDS} SLO, (\d+) evaluations in a row$"
+    rf"^SLOMet=False: TTFT p95 {SECONDS}.* above the {SECONDS} SLO, (\d+) evaluations? in a row$"
 )
 RECOVERED = re.compile(
     rf"^SLOMet=True: TTFT p95 {SECONDS}.* within the {SECONDS} SLO; it was False \(SLOAtRisk\)"
@@ -99,19 +103,22 @@ def test_an_slo_breach_warns_and_its_recovery_is_a_normal_event(
         tmp_path / "operator.kubeconfig", release.namespace, release.service_account
     )
     _, pods = create_stack(cluster, namespace, MODEL, PODS)
-    scenario = fixed_fleet_scenario(replicas=PODS, duration_s=180 * SPEED)
+    selector = {"namespace": namespace, "model_name": MODEL}
+    engines = EngineFake()
+    engines.set(selector, EngineNumbers(pods=tuple(pods), ttft_p95_s=SERVED_P95_S))
     with (
-        emulated_metrics(tmp_path, namespace, MODEL, scenario, pods, speed=SPEED) as metrics,
+        fake_prometheus() as prometheus,
         operator_process(
             tmp_path / "operator", kubeconfig, (namespace,), flags=LOOPBACK_PROMETHEUS
         ) as operator,
     ):
+        prometheus.respond = engines
         body = policy_body(
             APP,
-            prometheus_url=metrics.prometheus.url,
+            prometheus_url=prometheus.url,
             mode="Advise",
             extra={
-                "metrics": {"selector": {"namespace": namespace, "model_name": MODEL}},
+                "metrics": {"selector": selector},
                 "slo": {"ttftP95Seconds": TIGHT_SLO_S},
                 "budget": {"gpuSecondsPer1kRequests": 100_000.0},
                 "cache": {"collapseWindows": WINDOWS},
