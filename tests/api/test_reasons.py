@@ -27,7 +27,7 @@ MEMBERS = [member for family in FAMILIES for member in family]
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda m: f"{type(m).__name__}.{m.name}")
 def test_every_reason_is_documented(member: StrEnum) -> None:
-    pages = ("decisions.md", "max-num-seqs.md", "runbook.md")
+    pages = ("decisions.md", "conditions.md", "max-num-seqs.md", "runbook.md")
     text = "".join((DOCS / page).read_text() for page in pages)
     assert f"`{member.value}`" in text, member.value
 
