@@ -281,7 +281,8 @@ def test_detection_query_counts_marker_series_per_group() -> None:
 
 
 def test_docs_show_the_queries_the_code_builds() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "signals.md").read_text()
+    folder = Path(__file__).resolve().parents[2] / "docs"
+    docs = "".join((folder / page).read_text() for page in ("signals.md", "report.md"))
     selector = Selector.of({"namespace": "llm", "model_name": "llama-3-8b"})
     queries = build_queries(
         MetricsGeneration.VLLM_0_13, QueryScope.for_selector(selector), 300, kube_state_metrics=True
