@@ -8,19 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from cachescale.commands.flags import at_least_one
+
 #: ``--hash-algo`` choices (``audit/hashing.py`` keeps the same tuple; a test checks).
 HASH_ALGOS = ("fast", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
-
-
-def positive_int(text: str) -> int:
-    """An integer of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
-    return value
 
 
 def fraction(text: str) -> float:
@@ -100,11 +91,11 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "fast stands in for the builtin hash before), and the algorithms it has",
     )
     run.add_argument(
-        "--block-size", type=positive_int, default=16, metavar="N", help="tokens per block"
+        "--block-size", type=at_least_one, default=16, metavar="N", help="tokens per block"
     )
     run.add_argument(
         "--kv-blocks",
-        type=positive_int,
+        type=at_least_one,
         metavar="N",
         help="bound the pool as vLLM's --num-gpu-blocks-override N does: N blocks, one of "
         "them vLLM's null block, with vLLM's LRU eviction (default: unbounded)",
@@ -120,7 +111,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--warmup-conversations",
-        type=positive_int,
+        type=at_least_one,
         metavar="N",
         help="conversations in the warm-up pass (default: half, rounded down)",
     )

@@ -26,6 +26,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def at_least_one(text: str) -> int:
+    """A whole number, 1 or more (a count, a size in bytes, a block size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
+
+
 def non_negative_number(text: str) -> float:
     """A finite number, 0 or more."""
     value = float(text)

@@ -32,6 +32,7 @@ import re
 
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.spec_base import DNS_LABEL, MAX_LABEL
+from cachescale.commands.flags import at_least_one
 from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
 from cachescale.controller.runtime.launch import PRIORITIES, refused
 from cachescale.extras import needs_extra
@@ -68,18 +69,6 @@ def _priority(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if not PRIORITIES[0] <= value <= PRIORITIES[1]:
         raise argparse.ArgumentTypeError(f"{text} is not within {PRIORITIES[0]}..{PRIORITIES[1]}")
-    return value
-
-
-def _positive(text: str) -> int:
-    """``--max-concurrent-per-namespace``, ``--prometheus-max-response-bytes``: a whole
-    number, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
     return value
 
 
@@ -252,7 +241,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--max-concurrent-per-namespace",
-        type=_positive,
+        type=at_least_one,
         default=DEFAULT_PER_NAMESPACE,
         metavar="N",
         help=(
@@ -263,7 +252,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--prometheus-max-response-bytes",
-        type=_positive,
+        type=at_least_one,
         metavar="N",
         help=(
             "the most bytes one Prometheus answer may have, as received and as decoded: a "
