@@ -44,11 +44,8 @@ def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     )
 
 
-def results_by_setting(
-    tmp_path: Path, flag: str, values: tuple[str, ...]
-) -> tuple[Path, list[str]]:
-    """Audit one small corpus once per value of ``--FLAG``, checking that each result
-    records its value under ``settings``: the corpus and the results' paths."""
+def two_requests(tmp_path: Path) -> Path:
+    """A corpus of two one-turn conversations with the same 40 tokens, in ``tmp_path``."""
     source = tmp_path / "c.jsonl"
     source.write_text(
         "\n".join(
@@ -57,6 +54,15 @@ def results_by_setting(
         ),
         encoding="utf-8",
     )
+    return source
+
+
+def results_by_setting(
+    tmp_path: Path, flag: str, values: tuple[str, ...]
+) -> tuple[Path, list[str]]:
+    """Audit one small corpus once per value of ``--FLAG``, checking that each result
+    records its value under ``settings``: the corpus and the results' paths."""
+    source = two_requests(tmp_path)
     outs = []
     for value in values:
         out = tmp_path / f"{value}.json"

@@ -37,7 +37,7 @@ from cachescale.audit.replay import replay
 from cachescale.commands import audit_flags as command
 from cachescale.exit_codes import ExitCode
 from cachescale.sim.hashing import hash_blocks
-from tests.audit.helpers import cli, corpus, results_by_setting
+from tests.audit.helpers import cli, corpus, results_by_setting, two_requests
 
 TOKENS = np.asarray([1, 2, 3, 4, 100, 1000, 70000, 23, 5], dtype=np.int32)
 """Two full blocks of 4 and a partial one (never hashed)."""
@@ -133,14 +133,7 @@ def test_the_vllm_version_picks_the_default_and_bounds_the_choice(tmp_path: Path
         default_algo("0.12.1", "xxhash")
     with pytest.raises(HashAlgoError, match="not a version"):
         default_algo("main")
-    source = tmp_path / "c.jsonl"
-    source.write_text(
-        "\n".join(
-            json.dumps({"conversation_id": c, "turn": 0, "prompt_token_ids": list(range(40))})
-            for c in ("a", "b")
-        ),
-        encoding="utf-8",
-    )
+    source = two_requests(tmp_path)
     out = tmp_path / "r.json"
     done = cli("run", str(source), "--out", str(out), "--vllm-version", "0.11.0")
     assert done.returncode == ExitCode.OK, done.stderr
