@@ -214,7 +214,7 @@ class Snapshot:
 
 
 KOPF_PATCHES = "PATCH cachescalingpolicies"
-"""kopf's own writes to a policy (finalizer, last-handled annotation): none once steady."""
+"""kopf's own writes to a policy (its finalizer; no diff base): none once steady."""
 
 
 def wait_for_first_pass(kube: Kube, limit_s: float) -> float:

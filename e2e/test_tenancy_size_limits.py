@@ -4,7 +4,8 @@ admission, and whatever is admitted is deleted within seconds.
 Before the CRD bounded its fields, a 960 KB policy (16 selector values of 60 KB) was
 stored; its status writes failed with ``ResourceExhausted``, and on delete kopf's
 last-handled-configuration annotation passed the API server's 256 KiB limit, so the PATCH
-that removes the finalizer failed every time and the policy stayed Terminating.
+that removes the finalizer failed every time and the policy stayed Terminating. kopf now
+keeps no diff base (``controller/runtime/kopf_storage.py``).
 
 Alice (a policy author in tenant-a only, impersonated) writes the policies; the operator
 runs as the chart's ServiceAccount with the chart's flags:
@@ -12,10 +13,11 @@ runs as the chart's ServiceAccount with the chart's flags:
 - the 960 KB policy, a 60 KB demandQuery and 17 prompt sources are refused by the API
   server with a message naming the field, and by ``cachescale validate``;
 - the largest policy the CRD admits (``tests/api/test_size_limits.maximal_spec``) gets its
-  finalizer and a status, and is gone within ``GONE_WITHIN_S`` of its deletion;
+  finalizer and a status, no diff base (nor kopf's ``kopf-managed`` marker), and is gone
+  within ``GONE_WITHIN_S`` of its deletion;
 - a small policy whose author filled its annotations (150 KB: the API server allows
-  256 KiB), so that kopf's diff base, which holds them, cannot be written beside them: it
-  too is gone within ``GONE_WITHIN_S`` (before ``controller/runtime/kopf_storage.py`` its
+  256 KiB), so that kopf's own diff base, which holds them, is refused beside them: it
+  too gets no diff base and is gone within ``GONE_WITHIN_S`` (with kopf's own storage its
   finalizer stayed, as with the 960 KB policy).
 """
 
@@ -47,6 +49,7 @@ HELD_WITHIN_S = 300.0
 comes with the first evaluation at its group's slot) and a minute to write it."""
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 DIFF_BASE = f"{ANNOTATION_PREFIX}/last-handled-configuration"
+MARKER = f"{ANNOTATION_PREFIX}/kopf-managed"
 
 
 def named(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -95,8 +98,8 @@ def test_oversized_policies_are_refused_naming_the_field(
 
 def kopf_stock_patch(cluster: Cluster, namespace: str, name: str, workdir: Path) -> str:
     """What the API server says to the PATCH kopf's own annotation storage would send once
-    the delete handler is done (its diff base, the finalizer removed): the "before" of
-    ``controller/runtime/kopf_storage.py``."""
+    the delete handler is done (its diff base, the finalizer removed): what
+    ``controller/runtime/kopf_storage.py`` never sends."""
     found = get(cluster, "csp", name, "-n", namespace)
     body = kopf.Body(cast(kopf.RawBody, found))
     stock = kopf.AnnotationsDiffBaseStorage(
@@ -115,8 +118,8 @@ def kopf_stock_patch(cluster: Cluster, namespace: str, name: str, workdir: Path)
 
 
 def deleted_within(cluster: Cluster, namespace: str, name: str) -> float:
-    """Delete the policy once the operator holds it (finalizer on, status written);
-    seconds until it is gone."""
+    """Delete the policy once the operator holds it (finalizer on, status written) with no
+    diff base written; seconds until it is gone."""
 
     def held() -> dict[str, Any] | None:
         found = get(cluster, "csp", name, "-n", namespace)
@@ -127,7 +130,9 @@ def deleted_within(cluster: Cluster, namespace: str, name: str) -> float:
     # the policy's interval (the largest spec has the longest one the CRD admits).
     found = until(held, f"{name}: the operator's finalizer and a status", HELD_WITHIN_S)
     print(f"\n  {name}: {len(json.dumps(found)):,} bytes stored, annotations:", end=" ")
-    print(sorted(found["metadata"].get("annotations", {})))
+    annotations = found["metadata"].get("annotations", {})
+    print(sorted(annotations))
+    assert {DIFF_BASE, MARKER}.isdisjoint(annotations), sorted(annotations)
     deleted = cluster.kubectl("delete", "csp", name, "-n", namespace, "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
     start = time.monotonic()

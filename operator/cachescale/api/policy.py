@@ -25,7 +25,8 @@ SHORT_NAMES = ("csp",)
 # Annotations: the operator's contract with the objects it reads and writes. Users set the
 # first two on a policy (docs/runbook.md); the others are written by the operator.
 ANNOTATION_PREFIX: Final = GROUP
-"""Prefix of kopf's own bookkeeping annotations (progress, last-handled configuration)."""
+"""Prefix of kopf's own bookkeeping annotations: the delete handler's progress, during a
+deletion (no diff base is kept: ``controller/runtime/kopf_storage.py``)."""
 ACKNOWLEDGE: Final = f"{GROUP}/acknowledge"
 """Policy annotation: an RFC 3339 time; acknowledges the active collapse alert."""
 REBASELINE: Final = f"{GROUP}/rebaseline"

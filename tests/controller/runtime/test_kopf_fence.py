@@ -4,10 +4,10 @@ release that changes those internals fails here before it reaches the operator.
 Three parts: pyproject.toml bounds kopf's version; an import-linter contract
 (``tests/controller/private_imports.py``) lets only ``controller/runtime/kopf_startup.py``
 import ``kopf._*``, checked here on the package and on a package that breaks it; and the
-kopf methods the operator replaces (``ToggleSet.make_toggle``, ``drop_toggle``), builds on
-(``BoundedDiffBaseStorage.store`` over kopf's, ``bounded_session`` as kopf's
-``APIContext`` builds its session) or reaches into are compared, signature and source,
-with the kopf the bound was last checked against.
+kopf methods and functions the operator replaces (``ToggleSet.make_toggle``,
+``drop_toggle``), builds on (``NoDiffBaseStorage`` on kopf's diff base interface and cause
+detection, ``bounded_session`` as kopf's ``APIContext`` builds its session) or reaches into
+are compared, signature and source, with the kopf the bound was last checked against.
 """
 
 from __future__ import annotations
@@ -151,40 +151,61 @@ KOPF_INTERNALS = {
         "self, info: credentials.KubeContext",
         "6be4f9b9e1b2b854e765f61e9a0a2e03eec16059133d2442338d9f8106a8cc80",
     ),
-    "kopf:AnnotationsDiffBaseStorage.store": Internal(
-        "kopf_storage.py (BoundedDiffBaseStorage.store sizes what this writes)",
-        "self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence",
-        "d6ebef900fec827ae2a0c762ee5b81c9a94ca27ea9e3bf3dec2694f450cd7d76",
+    "kopf:DiffBaseStorage.fetch": Internal(
+        "kopf_storage.py (NoDiffBaseStorage.fetch overrides it)",
+        "self, *, body: bodies.Body",
+        "4170fb6b3b4e4b3fa77d9ad7f36b72fe1e8bc913b474cedc7832d323a52c4df7",
     ),
-    "kopf:AnnotationsDiffBaseStorage.make_keys": Internal(
-        "kopf_storage.py (the keys the diff base is written under)",
-        "self, key: str, *, body: bodies.Body | None=None",
-        "114bf7ba50ac10b1faf4b65f92d8f32c3b0c03515b71bf7c1da8f838c6e445fc",
+    "kopf:DiffBaseStorage.store": Internal(
+        "kopf_storage.py (NoDiffBaseStorage.store overrides it)",
+        "self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence",
+        "677669feab6c8a7d2baac901261a5307e294f723a38532306a6bf74ce782c821",
+    ),
+    "kopf._core.reactor.processing:_detect_causes": Internal(
+        "kopf_storage.py (fetch's essence compared with build's, no extra fields: no change)",
+        "indexers: indexing.OperatorIndexers, registry: registries.OperatorRegistry, "
+        "settings: configuration.OperatorSettings, resource: references.Resource, raw_event: "
+        "bodies.RawEvent, body: bodies.Body, patch: patches.Patch, memory: "
+        "inventory.ResourceMemory, local_logger: loggers.ObjectLogger, event_logger: "
+        "loggers.ObjectLogger",
+        "e147f418ca5039fbd59c25b6c7d65830ac48534e786cf037620f804a9fee47f9",
+    ),
+    "kopf._core.intents.causes:detect_changing_cause": Internal(
+        "kopf_storage.py (a deletion before the diff base; no change a no-op or resume)",
+        "*, finalizer: str, raw_event: bodies.RawEvent, body: bodies.Body, old: "
+        "bodies.BodyEssence | None=None, new: bodies.BodyEssence | None=None, diff: "
+        "diffs.Diff | None=None, initial: bool=False, **kwargs: Any",
+        "7ade5f198f9f9434fef28d160a3dfdcfdc5783eba30928782f4794f21481c009",
     ),
 }
 
 
 def kopfs_own(name: str) -> tuple[str, str, str]:
-    """Where ``module:Class.method`` is defined, its parameters and its source's digest,
-    read from kopf's file (the operator replaces some of them on the live class)."""
+    """Where ``module:Class.method`` or ``module:function`` is defined, its parameters and
+    its source's digest, read from kopf's file (the operator replaces some of them on the
+    live class)."""
     module_name, _, qualified = name.partition(":")
-    owner_name, attribute = qualified.split(".")
-    owner = getattr(importlib.import_module(module_name), owner_name)
-    definer = next(c for c in owner.__mro__ if attribute in vars(c))
-    source = inspect.getsource(sys.modules[definer.__module__])
-    [cls] = [
+    owner_name, _, attribute = qualified.rpartition(".")
+    module = importlib.import_module(module_name)
+    if owner_name:
+        owner = getattr(module, owner_name)
+        definer = next(c for c in owner.__mro__ if attribute in vars(c))
+        home, where = definer.__module__, f"{definer.__qualname__}.{attribute}"
+    else:
+        home, where = getattr(module, attribute).__module__, attribute
+    source = inspect.getsource(sys.modules[home])
+    scope = ast.parse(source).body
+    if owner_name:
+        [cls] = [n for n in scope if isinstance(n, ast.ClassDef) and n.name == definer.__name__]
+        scope = cls.body
+    [function] = [
         n
-        for n in ast.parse(source).body
-        if isinstance(n, ast.ClassDef) and n.name == definer.__name__
-    ]
-    [method] = [
-        n
-        for n in cls.body
+        for n in scope
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == attribute
     ]
-    text = ast.get_source_segment(source, method) or ""
-    where = f"{definer.__module__}.{definer.__qualname__}.{attribute}"
-    return where, ast.unparse(method.args), hashlib.sha256(text.encode()).hexdigest()
+    text = ast.get_source_segment(source, function) or ""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{home}.{where}", ast.unparse(function.args), digest
 
 
 @pytest.mark.parametrize("name", sorted(KOPF_INTERNALS))

@@ -1,20 +1,33 @@
-"""A policy's finalizer always comes off: kopf's diff base never makes its annotations too
-large to write, and a restore that keeps failing is given up after a few attempts.
+"""kopf keeps no diff base, and a policy's finalizer always comes off: kopf writes nothing
+to a policy but its finalizer and the delete handler's progress, sees no change on any
+event, still adds the finalizer and runs the delete handler; a restore that keeps failing
+is given up after a few attempts.
 
-``controller/runtime/kopf_storage.py`` and ``handlers.restore_on_delete``; the real API server's
-side of it is ``e2e/test_tenancy_size_limits.py``.
+``controller/runtime/kopf_storage.py`` and ``handlers.restore_on_delete``, against kopf's own
+cause detection (``kopf._core.reactor.processing``: a kopf release that changes it fails
+here); the real API server's side of it is ``e2e/test_tenancy_size_limits.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, cast
 
 import kopf
 import pytest
+from kopf._core.actions.loggers import LocalObjectLogger, ObjectLogger
+from kopf._core.engines.indexing import OperatorIndexers
+from kopf._core.intents.causes import ChangingCause
+from kopf._core.reactor.inventory import ResourceMemory
+from kopf._core.reactor.processing import _detect_causes
 
-from cachescale.api.policy import ANNOTATION_PREFIX, ORIGINAL_ENVELOPE
+from cachescale.api.policy import (
+    ANNOTATION_PREFIX,
+    GROUP,
+    ORIGINAL_ENVELOPE,
+    PLURAL,
+    VERSION,
+)
 from cachescale.api.reasons import ConditionReason
 from cachescale.controller.kube.client import KubeError
 from cachescale.controller.reconcile.context import Operator
@@ -25,9 +38,8 @@ from cachescale.controller.runtime.handlers import (
     restore_on_delete,
 )
 from cachescale.controller.runtime.kopf_storage import (
-    ANNOTATION_BUDGET,
     ANNOTATIONS_LIMIT,
-    BoundedDiffBaseStorage,
+    NoDiffBaseStorage,
     annotation_headroom,
 )
 from cachescale.controller.runtime.members import Runtime
@@ -37,71 +49,135 @@ from tests.controller.reconcile.test_evaluation import HPAS, POLICIES, run, stac
 from tests.gather.gather_fakes import FakePrometheus
 
 KEY = f"{ANNOTATION_PREFIX}/last-handled-configuration"
+MARKER = f"{ANNOTATION_PREFIX}/kopf-managed"
+RESOURCE = kopf.Resource(GROUP, VERSION, PLURAL)
 restore: Any = restore_on_delete  # kopf types its handlers as its own protocols
 
 
-def storage() -> BoundedDiffBaseStorage:
-    return BoundedDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+def body_with(query: str = "sum(x)", *, finalizer: bool = True, **metadata: Any) -> dict[str, Any]:
+    """A policy as kopf receives it: held by the operator's finalizer unless told not."""
+    raw = policy(prometheus_url="http://prometheus:9090")
+    raw["spec"]["metrics"]["demandQuery"] = query
+    if finalizer:
+        raw["metadata"]["finalizers"] = [kopf.OperatorSettings().persistence.finalizer]
+    raw["metadata"].update(metadata)
+    return raw
 
 
-def body_with(spec_text: str = "x", annotations: dict[str, str] | None = None) -> kopf.Body:
-    raw = {
-        "apiVersion": "cachescale.dev/v1alpha1",
-        "kind": "CacheScalingPolicy",
-        "metadata": {"name": "p", "namespace": "llm", "annotations": annotations or {}},
-        "spec": {"demandQuery": spec_text},
-    }
-    return kopf.Body(cast(kopf.RawBody, raw))
-
-
-def stored(body: kopf.Body) -> kopf.Patch:
-    """The patch kopf would send after handling ``body``: its diff base stored."""
+def older_diff_base(query: str) -> dict[str, str]:
+    """The annotations an older version left: kopf's diff base of a spec with ``query``."""
+    stock = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    body = kopf.Body(cast(kopf.RawBody, body_with(query)))
     patch = kopf.Patch()
-    kept = storage()
-    kept.store(body=body, patch=patch, essence=kept.build(body=body))
-    return patch
+    stock.store(body=body, patch=patch, essence=stock.build(body=body))
+    return dict(patch["metadata"]["annotations"])
 
 
-def test_the_operator_uses_the_bounded_storage() -> None:
+def cause_of(
+    raw: dict[str, Any], settings: kopf.OperatorSettings | None = None, listed: bool = False
+) -> ChangingCause:
+    """The cause kopf's processing finds in a MODIFIED event of ``raw`` with the operator's
+    handlers and settings (``listed``: first seen in the initial listing)."""
+    if settings is None:
+        settings = kopf.OperatorSettings()
+        configure(settings)
+    body = kopf.Body(cast(kopf.RawBody, raw))
+
+    async def detect(settings: kopf.OperatorSettings) -> ChangingCause | None:
+        found = _detect_causes(
+            indexers=OperatorIndexers(),
+            registry=kopf.get_default_registry(),
+            settings=settings,
+            resource=RESOURCE,
+            raw_event=cast(kopf.RawEvent, {"type": "MODIFIED", "object": raw}),
+            body=body,
+            patch=kopf.Patch(),
+            memory=ResourceMemory(noticed_by_listing=listed),  # needs a running loop
+            local_logger=LocalObjectLogger(body=body, settings=settings),
+            event_logger=ObjectLogger(body=body, settings=settings),
+        )
+        return found.changing_cause
+
+    cause = asyncio.run(detect(settings))
+    assert cause is not None, "the delete handler makes kopf look for changes"
+    return cause
+
+
+def handler_ids(cause: ChangingCause) -> set[str]:
+    registry = kopf.get_default_registry()
+    return {handler.id for handler in registry._changing.get_handlers(cause=cause)}
+
+
+def test_the_operator_keeps_no_diff_base() -> None:
     settings = kopf.OperatorSettings()
     configure(settings)
-    assert isinstance(settings.persistence.diffbase_storage, BoundedDiffBaseStorage)
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBaseStorage)
 
 
 def test_no_handler_reads_the_diff_base() -> None:
-    """The diff base may be left out only because no handler needs it: kopf runs
-    ``on.delete`` from the deletion and the finalizer alone; a create, update or resume
-    handler would read it."""
+    """The diff base may go only because no handler needs it: kopf runs ``on.delete`` from
+    the deletion and the finalizer alone; a create, update or resume handler would read it,
+    and a handler's extra fields (``field=``) would be in the essence kopf compares."""
     registry = kopf.get_default_registry()
     changing = registry._changing.get_all_handlers()
     assert changing, "the delete handler is registered"
     reasons = {reason for handler in changing for reason in (handler.reason,)}
     assert reasons == {kopf.Reason.DELETE}, reasons
+    for kind in (registry._watching, registry._changing, registry._spawning):
+        assert kind.get_extra_fields(resource=RESOURCE) == set()
 
 
-def test_a_small_spec_is_stored_as_kopf_would() -> None:
-    patch = stored(body_with("sum(rate(x[5m]))"))
-    essence = json.loads(patch["metadata"]["annotations"][KEY])
-    assert essence["spec"] == {"demandQuery": "sum(rate(x[5m]))"}
+def test_the_storage_never_writes() -> None:
+    """No diff base and no marker, for a small spec, a 960 KB one (admitted before the CRD
+    bounded its fields), or a policy an older version left a diff base on."""
+    kept = NoDiffBaseStorage()
+    for raw in (
+        body_with(),
+        body_with("v" * 960_000),
+        body_with(annotations=older_diff_base("sum(old)")),
+    ):
+        body = kopf.Body(cast(kopf.RawBody, raw))
+        patch = kopf.Patch()
+        kept.store(body=body, patch=patch, essence=kept.build(body=body))
+        assert not patch, patch
 
 
-def test_a_spec_too_large_for_the_annotations_is_not_stored() -> None:
-    """A 960 KB spec (admitted before the CRD bounded its fields): nothing is written, and
-    a diff base stored before is removed, so the PATCH that also removes the finalizer
-    is one the API server accepts."""
-    huge = "v" * 960_000
-    assert KEY not in stored(body_with(huge)).get("metadata", {}).get("annotations", {})
-    patch = stored(body_with(huge, {KEY: '{"spec":{}}\n'}))
-    assert patch["metadata"]["annotations"][KEY] is None
+def test_a_changed_spec_is_no_change_to_kopf() -> None:
+    """A policy whose spec changed since an older version stored its diff base: kopf's own
+    storage finds an update, the operator's nothing (no handling cycle, nothing stored)."""
+    raw = body_with("sum(new)", annotations=older_diff_base("sum(old)"))
+    stock = kopf.OperatorSettings()
+    stock.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    assert cause_of(raw, stock).reason == kopf.Reason.UPDATE
+    assert cause_of(raw).reason == kopf.Reason.NOOP
+    assert cause_of(body_with()).reason == kopf.Reason.NOOP, "nor a new one a creation"
 
 
-def test_the_authors_own_annotations_count() -> None:
-    """The essence holds the policy's annotations too, so its size is near twice theirs:
-    the diff base is left out once the whole would pass the budget."""
-    fits = {"note": "n" * (ANNOTATION_BUDGET // 2 - 4096)}
-    assert KEY in stored(body_with("x", fits))["metadata"]["annotations"]
-    too_many = {"note": "n" * (ANNOTATION_BUDGET // 2 + 1024)}
-    assert KEY not in stored(body_with("x", too_many)).get("metadata", {}).get("annotations", {})
+def test_a_listed_policy_is_resumed_with_nothing_to_run() -> None:
+    """At start-up kopf resumes each listed policy once: no handler is selected, and with
+    nothing changed nothing is stored."""
+    cause = cause_of(body_with(), listed=True)
+    assert cause.reason == kopf.Reason.RESUME
+    assert handler_ids(cause) == set()
+    assert cause.old == cause.new
+
+
+def test_kopf_still_adds_the_finalizer() -> None:
+    """A policy without the finalizer: the delete handler matches it, so kopf adds the
+    finalizer (``process_resource_causes`` asks ``requires_finalizer`` of the cause, which
+    the diff base does not change)."""
+    cause = cause_of(body_with(finalizer=False))
+    assert kopf.get_default_registry()._changing.requires_finalizer(cause=cause)
+
+
+def test_a_deletion_runs_the_delete_handler() -> None:
+    cause = cause_of(body_with(deletionTimestamp="2024-01-01T00:00:00Z"))
+    assert cause.reason == kopf.Reason.DELETE
+    assert handler_ids(cause) == {restore.__qualname__}, handler_ids(cause)
 
 
 def test_headroom_counts_keys_and_values() -> None:

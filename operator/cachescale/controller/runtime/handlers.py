@@ -14,9 +14,10 @@ On delete, :func:`restore_on_delete` puts the HPA's original envelope back once 
 evaluation under way has ended (``members.Guard``); a restore that keeps failing is given
 up after ``RESTORE_ATTEMPTS``, with a Warning Event, so the finalizer always comes off.
 
-kopf keeps its own bookkeeping (handler progress, the last-handled spec, the finalizer)
-in annotations under ``cachescale.dev``: the status schema is strict and written only by
-us, through the status subresource.
+kopf keeps no diff base (``kopf_storage.py``): on a policy it writes only its finalizer and,
+during a deletion, the progress of the delete handler, in annotations under
+``cachescale.dev`` (the status schema is strict and written only by us, through the status
+subresource).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cachescale.api.reasons import ConditionReason
 from cachescale.api.spec import TargetSpec
 from cachescale.controller.kube.client import KubeError
 from cachescale.controller.reconcile.context import PolicyObject
-from cachescale.controller.runtime.kopf_storage import BoundedDiffBaseStorage, annotation_headroom
+from cachescale.controller.runtime.kopf_storage import NoDiffBaseStorage, annotation_headroom
 from cachescale.controller.runtime.members import Runtime
 from cachescale.controller.target.actions import restore_envelope
 from cachescale.controller.target.claims import Claimant, ClaimKey, index_entry, refusal
@@ -42,15 +43,13 @@ log = logging.getLogger("cachescale.operator")
 
 
 def configure(settings: kopf.OperatorSettings, scanning: bool = True) -> None:
-    """kopf settings: annotation-based storage, quiet posting, and namespace/CRD
+    """kopf settings: progress in annotations, no diff base, quiet posting, and namespace/CRD
     scanning only where RBAC allows it (the peering priority is chosen before kopf
     starts: ``controller/runtime/serve.py``)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBaseStorage()
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

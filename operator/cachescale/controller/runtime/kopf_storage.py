@@ -1,88 +1,65 @@
-"""kopf's bookkeeping annotations, bounded: a policy's size can never hold its finalizer.
+"""kopf's diff base, not kept: kopf writes nothing to a policy but its finalizer and, during
+a deletion, the delete handler's progress.
 
-kopf stores the last spec it handled (its "diff base", ``cachescale.dev/
-last-handled-configuration``) as an annotation on the policy, and writes it in the same
-PATCH that removes the finalizer once the delete handler is done. The API server refuses
-an object whose annotations total more than ``ANNOTATIONS_LIMIT``, so a spec that does not
-fit (a large policy admitted before the CRD bounded its fields, or one whose author filled
-its own annotations) would make that PATCH fail at every attempt: the finalizer would
-never come off and the policy would stay Terminating.
+kopf's "diff base" is the last essence (spec, labels, annotations) it handled; by default
+it stores it in an annotation (``cachescale.dev/last-handled-configuration``, beside a
+``cachescale.dev/kopf-managed`` marker) and compares each event's policy with it to tell
+``on.create``/``on.update``/``on.resume`` handlers what changed.
 
-The rule: the diff base is written only when the policy's annotations, with it, stay under
-``ANNOTATION_BUDGET`` (the API server's limit less room for kopf's progress records);
-otherwise it is left out, and an older one is removed. Nothing depends on it: kopf's diff
-base tells ``on.create``/``on.update``/``on.resume`` handlers what changed, and this
-operator registers none (``tests/controller/runtime/test_kopf_storage.py`` checks the
-registry), only ``on.delete``, which kopf runs from ``deletionTimestamp`` and the finalizer
-alone. A policy without a diff base is "not handled yet" to kopf, which then has no handler
-to run.
+The rule: no diff base is kept. :class:`NoDiffBaseStorage` answers every policy's current
+essence as the one last handled, so kopf sees no change (a no-op: no handling cycle; once
+per policy at start-up, a resume with no handler to run), and writes nothing when kopf asks
+it to store one.
+
+Why that is safe: nothing reads the diff base. The operator registers no create, update or
+resume handler, and no handler asks for extra fields (``field=``), which kopf would add to
+the essence it compares (``tests/controller/runtime/test_kopf_storage.py`` checks the
+registry). kopf runs ``on.delete`` from ``deletionTimestamp`` and the finalizer alone,
+before it looks at the diff base, and adds the finalizer whenever a delete handler matches
+the policy, whatever the cause.
+
+A policy written by an older version keeps its diff base, unread, until removed (with
+``cachescale.dev/kopf-managed-`` too, for the marker)::
+
+    kubectl annotate csp NAME cachescale.dev/last-handled-configuration-
+
+The operator does not remove it: the annotation is inert, and removing it would cost a
+PATCH per policy for three lines of ``kubectl describe``.
+
+The delete handler's progress is an annotation (``AnnotationsProgressStorage``, which also
+writes the marker): a policy whose annotations leave no room for it is not retried
+(:func:`annotation_headroom`, ``handlers.restore_on_delete``), so its finalizer always
+comes off.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
 
-log = logging.getLogger("cachescale.operator")
-
 ANNOTATIONS_LIMIT: Final = 256 * 1024
 """The API server's limit on an object's annotations: keys and values, in bytes."""
-PROGRESS_ROOM: Final = 16 * 1024
-"""Kept free for kopf's progress records (a few hundred bytes per handler)."""
-ANNOTATION_BUDGET: Final = ANNOTATIONS_LIMIT - PROGRESS_ROOM
-"""What the policy's annotations may total once the diff base is written."""
-
-
-def annotations_bytes(annotations: Mapping[str, Any], leaving_out: frozenset[str]) -> int:
-    """Bytes the API server counts for ``annotations`` (keys and values, UTF-8), those in
-    ``leaving_out`` left out."""
-    return sum(
-        len(key.encode()) + len(str(value).encode())
-        for key, value in annotations.items()
-        if key not in leaving_out and value is not None
-    )
 
 
 def annotation_headroom(body: Mapping[str, Any]) -> int:
     """Bytes the policy's annotations may still grow by before the API server refuses
     the object (negative when they already exceed the limit)."""
     annotations = body.get("metadata", {}).get("annotations") or {}
-    return ANNOTATIONS_LIMIT - annotations_bytes(annotations, frozenset())
+    return ANNOTATIONS_LIMIT - sum(
+        len(key.encode()) + len(str(value).encode())
+        for key, value in annotations.items()
+        if value is not None
+    )
 
 
-class BoundedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's annotation diff base, written only when it fits (module docstring)."""
+class NoDiffBaseStorage(kopf.DiffBaseStorage):
+    """kopf's diff base, never kept: every policy is as last handled (module docstring)."""
 
-    def store(
-        self,
-        *,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        essence: kopf.BodyEssence,
-    ) -> None:
-        """Write ``essence`` as kopf would, unless the annotations would then exceed
-        ``ANNOTATION_BUDGET``: then write nothing, and remove a diff base stored before."""
-        keys = frozenset(self.make_keys(self.key, body=body))
-        encoded = json.dumps(essence, separators=(",", ":")) + "\n"
-        pending = {
-            key: value for key, value in patch.metadata.annotations.items() if key not in keys
-        }
-        others = {**dict(body.metadata.annotations), **pending}
-        total = annotations_bytes(others, keys) + sum(
-            len(key.encode()) + len(encoded.encode()) for key in keys
-        )
-        if total <= ANNOTATION_BUDGET:
-            super().store(body=body, patch=patch, essence=essence)
-            return
-        log.debug(
-            "%s/%s: kopf's diff base not stored (%d bytes of annotations with it)",
-            body.metadata.namespace,
-            body.metadata.name,
-            total,
-        )
-        for key in keys & frozenset(body.metadata.annotations):
-            patch.metadata.annotations[key] = None
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence:
+        """The policy's current essence, as kopf builds it: nothing changed."""
+        return self.build(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Nothing: no annotation, no marker."""
