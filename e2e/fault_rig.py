@@ -34,11 +34,11 @@ from typing import Any, TypeVar
 import pytest
 
 from cachescale.api.policy import GROUP, MANAGED_BY, ORIGINAL_ENVELOPE, PLURAL, VERSION
-from cachescale.api.status import unpack_learned_state
 from e2e.harness.api import Api, ApiError
 from e2e.harness.cluster import Cluster
 from e2e.harness.control_plane import WRITES, ControlPlane
 from e2e.serving import APP
+from tests.controller.cluster import learned_baseline
 from tests.controller.engine_fake import EngineFake
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess, run_operator
 from tests.gather.gather_fakes import answer_combined, form_of
@@ -380,7 +380,7 @@ class Faults:
         return Steady(
             envelope=self.envelope(),
             hpa_patches=self.hpa_patches(),
-            baseline=dict(status.get("baseline") or {}),
+            baseline=learned_baseline(status),
             evaluations=_evaluations(status),
             warnings=self.warnings(),
         )
@@ -393,7 +393,7 @@ class Faults:
         assert self.hpa_patches() == before.hpa_patches, f"{what}: an HPA patch\n{self.story()}"
         alerts = {a["reason"] for a in status.get("alerts", [])}
         assert alerts <= {alert}, f"{what}: a false alert\n{self.story()}"
-        baseline = status.get("baseline") or {}
+        baseline = learned_baseline(status)
         assert baseline.get("tokenHitRate") == pytest.approx(
             before.baseline.get("tokenHitRate"), rel=0.01
         ), f"{what}: the baseline moved or was lost\n{self.story()}"
@@ -415,7 +415,8 @@ class Faults:
 
     def story(self) -> str:
         status = self.status()
-        brief = {k: status.get(k) for k in ("state", "conditions", "alerts", "baseline")}
+        brief = {k: status.get(k) for k in ("state", "conditions", "alerts")}
+        brief["baseline"] = learned_baseline(status)
         return "\n".join(
             [
                 json.dumps(brief, indent=1, default=str),
@@ -447,10 +448,7 @@ def managed(hpa: dict[str, Any]) -> dict[str, Any]:
 
 def _evaluations(status: dict[str, Any]) -> int:
     """The memory's count of evaluations that fed the baseline (0: none or unknown)."""
-    packed = status.get("learnedState")
-    memory = unpack_learned_state(packed) if isinstance(packed, str) else {}
-    baseline = memory.get("baseline") or {}
-    return int(baseline.get("evaluations", 0) or 0)
+    return int(learned_baseline(status).get("evaluations", 0) or 0)
 
 
 def wait(check: Callable[[], T | None], timeout_s: float, what: str) -> T:

@@ -318,11 +318,12 @@ def test_a_tampered_original_envelope_is_refused_and_the_hpa_left_alone(faults: 
 
     def refused() -> str | None:
         # From an evaluation that read the raise (its generation) and the tampered record.
-        for entry in faults.status().get("conditions", []):
+        status = faults.status()
+        for entry in status.get("conditions", []):
             if (
                 entry["type"] == "Ready"
                 and (entry["status"], entry["reason"]) == ("False", "TargetMismatch")
-                and entry.get("observedGeneration") == generation
+                and status.get("observedGeneration") == generation
             ):
                 return str(entry["message"])
         return None

@@ -127,9 +127,9 @@ def test_a_max_num_seqs_change_rolls_out_once_and_is_not_a_collapse(
             follow_pods(cluster, namespace, metrics)
             status = get(cluster, "csp", APP, "-n", namespace).get("status", {})
             states.add(str(status.get("state")))
-            for record in status.get("history", []):
-                if record.get("diagnosis") == "ColdFleet":
-                    cold_seen.append(record["message"])
+            record = status.get("lastDecision") or {}
+            if record.get("diagnosis") == "ColdFleet":
+                cold_seen.append(record["message"])
             healthy = [c for c in status.get("conditions", []) if c["type"] == "CacheHealthy"]
             assert not healthy or healthy[0]["status"] != "False", healthy
             time.sleep(1.0)

@@ -53,6 +53,7 @@ from e2e.tenancy import grant_enforce
 from referee.fleet import FleetLoad, fleet_load, in_background, run_fleet, scrape_as_pods
 from referee.load import ChatLoad
 from referee.vllm import MODEL_NAME, EngineSettings, vllm_venv
+from tests.controller.cluster import learned_baseline
 from tests.controller.cluster import policy as policy_body
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS, OperatorProcess, run_operator
 from tests.controller.test_operator_process import EVIDENCE
@@ -235,7 +236,7 @@ class Story:
     def __str__(self) -> str:
         status = self.status()
         brief = {key: status.get(key) for key in ("state", "conditions", "signals", "alerts")}
-        brief["baseline"] = status.get("baseline")
+        brief["baseline"] = learned_baseline(status)
         return "\n".join(
             [*self.timeline, json.dumps(brief, indent=1, default=str), self.operator.tail(40)]
         )
@@ -314,7 +315,8 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
 
 def test_no_false_alarm_while_the_prompts_share_their_prefixes(story: Story) -> None:
     def learned(status: dict[str, Any]) -> float | None:
-        return (status.get("baseline") or {}).get("tokenHitRate")
+        rate: float | None = learned_baseline(status).get("tokenHitRate")
+        return rate
 
     baseline = story.until(learned, "a baseline learned", BASELINE_TIMEOUT_S)
     for count in range(1, STEADY_EVALUATIONS + 1):
@@ -324,7 +326,7 @@ def test_no_false_alarm_while_the_prompts_share_their_prefixes(story: Story) -> 
     alarms = [s for s in story.seen if s.alerts or (s.cache_healthy or ("", ""))[1] in FALSE_ALARMS]
     assert not alarms, str(story)
     assert story.warnings() == [], str(story)
-    at_switch = story.observe()["baseline"]["tokenHitRate"]
+    at_switch = learned_baseline(story.observe())["tokenHitRate"]
     story.switched_at = time.time()
     story.load.stamp.set()
     story.mark("template switched: the time at the top of the system prompt")
@@ -356,7 +358,8 @@ def test_the_timestamp_at_the_top_raises_prefix_collapse(story: Story) -> None:
     evidence = re.search(EVIDENCE, alert["message"])
     assert evidence, alert["message"]
     before, after, windows, warm = evidence.groups()
-    assert before == f"{status['baseline']['tokenHitRate']:.2f}", (alert["message"], status)
+    baseline = learned_baseline(status)
+    assert before == f"{baseline['tokenHitRate']:.2f}", (alert["message"], status)
     assert after == f"{status['signals']['tokenHitRate']:.2f}", (alert["message"], status)
     assert int(windows) >= COLLAPSE_WINDOWS, alert["message"]
     assert int(warm) == PODS, alert["message"]
@@ -367,7 +370,7 @@ def test_the_timestamp_at_the_top_raises_prefix_collapse(story: Story) -> None:
     suspected = next(s.at for s in story.seen if s.cache_healthy == SUSPECTED)
     story.mark(f"alert: {alert['message']}")
     story.figures |= {
-        "baseline_at_raise": status["baseline"]["tokenHitRate"],
+        "baseline_at_raise": baseline["tokenHitRate"],
         "hit_rate_at_raise": status["signals"]["tokenHitRate"],
         "hit_rate_at_raise_raw": raw_after,
         "requests_per_second_at_raise": story.requests_per_second(observed),

@@ -22,6 +22,7 @@ from typing import Any
 import kmock
 from kubernetes import client
 
+from cachescale.api.status import unpack_learned_state
 from cachescale.controller.kube.client import KubeApi
 
 DEPLOYMENTS = "apps/v1/deployments"
@@ -271,3 +272,13 @@ def policy(
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}", "generation": 1},
         "spec": spec,
     }
+
+
+def learned_baseline(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline the operator learned, from a policy's stored status (its packed
+    ``learnedState``): ``tokenHitRate``, ``gpuSecondsPer1kRequests``, ... and
+    ``evaluations``; empty when there is none yet."""
+    packed = status.get("learnedState")
+    memory = unpack_learned_state(packed) if isinstance(packed, str) else {}
+    baseline = memory.get("baseline")
+    return dict(baseline) if isinstance(baseline, Mapping) else {}

@@ -44,6 +44,7 @@ from tests.controller.cluster import (
     deployment,
     fake_cluster,
     hpa,
+    learned_baseline,
     pods,
     policy,
 )
@@ -247,7 +248,7 @@ class Watch:
         packed = current.get("learnedState")
         memory = unpack_learned_state(packed) if packed else {}
         brief["learnedState.preCollapse"] = memory.get("preCollapse")
-        brief["baseline"] = current.get("baseline")
+        brief["baseline"] = learned_baseline(current)
         try:
             hpa_spec = self.cluster.api.get(hpa_path())
         except NotFoundError:
@@ -379,7 +380,7 @@ def check_healthy_first(watch: Watch, original: dict[str, Any]) -> None:
     current = status(cluster)
     assert condition(current, "MetricsAvailable") == ("True", ConditionReason.SIGNALS_READ)
     assert condition(current, "ScalingHeld") == ("False", ConditionReason.NOT_HELD)
-    assert current["baseline"]["tokenHitRate"] > 0.6, current["baseline"]
+    assert learned_baseline(current)["tokenHitRate"] > 0.6, current["learnedState"]
     assert current["signals"]["warmReplicas"] == PODS
     now = cluster.api.get(hpa_path())
     assert now["spec"] == original["spec"]

@@ -1,13 +1,18 @@
 """The observed state the operator writes: ``CacheScalingPolicy.status``.
 
-Status is what ``kubectl describe csp`` shows, so it is shaped to explain: conditions with
-stable CamelCase reasons, the signals as observed (absent when unknown, with the reason in
-``unknownSignals`` — a missing value is never written as 0), the figures ``kubectl get``
-prints already formatted (``summary``), the learned baseline, the last decision and a short
-history. The decision engine's memory, which only a restarted operator reads, is one packed
-line (``learnedState``, :func:`pack_learned_state`), so ``describe`` is not mostly memory.
-The schema is strict: kopf keeps its own bookkeeping in annotations, so nothing here is
-pruned by surprise.
+Status is what ``kubectl describe csp`` shows, so it is shaped to explain and nothing in it
+says a thing twice: conditions with stable CamelCase reasons, the signals the decision used
+(absent when unknown, with the reason in ``unknownSignals`` — a missing value is never
+written as 0), the figures ``kubectl get`` prints already formatted (``summary``), the last
+decision, the alerts and the suspected change. Earlier decisions are Events and metrics,
+not status. The decision engine's memory (the learned baseline among it), which only a
+restarted operator reads, is one packed line (``learnedState``, :func:`pack_learned_state`),
+so ``describe`` is not mostly memory. ``status.observedGeneration`` is the generation every
+condition was computed from (all are computed in one evaluation), so no condition repeats
+it. The schema is strict: kopf keeps its own bookkeeping in annotations, so nothing here is
+pruned by surprise; fields an older version wrote and this one does not
+(``RETIRED_FIELDS``) are dropped when a stored status is read, so an upgrade keeps the
+memory.
 
 Status has a largest size. Every text is cut at its limit, ending in "…" (:func:`clip`),
 and every list at its length, when a model is built, not refused: messages quote what a
@@ -28,12 +33,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from cachescale.api.base import ApiModel
 
-DECISION_HISTORY_LIMIT = 10
-"""Decisions kept in ``status.history``; older ones live in Events and metrics."""
 CONDITION_MESSAGE_LIMIT: Final = 1024
 """Characters of a condition's message (``kubectl describe`` shows it whole)."""
 DECISION_MESSAGE_LIMIT: Final = 1024
@@ -113,8 +116,6 @@ class Condition(ApiModel):
     """Human-readable explanation, with the numbers behind it (at most 1024 characters)."""
     last_transition_time: datetime
     """When the status last changed (not when it was last checked)."""
-    observed_generation: int = Field(default=0, ge=0)
-    """The .metadata.generation the condition was computed from."""
 
 
 class UnknownSignal(ApiModel):
@@ -201,21 +202,6 @@ class Summary(ApiModel):
     ``16``, ``688``, ``1140``."""
 
 
-class Baseline(ApiModel):
-    """What healthy looked like: learned only while healthy, frozen otherwise."""
-
-    token_hit_rate: float | None = Field(default=None, ge=0, le=1)
-    """Baseline token-weighted hit rate."""
-    prefill_tokens_per_request: float | None = Field(default=None, ge=0)
-    """Baseline prompt tokens computed per request."""
-    gpu_seconds_per_1k_requests: float | None = Field(default=None, ge=0)
-    """Baseline GPU-seconds per 1k requests."""
-    requests_per_second: float | None = Field(default=None, ge=0)
-    """Baseline successful requests per second."""
-    updated_at: datetime | None = None
-    """When the baseline last moved."""
-
-
 class DecisionRecord(ApiModel):
     """One evaluation's outcome, as recorded for humans."""
 
@@ -273,6 +259,13 @@ LEARNED_STATE_UNPACKED_LIMIT: Final = 1_048_576
 damaged, so a status written by hand cannot make the operator inflate without bound."""
 
 
+RETIRED_FIELDS: Final = frozenset({"baseline", "history"})
+"""Status fields older versions wrote: the learned baseline (now only in ``learnedState``)
+and the last ten applied decisions (now Events and metrics only)."""
+RETIRED_CONDITION_FIELDS: Final = frozenset({"observedGeneration"})
+"""Condition fields older versions wrote (``status.observedGeneration`` says it once)."""
+
+
 class CacheScalingPolicyStatus(ApiModel):
     """Observed state of a CacheScalingPolicy."""
 
@@ -288,15 +281,9 @@ class CacheScalingPolicyStatus(ApiModel):
     summary: Summary | None = None
     """The figures ``kubectl get csp`` prints, formatted."""
     signals: ObservedSignals | None = None
-    """Signals at the last evaluation."""
-    baseline: Baseline | None = None
-    """Learned healthy baseline."""
+    """Signals at the last evaluation: the numbers the decision and its messages used."""
     last_decision: DecisionRecord | None = None
-    """The most recent decision."""
-    history: Annotated[list[DecisionRecord], _first(DECISION_HISTORY_LIMIT)] = Field(
-        default_factory=list, max_length=DECISION_HISTORY_LIMIT
-    )
-    """Recent decisions that changed something, newest first."""
+    """The most recent decision (each one applied is also a Normal Event)."""
     alerts: Annotated[list[ActiveAlert], _first(8)] = Field(default_factory=list, max_length=8)
     """Alerts active now (also exported as the cachescale_alert_active metric)."""
     suspected_change: SuspectedChange | None = None
@@ -313,6 +300,29 @@ class CacheScalingPolicyStatus(ApiModel):
     """The decision engine's memory as older versions wrote it (structured). Read when
     learnedState is absent, never written: the next status write replaces it."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, stored: Any) -> Any:
+        """A stored status as this version reads it: the ``RETIRED_FIELDS`` an older
+        version wrote left out (the next write drops them from the object too)."""
+        if not isinstance(stored, Mapping):
+            return stored
+        kept = {k: v for k, v in stored.items() if k not in RETIRED_FIELDS}
+        conditions = kept.get("conditions")
+        if isinstance(conditions, list):
+            kept["conditions"] = [
+                {k: v for k, v in c.items() if k not in RETIRED_CONDITION_FIELDS}
+                if isinstance(c, Mapping)
+                else c
+                for c in conditions
+            ]
+        return kept
+
+    def to_wire(self) -> dict[str, object]:
+        """As the API server stores it, with Kubernetes' ``omitempty``: unset optionals and
+        empty lists left out (``describe`` would show each as a line with nothing under it)."""
+        return _without_empty_lists(super().to_wire())
+
     def learned(self) -> dict[str, Any] | None:
         """The decision engine's memory as stored: ``learnedState`` unpacked, else the
         structured ``memory`` an older version wrote, else None. Raises ``ValueError``
@@ -320,6 +330,15 @@ class CacheScalingPolicyStatus(ApiModel):
         if self.learned_state is not None:
             return unpack_learned_state(self.learned_state)
         return self.memory
+
+
+def _without_empty_lists(wire: dict[str, object]) -> dict[str, object]:
+    """``wire`` without its empty lists, at any depth of nested objects."""
+    return {
+        key: _without_empty_lists(value) if isinstance(value, dict) else value
+        for key, value in wire.items()
+        if value != []
+    }
 
 
 LEARNED_STATE_VERSION: Final = "v1"

@@ -10,14 +10,12 @@ Which moment, most faithful first:
 1. an active ``PrefixCollapse`` alert (``status.alerts``): its ``since`` is when the
    operator raised it, acknowledged or not;
 2. ``CacheHealthy=False`` with reason ``PrefixCollapse`` (``status.conditions``): its
-   ``lastTransitionTime`` is when the condition turned False, the same moment;
-3. once the alert has cleared, the decisions the status keeps (``status.lastDecision``
-   and ``status.history``, applied decisions only, the last ten): the first of the newest
-   unbroken run diagnosed ``PrefixCollapse``. That is the first applied decision of that
-   collapse, so the onset may be a little earlier; the output says which one was used.
+   ``lastTransitionTime`` is when the condition turned False, the same moment.
 
-``CacheHealthy``'s transition after clearing is when it healed, not when it collapsed, so
-it is never used.
+Once the alert has cleared the status records no collapse (earlier decisions are Events
+and the ``cachescale_alert_active`` series, not status): the time is then the user's to
+give. ``CacheHealthy``'s transition after clearing is when it healed, not when it
+collapsed, so it is never used.
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ class Centre:
 
     at: datetime
     source: str
-    """``alert``, ``condition`` or ``history``: which part of the status gave it."""
+    """``alert`` or ``condition``: which part of the status gave it."""
     sentence: str
 
 
@@ -104,7 +102,7 @@ def namespace_name(text: str) -> str:
 
 
 def collapse_centre(policy: str, status: Mapping[str, Any]) -> Centre | None:
-    """The last collapse ``status`` records (see the module docstring for the order), or
+    """The collapse ``status`` records now (see the module docstring for the order), or
     None when it records none. ``policy`` is ``namespace/name``, for the sentence."""
     for alert in status.get("alerts") or []:
         if alert.get("reason") == COLLAPSE and (since := _time(alert.get("since"))):
@@ -128,23 +126,15 @@ def collapse_centre(policy: str, status: Mapping[str, Any]) -> Centre | None:
                 f"centred on policy {policy}'s PrefixCollapse since {_words(since)} "
                 "(CacheHealthy=False)",
             )
-    onset = _first_of_last_run(status)
-    if onset is None:
-        return None
-    return Centre(
-        onset,
-        "history",
-        f"centred on policy {policy}'s last PrefixCollapse, first recorded {_words(onset)} "
-        "(status.history; the alert has cleared and only applied decisions are kept, so "
-        "the onset may be earlier)",
-    )
+    return None
 
 
 def no_collapse(policy: str) -> str:
     """The line for a policy whose status records no collapse."""
     return (
         f"policy {policy} records no PrefixCollapse in its status (no active alert, "
-        "CacheHealthy not False for it, none in status.history); give --around a time"
+        "CacheHealthy not False for it); give --around a time: its PrefixCollapse Event's, "
+        'or where cachescale_alert_active{reason="PrefixCollapse"} rose'
     )
 
 
@@ -156,20 +146,6 @@ def sources(spec: Mapping[str, Any], namespace: str) -> Sources:
     engine = (spec.get("target") or {}).get("engine") or Engine.VLLM.value
     url = metrics.get("prometheusUrl") or None
     return Sources(prometheus_url=url, selector=selector, engine=Engine(engine))
-
-
-def _first_of_last_run(status: Mapping[str, Any]) -> datetime | None:
-    records: dict[datetime, str] = {}
-    for record in [status.get("lastDecision"), *(status.get("history") or [])]:
-        if record and (at := _time(record.get("time"))):
-            records[at] = str(record.get("diagnosis"))
-    onset = None
-    for at in sorted(records, reverse=True):
-        if records[at] == COLLAPSE:
-            onset = at
-        elif onset is not None:
-            break
-    return onset
 
 
 def _time(value: object) -> datetime | None:

@@ -79,7 +79,6 @@ def test_a_steady_policy_writes_its_status_at_the_refresh_pace(
     observed = status["signals"]["observedAt"]
     assert observed != stamp["signals"]["observedAt"], "refreshed within 5 minutes"
     assert status["lastDecision"]["reason"] == stamp["lastDecision"]["reason"]
-    assert status["history"] == stamp["history"], "history only grows on an applied decision"
 
 
 def test_a_condition_change_is_written_at_once(

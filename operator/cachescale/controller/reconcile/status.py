@@ -3,10 +3,10 @@
 Pure: previous status + decision (or a problem) in, the new status out. Conditions keep
 their ``lastTransitionTime`` unless their status flips; the observed signals are written
 only when known (the reason for every unknown one is listed), and the ones ``kubectl get``
-prints again in ``summary``, formatted to at most three significant digits; history keeps
-the decisions that changed something, newest first; the decision engine's memory rides
-along, packed into one line (``learnedState``), so a restarted operator picks up where it
-left off.
+prints again in ``summary``, formatted to at most three significant digits; the last
+decision is kept (earlier ones are its Events); the decision engine's memory, the learned
+baseline among it, rides along packed into one line (``learnedState``), so a restarted
+operator picks up where it left off.
 
 Texts and lists are not cut here: the status model cuts each at its limit as it is
 built (``api/status.py``), so every status written has a largest size.
@@ -20,9 +20,7 @@ from typing import Any
 
 from cachescale.api.reasons import ConditionReason, Problem
 from cachescale.api.status import (
-    DECISION_HISTORY_LIMIT,
     ActiveAlert,
-    Baseline,
     CacheScalingPolicyStatus,
     Condition,
     ConditionStatus,
@@ -55,7 +53,7 @@ STATUS_FIELDS = {
 
 
 def merge_conditions(
-    previous: list[Condition], verdicts: list[ConditionVerdict], generation: int, now: datetime
+    previous: list[Condition], verdicts: list[ConditionVerdict], now: datetime
 ) -> list[Condition]:
     """New conditions; a condition's transition time moves only when its status flips."""
     before = {c.type: c for c in previous}
@@ -70,7 +68,6 @@ def merge_conditions(
                 reason=verdict.reason,
                 message=verdict.message,
                 last_transition_time=now if flipped else old.last_transition_time,  # type: ignore[union-attr]
-                observed_generation=generation,
             )
         )
     kept = [c for c in previous if c.type not in {v.type for v in verdicts}]
@@ -114,19 +111,13 @@ def render(
                 autoscaler_fallback,
             )
         )
-    record = _record(decision, now, applied)
-    history = previous.history
-    if applied:
-        history = [record, *history][:DECISION_HISTORY_LIMIT]
     status = CacheScalingPolicyStatus(
         observed_generation=generation,
         state=decision.state.value,
-        conditions=merge_conditions(previous.conditions, [ready, *verdicts], generation, now),
+        conditions=merge_conditions(previous.conditions, [ready, *verdicts], now),
         summary=_summary(snapshot, warmup_seconds),
         signals=_signals(snapshot, now, warmup_seconds, prometheus),
-        baseline=_baseline(decision),
-        last_decision=record,
-        history=history,
+        last_decision=_record(decision, now, applied),
         alerts=[
             ActiveAlert(
                 reason=a.reason,
@@ -163,7 +154,7 @@ def render_problem(
         update={
             "observed_generation": generation,
             "state": reason,
-            "conditions": merge_conditions(previous.conditions, verdicts, generation, now),
+            "conditions": merge_conditions(previous.conditions, verdicts, now),
         }
     )
     return status.to_wire()
@@ -246,14 +237,3 @@ def _rounded(quantile: Measured) -> Measured:
     """``quantile`` with its value to three significant digits (its bucket as it is)."""
     assert quantile.value is not None
     return replace(quantile, value=significant(quantile.value))
-
-
-def _baseline(decision: Decision) -> Baseline:
-    learned = decision.memory.baseline
-    return Baseline(
-        token_hit_rate=learned.token_hit_rate,
-        prefill_tokens_per_request=learned.prefill_tokens_per_request,
-        gpu_seconds_per_1k_requests=learned.gpu_seconds_per_1k_requests,
-        requests_per_second=learned.requests_per_second,
-        updated_at=learned.updated_at,
-    )

@@ -11,7 +11,7 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
 (``latest``). Normalised means:
 
 - the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
-  ``lastDecision.time``, the baseline's ``updatedAt``; and so does ``summary``, the
+  ``lastDecision.time``; and so does ``summary``, the
   signals again as ``kubectl get`` prints them (compared in ``signals``);
 - each displayed number is compared as it is displayed (``DISPLAY``: the same ``words``
   formatting ``kubectl describe`` and the messages use), so moving by less than its
@@ -26,7 +26,7 @@ status it rendered, not the stored one, so what is skipped is not lost in this p
   other is no change), and the length of a streak that is running (a streak that starts
   or ends is a change).
 
-Conditions, state, decisions (``lastDecision`` but its time, ``history``), alerts, the
+Conditions, state, the last decision (but its time), alerts, the
 suspected change and everything else in memory compare exactly. A restarted process (or
 a policy it has not written yet) starts from the stored status, as the watch delivered
 it, as if it had written it at its ``signals.observedAt``: its first evaluation writes
@@ -68,8 +68,8 @@ DISPLAY: Mapping[str, Callable[[float], str]] = {
     "arrivalsPerSecond": words.rate,
     "preemptionsPerSecond": words.rate,
 }
-"""The display precision of each number the status shows (``status.signals``,
-``status.baseline``, and the baseline and marks in the decision memory), as the text it is
+"""The display precision of each number the status shows (``status.signals``, and the
+baseline and marks in the decision memory), as the text it is
 shown as: ratios to 0.01, tokens and GPU-s/1k to 1, seconds to 0.01 under 10 s, rates to
 two significant digits under 10/s and to 1 above."""
 
@@ -85,10 +85,6 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
         out["signals"] = signals
     if isinstance(out.get("lastDecision"), Mapping):
         out["lastDecision"] = {k: v for k, v in out["lastDecision"].items() if k != "time"}
-    if isinstance(out.get("baseline"), Mapping):
-        baseline = _displayed(out["baseline"])
-        baseline.pop("updatedAt", None)
-        out["baseline"] = baseline
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
     if isinstance(out.get("learnedState"), str):
