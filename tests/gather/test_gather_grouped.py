@@ -25,6 +25,7 @@ from cachescale.gather.prometheus_errors import (
     PrometheusBadResponse,
     PrometheusError,
     PrometheusQueryError,
+    PrometheusTimeout,
     PrometheusUnreachable,
 )
 from cachescale.gather.promql import build_queries
@@ -329,3 +330,54 @@ def test_a_rejected_mix_is_read_again_per_label_set(synthetic_prometheus: str) -
         }
     assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
     assert len(sent) == 1 + 1 + 2  # detection, the rejected mix, one batch per label set
+
+
+PLAIN_MODELS = ("steady", "reset", "wide", "saturated")
+
+
+class SlowOnMany(CountingClient):
+    """Prometheus running out of time on a query that carries more than ``most`` of the
+    plain models, or any that carries ``never`` (as a large chunk, or one slow
+    deployment's series, would)."""
+
+    most = len(PLAIN_MODELS)
+    never = "no such model"
+
+    def query(self, promql: str, at: datetime) -> list[Series]:
+        carried = [m for m in PLAIN_MODELS if m in promql]
+        if len(carried) > self.most or self.never in carried:
+            self.sent.append(promql)
+            raise PrometheusTimeout(self._url, "no answer within 1s")
+        return super().query(promql, at)
+
+
+def plain_reads(client: PrometheusClient) -> list[PolicyRead[str]]:
+    return [PolicyRead(m, client, request(namespace="llm", model_name=m)) for m in PLAIN_MODELS]
+
+
+def test_a_chunk_that_times_out_is_read_again_as_halves(synthetic_prometheus: str) -> None:
+    with SlowOnMany(PrometheusConfig(url=synthetic_prometheus, retries=0)) as slow:
+        slow.most = 2
+        reads = plain_reads(slow)
+        outcomes = GroupedGatherer().gather(reads, AT)
+        sent = list(slow.sent)
+        assert {k: comparable(o) for k, o in outcomes.items()} == {
+            read.key: comparable(alone(slow, read.request)) for read in reads
+        }
+    assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
+    assert len(sent) == 1 + 2 * 2  # the chunk's detection timed out; per half: detect, batch
+
+
+def test_a_half_that_times_out_again_is_its_members_timeout_only(
+    synthetic_prometheus: str,
+) -> None:
+    with SlowOnMany(PrometheusConfig(url=synthetic_prometheus, retries=0)) as slow:
+        slow.never = "saturated"
+        outcomes = GroupedGatherer().gather(plain_reads(slow), AT)
+        sent = list(slow.sent)
+    assert {k for k, o in outcomes.items() if isinstance(o, PrometheusTimeout)} == {
+        "wide",
+        "saturated",
+    }
+    assert all(isinstance(outcomes[k], EngineSignals) for k in ("steady", "reset"))
+    assert len(sent) == 1 + 2 + 1  # the chunk, one half's detection and batch, the other's

@@ -38,6 +38,13 @@ have data), or the ``AmbiguousSeriesError`` of its own selector, or the
 timeout) and fail together, as one policy's reads do; groups run on their own threads
 with their own deadlines, so a Prometheus that is down, slow or answering garbage fails
 only the groups that read it.
+
+A group that runs out of time is read again smaller before any member is marked unknown:
+a query over fewer selectors scans fewer series, so a chunk too large for the deadline is
+not all of it lost. Its selectors are cut in two halves, read side by side, each with a
+fresh deadline; that happens once (``SPLIT_ON_TIMEOUT``), so a batch waits at most two
+deadlines for a slow Prometheus, and a half that times out again is its members' timeout.
+A group of one selector is one policy's read and is not retried.
 """
 
 from __future__ import annotations
@@ -57,7 +64,11 @@ from cachescale.gather.grouping import SHARING_LABELS, Group, scope_of
 from cachescale.gather.grouping import PolicyRead as PolicyRead
 from cachescale.gather.grouping import plan as plan
 from cachescale.gather.prometheus import PrometheusClient
-from cachescale.gather.prometheus_errors import PrometheusError, PrometheusQueryError
+from cachescale.gather.prometheus_errors import (
+    PrometheusError,
+    PrometheusQueryError,
+    PrometheusTimeout,
+)
 from cachescale.gather.promql import SERIES_LABELS, QueryKey, build_queries, label_query
 from cachescale.gather.reading import read_demand
 from cachescale.gather.selector import ResultSeries, Selector, split_by_selector
@@ -67,9 +78,13 @@ from cachescale.snapshot import EngineSignals, MetricsGeneration
 
 K = TypeVar("K", bound=Hashable)
 Q = TypeVar("Q", bound=Hashable)
+C = TypeVar("C")
 
 Outcome = EngineSignals | PrometheusError | AmbiguousSeriesError
 """What one policy gets: its signals, or the error ``gather_signals`` would have raised."""
+
+SPLIT_ON_TIMEOUT = 1
+"""Times a group that ran out of time is read again as two halves (module docstring)."""
 
 DEFAULT_DETECTION_TTL_SECONDS = 300.0
 """How long a detected profile is trusted: an engine upgrade is seen within this."""
@@ -125,6 +140,19 @@ def _carries_labels_of_others(
     return any(series.labels.get(name) for series in mine for name in others)
 
 
+def _halves(group: Group[K, C]) -> tuple[Group[K, C], Group[K, C]] | None:
+    """``group`` cut in two by its distinct selectors (the members of one selector stay
+    together), or None for a group of one selector."""
+    selectors = group.selectors
+    if len(selectors) < 2:
+        return None
+    first = frozenset(selectors[: len(selectors) // 2])
+    return (
+        Group(group.client, tuple(m for m in group.members if m.request.selector in first)),
+        Group(group.client, tuple(m for m in group.members if m.request.selector not in first)),
+    )
+
+
 def _slices(
     results: Mapping[Q, Sequence[ResultSeries]], names: Sequence[str]
 ) -> dict[tuple[str, ...], dict[Q, list[ResultSeries]]]:
@@ -175,13 +203,25 @@ class GroupedGatherer:
                 outcomes.update(result)
         return outcomes
 
-    def gather_group(self, group: Group[K, PrometheusClient], at: datetime) -> dict[K, Outcome]:
-        """One group's outcomes, all its reads within one deadline of its client."""
+    def gather_group(
+        self, group: Group[K, PrometheusClient], at: datetime, splits: int = SPLIT_ON_TIMEOUT
+    ) -> dict[K, Outcome]:
+        """One group's outcomes, all its reads within one deadline of its client; when
+        that runs out, the group's two halves' (``splits`` times: module docstring)."""
         client = group.client.until(group.client.deadline())
         try:
             return self._read(client, group, at)
+        except PrometheusTimeout as error:
+            halves = _halves(group)
+            if splits <= 0 or halves is None:
+                return {member.key: error for member in group.members}
         except PrometheusError as error:
             return {member.key: error for member in group.members}
+        outcomes: dict[K, Outcome] = {}
+        with ThreadPoolExecutor(len(halves)) as pool:
+            for result in pool.map(lambda half: self.gather_group(half, at, splits - 1), halves):
+                outcomes.update(result)
+        return outcomes
 
     def _read(
         self, client: PrometheusClient, group: Group[K, PrometheusClient], at: datetime
