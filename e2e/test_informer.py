@@ -66,7 +66,7 @@ class Counted:
 
 @contextmanager
 def running(api: inf.ListWatch, namespaces: list[str]) -> Iterator[inf.TargetInformers]:
-    informers = inf.TargetInformers(api, namespaces, keda=False)
+    informers = inf.TargetInformers(lambda: api, namespaces, keda=False)
     informers.start()
     try:
         yield informers
@@ -84,7 +84,7 @@ def converged(
         for kind in inf.target_kinds(keda=False):
             expected = listed(reference, kind, namespace)
             for informers in every:
-                store = informers._stores[kind]
+                store = informers._stores[kind.index]
                 if canonical(store, namespace) != expected:
                     return None
             if listed(reference, kind, namespace) != expected:
@@ -95,7 +95,7 @@ def converged(
 
 
 def pod_names(informers: inf.TargetInformers, key: tuple[str, str, str]) -> list[str]:
-    pods = informers.pods
+    pods = informers.index("pods", key[0])
     assert pods is not None
     return sorted(p["metadata"]["name"] for p in pods.get(key) or ())
 
@@ -125,7 +125,8 @@ def test_informers_follow_the_targets_and_resume_a_cut_watch(
 
     with running(api, [namespace]) as scoped, running(api, []) as clusterwide:
         both = (scoped, clusterwide)
-        assert all(None not in (i.deployments, i.hpas, i.pods) for i in both)
+        kinds = inf.target_kinds(keda=False)
+        assert all(None not in [i.index(k.index, namespace) for k in kinds] for i in both)
         assert counted.sent["list"] == 6  # three kinds, in the namespace and cluster-wide
         converged(reference, namespace, *both)
 
@@ -137,11 +138,11 @@ def test_informers_follow_the_targets_and_resume_a_cut_watch(
         wait_for(lambda: pod_names(scoped, canary) == [first], "the new label followed")
         kubectl(cluster, "label", "pod", first, "-n", namespace, "canary-")
         wait_for(lambda: pod_names(scoped, canary) == [], "the removed label followed")
-        assert canary not in scoped._stores[inf.PODS]
+        assert canary not in scoped._stores["pods"]
         kubectl(cluster, "delete", "pod", second, "-n", namespace, "--wait=false")
         apply(cluster, namespace, plain_deployment("other", replicas=1))
         converged(reference, namespace, *both)
-        hpas = scoped.hpas
+        hpas = scoped.index("hpas", namespace)
         assert hpas is not None
         assert next(iter(hpas[namespace, APP]))["spec"]["maxReplicas"] == 12
         deployed = (namespace, "app", APP)
@@ -179,7 +180,7 @@ def test_informers_list_again_when_their_watch_expired(cluster: Cluster, namespa
         converged(reference, namespace, *both)
         kubectl(cluster, "delete", "deployment", "other", "-n", namespace)
         converged(reference, namespace, *both)
-        assert all((namespace, "other") not in i._stores[inf.DEPLOYMENTS] for i in both)
+        assert all((namespace, "other") not in i._stores["deployments"] for i in both)
 
 
 def cut(every: tuple[inf.TargetInformers, ...]) -> None:

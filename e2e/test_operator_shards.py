@@ -1,12 +1,17 @@
-"""Sharding on a real API server: two ``cachescale run --policy-selector`` processes split
-the policies of one namespace by a label, as two chart releases with ``policySelector``.
+"""Sharding on a real API server: two cluster-wide ``cachescale run --policy-selector``
+processes split the policies by a label, as two chart releases with ``policySelector``,
+each shard's policy in a namespace of its own (sharding by namespace).
 
 Each shard evaluates only its own policy, and the API server does the filtering: every
 list and watch of policies the shards sent carries their selector (the audit log, when
-the control plane is envtest's). A policy relabelled from one shard to the other moves:
-the API server tells the first it is gone (its loop stops, it never evaluates the policy
-again) and the second that it is new (its loop starts). The shards run standalone: each
-chart release has its own peering object (tests/chart/test_chart_render.py), and
+the control plane is envtest's). Each shard follows its targets only in its policies'
+namespaces: every list and watch of Deployments, HPAs and pods it sent is of one of
+them, never cluster-wide (the audit log again, each shard known by its own token). A
+policy relabelled from one shard to the other moves: the API server tells the first it
+is gone (its loop stops, it never evaluates the policy again, and it stops following that
+namespace, its last policy there gone) and the second that it is new (its loop starts,
+and it follows that namespace from then on). The shards run standalone: each chart
+release has its own peering object (tests/chart/test_chart_render.py), and
 e2e/test_operator_peering.py shows one such object keeps exactly one pod active.
 
 About 40 s: two operator starts, a first evaluation each (at its group's next slot of the 10 s
@@ -18,8 +23,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from contextlib import ExitStack
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote_plus
 
 from e2e.harness.cluster import Cluster
@@ -32,6 +41,9 @@ from tests.prometheus_fixture import free_port
 
 INTERVAL_S = 10.0
 SHARDS = ("blue", "green")
+TARGET_KINDS = {"deployments", "horizontalpodautoscalers", "pods"}
+CREDENTIAL = "authentication.kubernetes.io/credential-id"
+"""The audit log's mark of the token a request carried (one per shard)."""
 
 
 def evaluations(operator: OperatorProcess, namespace: str, name: str) -> int:
@@ -39,32 +51,44 @@ def evaluations(operator: OperatorProcess, namespace: str, name: str) -> int:
     return len(re.findall(rf"{re.escape(namespace)}/{re.escape(name)}: ", operator.output()))
 
 
-def test_two_shards_each_evaluate_only_their_own_policies(
+@contextmanager
+def another_namespace(cluster: Cluster) -> Iterator[str]:
+    """A second fresh namespace, deleted afterwards (without waiting)."""
+    name = f"cachescale-e2e-{uuid.uuid4().hex[:6]}"
+    created = cluster.kubectl("create", "namespace", name)
+    assert created.returncode == 0, created.stderr
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def test_two_shards_each_evaluate_and_follow_only_their_own_policies(
     cluster: Cluster, release: Release, namespace: str, tmp_path: Path
 ) -> None:
-    kubeconfig = cluster.token_kubeconfig(
-        tmp_path / "operator.kubeconfig", release.namespace, release.service_account
-    )
+    started = time.time()
     # Nothing listens at this Prometheus and no target exists: every evaluation reports
     # why in the status and logs one line, which is all this test counts.
     closed = f"http://127.0.0.1:{free_port()}"
-    for shard in SHARDS:
-        body = policy_body(
-            shard,
-            prometheus_url=closed,
-            deployment_name=shard,
-            hpa_name=shard,
-            extra={"metrics": {"selector": {"namespace": namespace}}},
-        )
-        body["metadata"] = {"name": shard, "labels": {"shard": shard}}
-        apply(cluster, namespace, body)
     with ExitStack() as stack:
+        where = {"blue": namespace, "green": stack.enter_context(another_namespace(cluster))}
+        for shard in SHARDS:
+            body = policy_body(
+                shard,
+                prometheus_url=closed,
+                deployment_name=shard,
+                hpa_name=shard,
+                extra={"metrics": {"selector": {"namespace": where[shard]}}},
+            )
+            body["metadata"] = {"name": shard, "labels": {"shard": shard}}
+            apply(cluster, where[shard], body)
         blue, green = (
             stack.enter_context(
                 operator_process(
                     tmp_path / shard,
-                    kubeconfig,
-                    namespaces=(namespace,),
+                    cluster.token_kubeconfig(  # a token each: the audit log tells them apart
+                        tmp_path / f"{shard}.kubeconfig", release.namespace, release.service_account
+                    ),
                     flags=("--policy-selector", f"shard={shard}", *LOOPBACK_PROMETHEUS),
                 )
             )
@@ -73,57 +97,81 @@ def test_two_shards_each_evaluate_only_their_own_policies(
         until(
             lambda: (
                 True
-                if evaluations(blue, namespace, "blue") and evaluations(green, namespace, "green")
+                if evaluations(blue, where["blue"], "blue")
+                and evaluations(green, where["green"], "green")
                 else None
             ),
             "a first evaluation in each shard",
             INTERVAL_S * 2,
         )
-        assert evaluations(blue, namespace, "green") == 0, blue.tail()
-        assert evaluations(green, namespace, "blue") == 0, green.tail()
+        assert evaluations(blue, where["green"], "green") == 0, blue.tail()
+        assert evaluations(green, where["blue"], "blue") == 0, green.tail()
 
         moved = cluster.kubectl(
-            "label", "-n", namespace, "cachescalingpolicy", "green", "shard=blue", "--overwrite"
+            "label", "-n", where["green"], "csp", "green", "shard=blue", "--overwrite"
         )
         assert moved.returncode == 0, moved.stderr
         until(
-            lambda: True if evaluations(blue, namespace, "green") else None,
+            lambda: True if evaluations(blue, where["green"], "green") else None,
             "the moved policy evaluated by its new shard",
             INTERVAL_S * 2,
         )
-        left = evaluations(green, namespace, "green")
+        left = evaluations(green, where["green"], "green")
         time.sleep(INTERVAL_S * 1.5)  # past the next round the old loop would have run
-        assert evaluations(green, namespace, "green") == left, green.tail()
-        assert f"{namespace}/green left this operator's watch" in green.output()
-        assert evaluations(blue, namespace, "blue") >= 2, "the first policy still served"
+        assert evaluations(green, where["green"], "green") == left, green.tail()
+        assert f"{where['green']}/green left this operator's watch" in green.output()
+        assert f"{where['green']}: no longer following its targets" in green.output()
+        assert f"{where['green']}: following its targets" in blue.output()
+        assert evaluations(blue, where["blue"], "blue") >= 2, "the first policy still served"
         for operator in (blue, green):
             assert "Traceback" not in operator.output(), operator.tail()
 
     if cluster.plane is not None:
         user = f"system:serviceaccount:{release.namespace}:{release.service_account}"
-        selectors = {
-            unquote_plus(request.split("labelSelector=", 1)[1].split("&", 1)[0])
-            if "labelSelector=" in request
-            else None
-            for request in _policy_reads(cluster, namespace, user)
-        }
-        assert selectors == {"shard=blue", "shard=green"}, selectors
+        reads = _reads(cluster, user, started)
+        shard_of = _shards_by_token(reads)
+        assert sorted(shard_of.values()) == sorted(SHARDS), shard_of
+        followed: dict[str, set[str | None]] = {shard: set() for shard in SHARDS}
+        for event in reads:
+            ref = event.get("objectRef", {})
+            if ref.get("resource") in TARGET_KINDS:
+                followed[shard_of[_token(event)]].add(ref.get("namespace"))
+        # Blue followed its own namespace, then green's with the moved policy; green only
+        # its own; neither ever listed or watched a target cluster-wide.
+        assert followed == {"blue": set(where.values()), "green": {where["green"]}}, followed
 
 
-def _policy_reads(cluster: Cluster, namespace: str, user: str) -> list[str]:
-    """The request URIs of every list and watch of policies in ``namespace`` by ``user``."""
+def _reads(cluster: Cluster, user: str, after: float) -> list[dict[str, Any]]:
+    """Every list and watch ``user`` sent since ``after`` (its policies' and its targets')."""
     assert cluster.plane is not None
     log = cluster.plane.directory / "audit.log"
-    uris = []
+    found = []
     for line in log.read_text(encoding="utf-8").splitlines():
         event = json.loads(line)
-        ref = event.get("objectRef", {})
         if (
             event.get("verb") in ("list", "watch")
-            and ref.get("resource") == "cachescalingpolicies"
-            and ref.get("namespace") == namespace
             and event.get("user", {}).get("username") == user
-            and event.get("stage") in (None, "ResponseComplete", "ResponseStarted")
+            and datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp() >= after
         ):
-            uris.append(str(event.get("requestURI", "")))
-    return uris
+            found.append(event)
+    return found
+
+
+def _token(event: dict[str, Any]) -> str:
+    """The token a request carried (its ``JTI=...``)."""
+    return ",".join(event["user"].get("extra", {}).get(CREDENTIAL, []))
+
+
+def _shards_by_token(reads: list[dict[str, Any]]) -> dict[str, str]:
+    """Each token's shard, from the selector its lists and watches of policies carried;
+    every one of them carried one."""
+    shards: dict[str, str] = {}
+    for event in reads:
+        if event.get("objectRef", {}).get("resource") != "cachescalingpolicies":
+            continue
+        uri = str(event.get("requestURI", ""))
+        assert "labelSelector=" in uri, uri
+        selector = unquote_plus(uri.split("labelSelector=", 1)[1].split("&", 1)[0])
+        shards.setdefault(_token(event), selector.removeprefix("shard="))
+        assert shards[_token(event)] == selector.removeprefix("shard="), uri
+    return shards

@@ -16,7 +16,9 @@ kills each group and waits for it.
 The API server keeps an audit log of every write (verb, user, object; no bodies) in
 ``audit.log``: tests count an operator's patches and status writes from the server's
 own record (:meth:`ControlPlane.writes`), not from the operator's logs; lists and
-watches of policies are recorded too, so a client's relist after a lost watch shows.
+watches of policies are recorded too, so a client's relist after a lost watch shows, and
+a service account's lists and watches of Deployments, HPAs and pods, so the namespaces an
+operator's informers follow show.
 
 Fault tests crash a component and bring it back as it was (:meth:`ControlPlane.kill`,
 :meth:`ControlPlane.restart`: same ports, certificates and etcd data directory), and
@@ -64,14 +66,23 @@ rules:
   - level: Metadata
     verbs: [list, watch]
     resources: [{group: cachescale.dev, resources: [cachescalingpolicies]}]
+  - level: Metadata
+    verbs: [list, watch]
+    userGroups: [system:serviceaccounts]
+    resources:
+      - {group: apps, resources: [deployments]}
+      - {group: autoscaling, resources: [horizontalpodautoscalers]}
+      - {group: "", resources: [pods]}
   - level: None
     verbs: [get, list, watch]
   - level: None
     resources: [{group: coordination.k8s.io, resources: [leases]}]
   - level: Metadata
 """
-"""Every write, at Metadata level (who, what, which object, the answer's code), and the
-lists and watches of policies (a client relisting after a lost watch shows up there)."""
+"""Every write, at Metadata level (who, what, which object, the answer's code), the lists
+and watches of policies (a client relisting after a lost watch shows up there), and the
+service accounts' lists and watches of the targets' kinds (which namespaces an operator's
+informers follow)."""
 WRITES = ("create", "update", "patch", "delete")
 
 

@@ -14,7 +14,7 @@ server in e2e/test_operator_indexes.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -195,14 +195,11 @@ def test_each_kind_is_kept_as_its_projection_under_its_key() -> None:
     }
 
 
-@dataclass(frozen=True)
 class Unlisted:
     """Indexes of which none is listed yet (``indexes.TargetIndexes``)."""
 
-    deployments: ix.Index | None = None
-    hpas: ix.Index | None = None
-    pods: ix.Index | None = None
-    scaled_objects: ix.Index | None = None
+    def index(self, kind: ix.IndexName, namespace: str) -> ix.Index | None:
+        return None
 
 
 def test_a_kind_with_no_index_is_read_from_the_api_server(cluster: FakeCluster) -> None:

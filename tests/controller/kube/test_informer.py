@@ -10,6 +10,7 @@ The same on a real API server, with the watch cut and expired: e2e/test_informer
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from types import SimpleNamespace
@@ -118,13 +119,13 @@ class ScriptedApi:
         return [verb for verb, _, _ in self.sent]
 
 
-def pod_informer(api: ScriptedApi, page: int = 500, scopes: Sequence[str] = (NAMESPACE,)) -> Any:
+def pod_informer(api: ScriptedApi, page: int = 500) -> Any:
     waits: list[int] = []
     informer = inf.Informer(
         api,
         inf.PODS,
         NAMESPACE,
-        Store(scopes),
+        Store(),
         page=page,
         backoff=lambda n: waits.append(n) or 0,
     )
@@ -144,60 +145,88 @@ def contents(store: Mapping[Any, Any]) -> dict[Any, list[str]]:
 
 
 def test_a_new_version_of_a_pod_drops_the_label_keys_it_lost() -> None:
-    store = Store([NAMESPACE])
-    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm", canary="true")))
-    store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
+    store = Store()
+    scope = store.open(NAMESPACE)
+    store.put(scope, (NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm", canary="true")))
+    store.put(scope, (NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
     assert contents(store) == {
         (NAMESPACE, "", ""): ["a", "b"],
         (NAMESPACE, "app", "vllm"): ["a", "b"],
         (NAMESPACE, "canary", "true"): ["a"],
     }
-    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="sglang")))
+    store.put(scope, (NAMESPACE, "a"), ix.pod_entries(pod("a", app="sglang")))
     assert contents(store) == {
         (NAMESPACE, "", ""): ["a", "b"],
         (NAMESPACE, "app", "vllm"): ["b"],
         (NAMESPACE, "app", "sglang"): ["a"],
     }
     assert (NAMESPACE, "canary", "true") not in store
-    store.remove((NAMESPACE, "b"))
-    store.remove((NAMESPACE, "b"))  # a second deletion changes nothing
+    store.remove(scope, (NAMESPACE, "b"))
+    store.remove(scope, (NAMESPACE, "b"))  # a second deletion changes nothing
     assert contents(store) == {(NAMESPACE, "", ""): ["a"], (NAMESPACE, "app", "sglang"): ["a"]}
     assert store.objects() == 1
 
 
 def test_a_read_is_not_changed_by_later_writes() -> None:
-    store = Store([NAMESPACE])
-    store.put((NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm")))
+    store = Store()
+    scope = store.open(NAMESPACE)
+    store.put(scope, (NAMESPACE, "a"), ix.pod_entries(pod("a", app="vllm")))
     read = store[NAMESPACE, "app", "vllm"]
-    store.put((NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
-    store.remove((NAMESPACE, "a"))
+    store.put(scope, (NAMESPACE, "b"), ix.pod_entries(pod("b", app="vllm")))
+    store.remove(scope, (NAMESPACE, "a"))
     assert [p["metadata"]["name"] for p in read] == ["a"]
 
 
 def test_a_relist_replaces_its_namespace_at_once_and_no_other() -> None:
-    store = Store(["a", "b"])
-    store.put(("a", "old"), ix.pod_entries(pod("old", "a", app="x")))
-    store.put(("b", "kept"), ix.pod_entries(pod("kept", "b", app="x")))
-    assert not store.synced
-    store.replace("a", {("a", "new"): ix.pod_entries(pod("new", "a", app="y"))})
-    assert not store.synced  # b not listed yet
+    store = Store()
+    a, b = store.open("a"), store.open("b")
+    store.put(a, ("a", "old"), ix.pod_entries(pod("old", "a", app="x")))
+    store.put(b, ("b", "kept"), ix.pod_entries(pod("kept", "b", app="x")))
+    assert not store.listed("a")
+    store.replace(a, {("a", "new"): ix.pod_entries(pod("new", "a", app="y"))})
+    assert store.listed("a")
+    assert not store.listed("b")  # served per namespace: b is not listed yet
     assert contents(store) == {
         ("a", "", ""): ["new"],
         ("a", "app", "y"): ["new"],
         ("b", "", ""): ["kept"],
         ("b", "app", "x"): ["kept"],
     }
-    store.replace("b", {})
-    assert store.synced
+    store.replace(b, {})
+    assert store.listed("b")
+    assert not store.listed("c")
     assert contents(store) == {("a", "", ""): ["new"], ("a", "app", "y"): ["new"]}
 
 
 def test_a_cluster_wide_relist_replaces_everything() -> None:
-    store = Store([None])
-    store.put(("a", "old"), ix.pod_entries(pod("old", "a")))
-    store.replace(None, {("b", "new"): ix.pod_entries(pod("new", "b"))})
+    store = Store()
+    cluster = store.open(None)
+    store.put(cluster, ("a", "old"), ix.pod_entries(pod("old", "a")))
+    assert not store.listed("b")
+    store.replace(cluster, {("b", "new"): ix.pod_entries(pod("new", "b"))})
     assert contents(store) == {("b", "", ""): ["new"]}
-    assert store.synced
+    assert store.listed("a")
+    assert store.listed("b")
+
+
+def test_a_closed_scope_drops_its_objects_at_once_and_writes_nothing_more() -> None:
+    store = Store()
+    a, b = store.open("a"), store.open("b")
+    store.replace(a, {("a", "x"): ix.pod_entries(pod("x", "a", app="y"))})
+    store.replace(b, {("b", "kept"): ix.pod_entries(pod("kept", "b"))})
+    store.close(a)
+    assert contents(store) == {("b", "", ""): ["kept"]}
+    assert not store.listed("a")
+    # The thread of a stopped informer finishing its list or a watch event: ignored.
+    store.replace(a, {("a", "late"): ix.pod_entries(pod("late", "a"))})
+    store.put(a, ("a", "late"), ix.pod_entries(pod("late", "a")))
+    assert contents(store) == {("b", "", ""): ["kept"]}
+    assert not store.listed("a")
+    again = store.open("a")  # followed again: the old scope's writes still go nowhere
+    store.put(a, ("a", "stale"), ix.pod_entries(pod("stale", "a")))
+    store.replace(again, {("a", "new"): ix.pod_entries(pod("new", "a"))})
+    assert contents(store) == {("a", "", ""): ["new"], ("b", "", ""): ["kept"]}
+    assert store.objects() == 2
 
 
 # --- one informer against a scripted API ----------------------------------------------------
@@ -219,7 +248,7 @@ def test_a_list_is_read_page_by_page_then_watched_from_its_version() -> None:
         ),
     ]
     assert names(informer.store, (NAMESPACE, "app", "vllm")) == [f"p{i}" for i in range(5)]
-    assert informer.store.synced
+    assert informer.store.listed(NAMESPACE)
     assert informer.tried.is_set()
 
 
@@ -300,12 +329,12 @@ def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
 ) -> None:
     api = ScriptedApi([pod("vllm-0", app="vllm")])
     api.list_errors = [KubeError(403, 'pods is forbidden: User "x" cannot list')]
-    informers = inf.TargetInformers(api, [NAMESPACE], keda=False)
+    informers = inf.TargetInformers(lambda: api, [NAMESPACE], keda=False)
     informer = next(i for i in informers.informers if i.kind == inf.PODS)
     informer._backoff = lambda n: 0.0
     informer.step()
     assert informer.tried.is_set()
-    assert informers.pods is None
+    assert informers.index("pods", NAMESPACE) is None
     assert "pods in llm: list failed (HTTP 403" in caplog.text
     assert "until it lists, pods are read from the API server" in caplog.text
 
@@ -317,7 +346,7 @@ def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
     assert len(cluster.requests("get")) == before + 1
 
     informer.step()  # listed now: served from the store, with no read
-    assert informers.pods is not None
+    assert informers.index("pods", NAMESPACE) is not None
     assert [p["metadata"]["name"] for p in reads.items(path, "app=vllm")] == ["vllm-0"]
     assert len(cluster.requests("get")) == before + 1
 
@@ -325,12 +354,12 @@ def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
 def test_a_kind_not_served_is_said_so() -> None:
     api = ScriptedApi([])
     api.list_errors = [NotFoundError(404, "the server could not find the requested resource")]
-    informers = inf.TargetInformers(api, [], keda=True)
+    informers = inf.TargetInformers(lambda: api, [], keda=True)
     keda = next(i for i in informers.informers if i.kind == inf.SCALED_OBJECTS)
     assert keda.name == "scaledobjects cluster-wide"
     keda._backoff = lambda n: 0.0
     keda.step()
-    assert informers.scaled_objects is None
+    assert informers.index("scaled_objects", NAMESPACE) is None
     assert api.sent[0][1] == "/apis/keda.sh/v1alpha1/scaledobjects"
 
 
@@ -340,11 +369,11 @@ def test_scaled_objects_are_watched_only_with_the_keda_flag() -> None:
     plurals = [k.plural for k in inf.target_kinds(keda=False)]
     assert plurals == ["deployments", "horizontalpodautoscalers", "pods"]
     assert [k.plural for k in inf.target_kinds(keda=True)] == [*plurals, "scaledobjects"]
-    informers = inf.TargetInformers(ScriptedApi([]), ["a", "b"], keda=False)
+    informers = inf.TargetInformers(lambda: ScriptedApi([]), ["a", "b"], keda=False)
     assert sorted(i.name for i in informers.informers) == sorted(
         f"{plural} in {ns}" for plural in plurals for ns in ("a", "b")
     )
-    assert informers.scaled_objects is None
+    assert informers.index("scaled_objects", "a") is None
 
 
 def test_the_backoff_doubles_to_its_bound_drawn_in_its_upper_half() -> None:
@@ -363,10 +392,103 @@ def test_stop_closes_the_open_watch_and_ends_the_thread() -> None:
     informer.start()
     assert informer.tried.wait(5)
     wait_for(lambda: held if informer._stream is held else None, 5, "the watch open")
-    informer.stop(timeout_s=5)
+    informer.stop()
     assert held.closed.is_set()
+    assert informer.store.objects() == 0  # its objects went at once
+    informer.join(timeout_s=5)
     assert informer._thread is not None
     assert not informer._thread.is_alive()
+
+
+# --- informers on demand (a cluster-wide shard) -------------------------------------------
+
+
+class Gated:
+    """The fake API server, whose lists of ``held`` wait until :attr:`gate` opens."""
+
+    def __init__(self, api: inf.ListWatch, held: str) -> None:
+        self.api = api
+        self.held = f"/namespaces/{held}/"
+        self.gate = threading.Event()
+
+    def list_page(self, path: str, query: Query) -> dict[str, Any]:
+        if self.held in path:
+            self.gate.wait(10)
+        return self.api.list_page(path, query)
+
+    def watch(self, path: str, query: Query, idle_timeout_s: float) -> inf.Events:
+        return self.api.watch(path, query, idle_timeout_s)
+
+
+def test_on_demand_a_namespace_not_listed_yet_is_read_from_the_api_server_alone(
+    cluster: FakeCluster,
+) -> None:
+    """A namespace whose informers have just started (their lists under way) is read from
+    the API server; every namespace already listed is still served from the stores."""
+    for namespace in ("a", "b"):
+        cluster.put(PODS, pod(f"vllm-{namespace}", namespace, app="vllm"))
+    gated = Gated(cluster.api, held="b")
+    informers = inf.TargetInformers(lambda: gated, (), keda=False, on_demand=True)
+    reads = ix.IndexedReads(cluster.api, informers)
+
+    def pod_reads(namespace: str) -> int:
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        listed = [r for r in cluster.requests("get") if r.params.get("watch") != "true"]
+        return sum(1 for r in listed if str(r.url.path) == path)
+
+    def read(namespace: str) -> list[str]:
+        found = reads.items(f"/api/v1/namespaces/{namespace}/pods", "app=vllm")
+        return [p["metadata"]["name"] for p in found]
+
+    try:
+        informers.open("a")
+        informers.open("b")
+        wait_for(lambda: informers.index("pods", "a"), 5, "a's pods listed")
+        before = {namespace: pod_reads(namespace) for namespace in ("a", "b")}
+        assert read("a") == ["vllm-a"]
+        assert pod_reads("a") == before["a"], "a served from its store"
+        assert informers.index("pods", "b") is None
+        assert read("b") == ["vllm-b"]
+        assert pod_reads("b") == before["b"] + 1, "b, not listed yet, read from the API"
+
+        gated.gate.set()
+        wait_for(lambda: informers.index("pods", "b"), 5, "b's pods listed")
+        assert read("b") == ["vllm-b"]
+        assert pod_reads("b") == before["b"] + 2, "b's list, and no read since"
+        informers.close("a")
+        assert informers.index("pods", "a") is None, "a no longer followed: read from the API"
+        assert read("b") == ["vllm-b"]
+    finally:
+        gated.gate.set()
+        informers.stop()
+
+
+def test_on_demand_informers_start_with_nothing_and_log_once_per_namespace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = ScriptedApi([])
+    api.watches = [Stream([], held=True) for _ in range(3)]
+    informers = inf.TargetInformers(lambda: api, (), keda=False, on_demand=True)
+    caplog.set_level(logging.DEBUG, "cachescale.operator")
+    informers.start()
+    assert informers.informers == []
+    assert api.sent == []
+    informers.open("a")
+    informers.open("a")  # already followed: nothing more
+    wait_for(lambda: True if api.verbs().count("watch") == 3 else None, 5, "three watches")
+    informers.close("a")
+    informers.close("a")
+    informers.stop()
+    assert {path for _, path, _ in api.sent} == {
+        kind.path("a") for kind in inf.target_kinds(keda=False)
+    }
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert told == [
+        "a: following its targets (the first policy there joined)",
+        "a: no longer following its targets (the last policy there left)",
+    ]
+    informers.open("b")  # stopped with the operator: nothing starts again
+    assert informers.informers == []
 
 
 # --- the kopf startup handler, against kmock --------------------------------------------------
@@ -377,15 +499,15 @@ def test_startup_lists_every_kind_then_serves_and_follows_them(cluster: FakeClus
     cluster.put(HPAS, hpa("vllm"))
     for each in pods("vllm", 2, Clock().now):
         cluster.put(PODS, each)
-    informers = inf.TargetInformers(cluster.api, [NAMESPACE], keda=False)
+    informers = inf.TargetInformers(lambda: cluster.api, [NAMESPACE], keda=False)
     operator = Operator(cluster.api)
     memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator), informers=informers)
     asyncio.run(inf.start_informers(memo=memo))
     try:
         assert isinstance(operator.reads, ix.IndexedReads)
-        assert None not in (informers.deployments, informers.hpas, informers.pods)
-        listed = [r for r in cluster.requests("get") if r.params.get("watch") != "true"]
         kinds = inf.target_kinds(keda=False)
+        assert None not in [informers.index(kind.index, NAMESPACE) for kind in kinds]
+        listed = [r for r in cluster.requests("get") if r.params.get("watch") != "true"]
         paths = [f"{kind.prefix}/namespaces/{NAMESPACE}/{kind.plural}" for kind in kinds]
         assert sorted(str(r.url.path) for r in listed) == sorted(paths)  # each listed once
         before = len(cluster.requests("get"))

@@ -9,10 +9,13 @@ storm at thousands of policies. Instead the operator's informers
 below (its projection under its key) in a store; :class:`IndexedReads` serves
 ``read_target``'s paths from those stores, so a steady-state evaluation sends no read.
 What they do not cover goes to the API server: any other path, a selector with
-``>``/``<``, a kind whose store is not listed yet (``--keda`` while KEDA's CRD is not
-installed, or a list that failed, RBAC for one), and an object a store does not hold (a
-target that is missing, or one created a moment before its watch event): a missing
-target costs one read per evaluation, as before.
+``>``/``<``, a kind whose store has not listed the namespace read yet (``--keda`` while
+KEDA's CRD is not installed, a list that failed, RBAC for one, or a namespace whose
+informers a shard has just started), and an object a store does not hold (a target that
+is missing, or one created a moment before its watch event): a missing target costs one
+read per evaluation, as before. Which stores serve is decided per kind and namespace
+(:class:`TargetIndexes`): a namespace not listed yet never sends another namespace's
+reads to the API server.
 
 Only a projection of each object is kept, the fields ``read_target`` and
 ``keda.read_scaled_object`` use, in the object's own shape (memory at fleet scale
@@ -41,7 +44,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from threading import Lock
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from cachescale.api.label_selector import LabelSelector, Requirement
 from cachescale.api.policy import MAX_NUM_SEQS_CHANGED, ORIGINAL_ENVELOPE, PROMETHEUS_CREDENTIALS
@@ -59,6 +62,8 @@ Index = Mapping[Any, Collection[Projection]]
 test's dict."""
 Entries = dict[Any, Projection]
 """One object's projection under each of its index keys."""
+IndexName = Literal["deployments", "hpas", "pods", "scaled_objects"]
+"""A kind's index (a field of :class:`Indexes`)."""
 
 SECRET_TTL_S: Final = 30.0
 """How long a Secret read for ``spec.metrics.auth`` is reused: a rotated token or a removed
@@ -222,46 +227,39 @@ def scaled_object_entries(body: Mapping[str, Any]) -> Entries:
 
 
 class TargetIndexes(Protocol):
-    """Where :class:`IndexedReads` finds each kind: its index, or None while there is none
-    (not indexed, or not listed yet), and that kind is read from the API server."""
+    """Where :class:`IndexedReads` finds each kind of a namespace."""
 
-    @property
-    def deployments(self) -> Index | None:
-        """Deployments by (namespace, name)."""
-        ...
-
-    @property
-    def hpas(self) -> Index | None:
-        """HPAs by (namespace, name)."""
-        ...
-
-    @property
-    def pods(self) -> Index | None:
-        """Pods by (namespace, "", "") and by (namespace, label key, label value)."""
-        ...
-
-    @property
-    def scaled_objects(self) -> Index | None:
-        """KEDA ScaledObjects by (namespace, name)."""
+    def index(self, kind: IndexName, namespace: str) -> Index | None:
+        """The index of ``kind`` (deployments and HPAs by (namespace, name), pods by
+        (namespace, "", "") and by (namespace, label key, label value), KEDA
+        ScaledObjects by (namespace, name)) that holds every object of ``namespace``;
+        None while there is none (not indexed, or that namespace not listed yet), and
+        that kind is read there from the API server."""
         ...
 
 
 @dataclass(frozen=True)
 class Indexes:
-    """Fixed indexes (a test's, or a tool's): ``scaled_objects`` None, read from the API."""
+    """Fixed indexes of every namespace (a test's, or a tool's): ``scaled_objects`` None,
+    read from the API."""
 
     deployments: Index
     hpas: Index
     pods: Index
     scaled_objects: Index | None = None
 
+    def index(self, kind: IndexName, namespace: str) -> Index | None:
+        """The field ``kind``, whatever the namespace."""
+        found: Index | None = getattr(self, kind)
+        return found
 
-_OBJECTS: Final = {
+
+_OBJECTS: Final[dict[tuple[str, str, str], IndexName]] = {
     ("apps", "v1", "deployments"): "deployments",
     ("autoscaling", "v2", "horizontalpodautoscalers"): "hpas",
     ("keda.sh", "v1alpha1", "scaledobjects"): "scaled_objects",
 }
-"""(group, version, plural) of the objects served from an index → its ``Indexes`` field."""
+"""(group, version, plural) of the objects served from an index → its kind's index."""
 
 
 class IndexedReads:
@@ -278,12 +276,12 @@ class IndexedReads:
         self._lock = Lock()
 
     def get(self, path: str) -> dict[str, Any]:
-        """The object at ``path``: from its index, else (not indexed or listed yet, or not
-        there) from the API server, whose 404 is then authoritative."""
+        """The object at ``path``: from its index, else (not indexed, its namespace not
+        listed yet, or not there) from the API server, whose 404 is then authoritative."""
         parts = path.strip("/").split("/")
         if len(parts) == 7 and parts[0] == "apis" and parts[3] == "namespaces":
-            field = _OBJECTS.get((parts[1], parts[2], parts[5]))
-            index = getattr(self._indexes, field) if field is not None else None
+            kind = _OBJECTS.get((parts[1], parts[2], parts[5]))
+            index = self._indexes.index(kind, parts[4]) if kind is not None else None
             found = list(index.get((parts[4], parts[6])) or ()) if index is not None else []
             if found:
                 return _copied(found[0])
@@ -293,10 +291,11 @@ class IndexedReads:
 
     def items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """The items at ``path``; pods matched in memory, sorted by name as the API
-        server lists them (from the API server while pods are not indexed)."""
+        server lists them (from the API server while the namespace's pods are not
+        indexed)."""
         parts = path.strip("/").split("/")
-        pods = self._indexes.pods
         if len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            pods = self._indexes.index("pods", parts[3])
             found = select(pods, parts[3], label_selector) if pods is not None else None
             if found is not None:
                 return found

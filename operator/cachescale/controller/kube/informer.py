@@ -8,26 +8,38 @@ would be the operator's peak memory (the evidence: ``docs/design/operator-scale.
 informer here keeps only each object's projection (``indexes.py``) and drops the object it
 came in at once. kopf still serves the policies: their watch, finalizers and peering.
 
-One :class:`Informer` per kind and scope (the cluster, or each ``--namespace``: the
-namespaces kopf serves the policies in; each is an exact name, as the flag takes only a
-DNS label, never one of kopf's glob patterns) runs in a thread of its own, as client-go's
-reflector does: it lists the scope page by page (``limit``, ``continue``), replaces the
-scope's objects in its :class:`Store` at once, then watches from the list's
-resourceVersion (``allowWatchBookmarks``, a server ``timeoutSeconds``) and applies each
-event: ADDED and MODIFIED put the object's entries (those of an older version go, so a
-pod no longer carries a label it lost), DELETED removes them, BOOKMARK only moves the
-resourceVersion on. A watch the server ends is opened again from the last
-resourceVersion; 410 Gone (an answer or an ERROR event) lists again; any other failure
-waits (exponential, at most :data:`MAX_BACKOFF_S`, jittered) and watches again, or lists
-again if it had never listed.
+One :class:`Informer` per kind and scope (the cluster, or a namespace: each is an exact
+name, as ``--namespace`` takes only a DNS label, never one of kopf's glob patterns) runs
+in a thread of its own, as client-go's reflector does: it lists the scope page by page
+(``limit``, ``continue``), replaces the scope's objects in its :class:`Store` at once,
+then watches from the list's resourceVersion (``allowWatchBookmarks``, a server
+``timeoutSeconds``) and applies each event: ADDED and MODIFIED put the object's entries
+(those of an older version go, so a pod no longer carries a label it lost), DELETED
+removes them, BOOKMARK only moves the resourceVersion on. A watch the server ends is
+opened again from the last resourceVersion; 410 Gone (an answer or an ERROR event) lists
+again; any other failure waits (exponential, at most :data:`MAX_BACKOFF_S`, jittered)
+and watches again, or lists again if it had never listed.
+
+The scopes are those kopf serves the policies in, fixed at start: the cluster, or each
+``--namespace``. A cluster-wide shard (``--policy-selector`` without ``--namespace``)
+instead follows only the namespaces its own policies are in, on demand
+(:class:`TargetInformers` ``on_demand``): a namespace's informers, one per kind, start
+when the first of the shard's policies there joins (``controller/runtime/members.py``)
+and stop when the last one leaves, their objects dropped from the stores at once. Shards
+that split the policies by namespace so each list and watch only their own namespaces'
+targets; a shard with policies in every namespace watches every namespace, one watch per
+kind and namespace. A namespace's start and stop are each logged once.
 
 At start-up (:func:`start_informers`, a kopf startup handler: kopf opens no watch before
-every startup handler returned, so no policy handler runs before it) every informer lists
-once before the operator serves anything: the stores are full before the first
-evaluation. A kind that could not be listed (RBAC, the API server down, KEDA's CRD not
-installed with ``--keda``: a 404) is logged and its informer keeps trying in the
-background; until then :class:`TargetInformers` offers no store for it, and evaluations
-read that kind from the API server, as they would without an index.
+every startup handler returned, so no policy handler runs before it) every informer of
+the fixed scopes lists once before the operator serves anything: the stores are full
+before the first evaluation. An on-demand namespace is started on kopf's event loop
+without waiting for its lists. Reads are served per kind and namespace
+(:meth:`TargetInformers.index`): until a kind has been listed in a namespace (just
+started, or it could not be listed: RBAC, the API server down, KEDA's CRD not installed
+with ``--keda``: a 404, logged while its informer keeps trying in the background),
+evaluations read that kind there from the API server, as they would without an index,
+and every other namespace is still served from the stores.
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ from cachescale.controller.kube.indexes import (
     Entries,
     Index,
     IndexedReads,
+    IndexName,
     ObjectKey,
     deployment_entries,
     hpa_entries,
@@ -89,6 +102,8 @@ class Kind:
     """``/api/v1`` or ``/apis/GROUP/VERSION``."""
     plural: str
     entries: Callable[[Mapping[str, Any]], Entries]
+    index: IndexName
+    """The index its store is (``indexes.TargetIndexes``)."""
 
     def path(self, namespace: str | None) -> str:
         """The collection of one namespace, or of the cluster (None)."""
@@ -97,10 +112,12 @@ class Kind:
         return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
 
 
-DEPLOYMENTS: Final = Kind("/apis/apps/v1", "deployments", deployment_entries)
-HPAS: Final = Kind("/apis/autoscaling/v2", "horizontalpodautoscalers", hpa_entries)
-PODS: Final = Kind("/api/v1", "pods", pod_entries)
-SCALED_OBJECTS: Final = Kind("/apis/keda.sh/v1alpha1", "scaledobjects", scaled_object_entries)
+DEPLOYMENTS: Final = Kind("/apis/apps/v1", "deployments", deployment_entries, "deployments")
+HPAS: Final = Kind("/apis/autoscaling/v2", "horizontalpodautoscalers", hpa_entries, "hpas")
+PODS: Final = Kind("/api/v1", "pods", pod_entries, "pods")
+SCALED_OBJECTS: Final = Kind(
+    "/apis/keda.sh/v1alpha1", "scaledobjects", scaled_object_entries, "scaled_objects"
+)
 
 
 def target_kinds(keda: bool) -> tuple[Kind, ...]:
@@ -157,10 +174,13 @@ class Informer:
         page: int = PAGE,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         backoff: Callable[[int], float] = backoff_s,
+        announce: bool = True,
     ) -> None:
         self.kind = kind
         self.namespace = namespace
         self.store = store
+        self.scope = store.open(namespace)
+        """What it writes in the store: nothing more once it is stopped."""
         self.tried = threading.Event()
         """Set once its first list has succeeded or failed."""
         self.version: str | None = None
@@ -169,6 +189,9 @@ class Informer:
         self._page = page
         self._watch_timeout_s = watch_timeout_s
         self._backoff = backoff
+        self._announce = announce
+        """Whether its first list is logged (at info); a namespace started on demand is
+        logged once for all its kinds (:meth:`TargetInformers.open`)."""
         self._stopping = threading.Event()
         self._stream: Events | None = None
         self._failures = 0
@@ -185,12 +208,18 @@ class Informer:
         self._thread = threading.Thread(target=self.run, name=f"informer {self.name}", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop: the open watch is closed, and the thread ends within ``timeout_s``."""
+    def stop(self) -> None:
+        """Stop, without waiting (it may run on the event loop): its objects leave the store
+        at once and it writes nothing more; the open watch is closed, and the thread ends
+        once a request under way has (:meth:`join`)."""
+        self.store.close(self.scope)
         self._stopping.set()
         stream = self._stream
         if stream is not None:
             stream.close()
+
+    def join(self, timeout_s: float = 5.0) -> None:
+        """Wait, at most ``timeout_s``, for the thread of a stopped informer to end."""
         if self._thread is not None:
             self._thread.join(timeout_s)
 
@@ -232,13 +261,13 @@ class Informer:
             for item in page.get("items") or ():
                 objects[object_key(item)] = self.kind.entries(item)
             meta = page.get("metadata") or {}
-            if not meta.get("continue"):
+            if not meta.get("continue") or self._stopping.is_set():
                 break
             query = [("limit", str(self._page)), ("continue", str(meta["continue"]))]
-        recovered = self._failures > 0 or not self.store.synced
-        self.store.replace(self.namespace, objects)
+        told = self._failures > 0 or (self._announce and not self.scope.listed)
+        self.store.replace(self.scope, objects)
         self._failures = 0
-        (log.info if recovered else log.debug)("%s: listed %d", self.name, len(objects))
+        (log.info if told else log.debug)("%s: listed %d", self.name, len(objects))
         return str(meta.get("resourceVersion") or "")
 
     def follow(self) -> None:
@@ -249,6 +278,8 @@ class Informer:
             ("timeoutSeconds", str(self._watch_timeout_s)),
         ]
         idle = self._watch_timeout_s + IDLE_MARGIN_S
+        if self._stopping.is_set():  # stopped while it was listing
+            return
         stream = self._api.watch(self.kind.path(self.namespace), query, idle)
         self._stream = stream
         try:
@@ -265,9 +296,9 @@ class Informer:
         if kind == "ERROR":
             raise _status_error(body)
         if kind in ("ADDED", "MODIFIED"):
-            self.store.put(object_key(body), self.kind.entries(body))
+            self.store.put(self.scope, object_key(body), self.kind.entries(body))
         elif kind == "DELETED":
-            self.store.remove(object_key(body))
+            self.store.remove(self.scope, object_key(body))
         version = (body.get("metadata") or {}).get("resourceVersion")
         if version:
             self.version = str(version)
@@ -279,7 +310,7 @@ class Informer:
             what = f"list failed ({error})"
             if isinstance(error, NotFoundError):
                 what = f"not served by the API server ({error})"
-            if not self.store.synced:
+            if not self.scope.listed:
                 what += f"; until it lists, {self.kind.plural} are read from the API server"
         else:
             what = f"watch from resourceVersion {self.version} failed ({error})"
@@ -303,65 +334,124 @@ def _status_error(status: Mapping[str, Any]) -> KubeError:
 class TargetInformers:
     """The informers of every target kind in the operator's scope, and their stores:
     what :class:`IndexedReads` serves from (``indexes.TargetIndexes``), offering a kind's
-    store once it is listed in every scope."""
+    store for a namespace once that namespace (or the cluster) is listed.
 
-    def __init__(self, api: ListWatch, namespaces: Sequence[str], keda: bool) -> None:
-        scopes: list[str | None] = list(namespaces) or [None]
-        self._stores = {kind: Store(scopes) for kind in target_kinds(keda)}
-        self.informers = [
-            Informer(api, kind, scope, store)
-            for kind, store in self._stores.items()
-            for scope in scopes
-        ]
+    The fixed scopes (``namespaces``, none: the cluster) start with the operator
+    (:meth:`start`), all on an API from one ``connect()``. ``on_demand`` (a cluster-wide
+    shard, ``namespaces`` empty) none does: :meth:`open` starts a namespace's informers,
+    on an API of their own from ``connect()``, and :meth:`close` stops them."""
+
+    def __init__(
+        self,
+        connect: Callable[[], ListWatch],
+        namespaces: Sequence[str],
+        keda: bool,
+        on_demand: bool = False,
+    ) -> None:
+        self.on_demand = on_demand
+        self._connect = connect
+        self._kinds = target_kinds(keda)
+        self._stores = {kind.index: Store() for kind in self._kinds}
+        self._lock = threading.Lock()
+        """Guards the scopes: opened and closed on kopf's loop, stopped from a thread."""
+        self._scopes: dict[str | None, list[Informer]] = {}
+        self._stopped = False
+        if not on_demand:
+            api = connect()
+            scopes: list[str | None] = list(namespaces) or [None]
+            for scope in scopes:
+                self._scopes[scope] = self._informers(api, scope, announce=True)
+
+    @property
+    def informers(self) -> list[Informer]:
+        """The informers of every scope followed now."""
+        with self._lock:
+            return [informer for group in self._scopes.values() for informer in group]
 
     def start(self) -> None:
-        """Start every informer and return once each has listed once, or failed to."""
-        for informer in self.informers:
+        """Start the fixed scopes' informers and return once each has listed once, or
+        failed to (on demand: none, nothing to wait for)."""
+        if self.on_demand:
+            return
+        informers = self.informers
+        for informer in informers:
             informer.start()
-        for informer in self.informers:
+        for informer in informers:
             informer.tried.wait()
 
-    def stop(self) -> None:
-        """Stop every informer."""
-        for informer in self.informers:
+    def open(self, namespace: str) -> None:
+        """On demand: follow the targets of ``namespace``, one informer per kind in threads
+        of their own; returns at once (on kopf's loop), and until a kind has listed there
+        its reads there go to the API server."""
+        with self._lock:
+            if self._stopped or namespace in self._scopes:
+                return
+            informers = self._informers(self._connect(), namespace, announce=False)
+            self._scopes[namespace] = informers
+        for informer in informers:
+            informer.start()
+        log.info("%s: following its targets (the first policy there joined)", namespace)
+
+    def close(self, namespace: str) -> None:
+        """On demand: stop following ``namespace``: its objects leave the stores at once,
+        and its informers' threads end on their own (not waited for: this runs on kopf's
+        loop)."""
+        with self._lock:
+            informers = self._scopes.pop(namespace, None)
+        if informers is None:
+            return
+        for informer in informers:
             informer.stop()
+        log.info("%s: no longer following its targets (the last policy there left)", namespace)
 
-    def _served(self, kind: Kind) -> Index | None:
+    def stop(self) -> None:
+        """Stop every informer, and wait for their threads (a few seconds at most each)."""
+        with self._lock:
+            self._stopped = True
+        informers = self.informers
+        for informer in informers:
+            informer.stop()
+        for informer in informers:
+            informer.join()
+
+    def index(self, kind: IndexName, namespace: str) -> Index | None:
+        """The store of ``kind`` once it has listed ``namespace`` (``TargetIndexes``)."""
         store = self._stores.get(kind)
-        return store if store is not None and store.synced else None
+        return store if store is not None and store.listed(namespace) else None
 
-    @property
-    def deployments(self) -> Index | None:
-        """The Deployments' store, once listed."""
-        return self._served(DEPLOYMENTS)
-
-    @property
-    def hpas(self) -> Index | None:
-        """The HPAs' store, once listed."""
-        return self._served(HPAS)
-
-    @property
-    def pods(self) -> Index | None:
-        """The pods' store, once listed."""
-        return self._served(PODS)
-
-    @property
-    def scaled_objects(self) -> Index | None:
-        """The ScaledObjects' store, once listed (``--keda`` only)."""
-        return self._served(SCALED_OBJECTS)
+    def _informers(self, api: ListWatch, scope: str | None, announce: bool) -> list[Informer]:
+        return [
+            Informer(api, kind, scope, self._stores[kind.index], announce=announce)
+            for kind in self._kinds
+        ]
 
 
 def target_informers(
     api_client: ApiClient,
     namespaces: Sequence[str],
     keda: bool,
+    on_demand: bool = False,
     on_request: Callable[[str], None] | None = None,
 ) -> TargetInformers:
     """The operator's informers: in each of ``namespaces`` (none: cluster-wide, as kopf
-    serves the policies), on a client of their own with one connection per watch."""
-    connections = len(target_kinds(keda)) * max(1, len(namespaces))
-    api = KubeApi(with_connections(api_client, connections), on_request=on_request)
-    return TargetInformers(api, namespaces, keda)
+    serves the policies), or ``on_demand`` in each namespace its policies are in.
+
+    A watch holds its connection for minutes, so the informers get connections of their
+    own, never the evaluation threads', one per watch: the fixed scopes share one client
+    of kinds × scopes connections. On demand, each namespace's informers get a client of
+    their own with one connection per kind: how many namespaces there will be is not known
+    when a pool is made (urllib3 fixes its size then, and a pool too small closes every
+    connection a watch gives back, with a warning each time), and a namespace's
+    connections then close with its informers, once they are stopped and dropped."""
+    kinds = len(target_kinds(keda))
+
+    def connect(connections: int) -> KubeApi:
+        return KubeApi(with_connections(api_client, connections), on_request=on_request)
+
+    if on_demand:
+        return TargetInformers(lambda: connect(kinds), (), keda, on_demand=True)
+    api = connect(kinds * max(1, len(namespaces)))
+    return TargetInformers(lambda: api, namespaces, keda)
 
 
 # -- the kopf side -------------------------------------------------------------------------------
@@ -369,9 +459,10 @@ def target_informers(
 
 @kopf.on.startup(id="target_informers")
 async def start_informers(memo: Any, **_: Any) -> None:
-    """List every target kind (in worker threads: the event loop still answers the
-    probes), start following them, and serve the evaluations' reads from the stores.
-    ``memo.informers`` is set by ``controller/runtime/serve.py``."""
+    """List every target kind of the fixed scopes (in worker threads: the event loop still
+    answers the probes; on demand there is none yet), start following them, and serve the
+    evaluations' reads from the stores. ``memo.informers`` is set by
+    ``controller/runtime/serve.py``."""
     informers: TargetInformers | None = getattr(memo, "informers", None)
     if informers is None:
         return

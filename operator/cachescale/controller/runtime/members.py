@@ -15,6 +15,11 @@ groups that read it. An exception in one policy's evaluation is logged, counted 
 retried next round; it never stops that policy's schedule or any other. A policy's
 evaluation and the delete handler's restore never overlap, and no evaluation starts once
 the restore has begun (:class:`Guard`).
+
+A cluster-wide shard follows its targets only where its policies are
+(:attr:`Runtime.targets`, ``controller/kube/informer.py``): the informers of a namespace
+start as its first member joins and stop as its last leaves (a peering pause, which
+forgets every policy, stops them all; the relisting on resume starts them again).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import Counter
 from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import kopf
 
@@ -72,6 +78,19 @@ class Guard:
             self.retired = True
 
 
+class TargetScopes(Protocol):
+    """Where the targets of a namespace's policies are followed: on-demand informers
+    (``controller/kube/informer.py`` ``TargetInformers``). Both calls return at once."""
+
+    def open(self, namespace: str) -> None:
+        """Start following ``namespace``: its first policy joined."""
+        ...
+
+    def close(self, namespace: str) -> None:
+        """Stop following ``namespace``: its last policy left."""
+        ...
+
+
 @dataclass
 class Member:
     """A policy registered with the scheduler, as its last watch event left it."""
@@ -114,7 +133,13 @@ class Runtime:
     max_concurrent_per_namespace: int = DEFAULT_PER_NAMESPACE
     """Jobs of one namespace's policies running at once (``--max-concurrent-per-namespace``;
     ``controller/reconcile/fairness.py``)."""
+    targets: TargetScopes | None = None
+    """A cluster-wide shard's informers, opened for a namespace when its first member
+    joins and closed when its last leaves; None: informers of fixed scopes, started with
+    the operator."""
     scheduler: Scheduler[str] = field(init=False)
+    _per_namespace: Counter[str] = field(init=False, default_factory=Counter)
+    """With :attr:`targets`: how many members each namespace has."""
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(
@@ -132,7 +157,8 @@ class Runtime:
     def join(self, body: kopf.Body, claims: kopf.Index[ClaimKey, Claimant]) -> None:
         """Register the policy, or have its next evaluation read this newer body (its
         interval and group are read from the body each time they matter)."""
-        uid = PolicyObject.of(body).uid
+        policy = PolicyObject.of(body)
+        uid = policy.uid
         member = self.members.get(uid)
         if member is not None:
             member.body, member.claims = retained(body), claims
@@ -143,8 +169,9 @@ class Runtime:
             uid,
             interval=lambda: interval_of(member.body.get("spec", {})),
             group=lambda: gather_group(member.body, default_url),
-            namespace=PolicyObject.of(body).namespace,
+            namespace=policy.namespace,
         )
+        self._count(policy.namespace, 1)
 
     def leave(self, uid: str, departed: bool = False) -> None:
         """Stop evaluating the policy (an evaluation under way ends as it would)."""
@@ -153,6 +180,19 @@ class Runtime:
             member.registered = False
             member.departed = departed
             self.scheduler.unregister(uid)
+            self._count(PolicyObject.of(member.body).namespace, -1)
+
+    def _count(self, namespace: str, change: int) -> None:
+        """With :attr:`targets`: a member of ``namespace`` joined (1) or left (-1); the
+        namespace's targets are followed from its first member to its last."""
+        if self.targets is None:
+            return
+        members = self._per_namespace[namespace] = self._per_namespace[namespace] + change
+        if members == 1 and change > 0:
+            self.targets.open(namespace)
+        elif members == 0:
+            del self._per_namespace[namespace]
+            self.targets.close(namespace)
 
     def turn(self, active: bool) -> None:
         """Peering: act or pause. A pause forgets every policy, as kopf stops watching

@@ -17,7 +17,10 @@ The claim rule (``controller/target/claims.py``) sees only the shard's own polic
 naming one HPA must fall in one shard (always so when sharding by namespace).
 Targets are read from watch-fed indexes (``controller/kube/indexes.py``) that the operator's
 own informers fill (``controller/kube/informer.py``, started by a kopf startup handler), in
-the same namespaces as the policies; ScaledObjects only with ``--keda``. With
+the same namespaces as the policies; ScaledObjects only with ``--keda``. A cluster-wide
+shard (``--policy-selector`` without ``--namespace``) follows only the namespaces its own
+policies are in, each from the first of them joining to the last leaving
+(``members.Runtime.targets``): shards split by namespace each watch their share. With
 ``--peering`` the operator picks its kopf identity and priority here, gives both to kopf,
 and follows the peering objects with them (``controller/kube/peering.py``).
 ``/readyz`` says whether it can serve policies now (``controller/runtime/health.py``: the
@@ -122,20 +125,25 @@ def serve(args: argparse.Namespace) -> int:
         max_response_bytes=args.prometheus_max_response_bytes or MAX_RESPONSE_BYTES,
     )
     itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
+    informers = target_informers(
+        api_client,
+        args.namespace,
+        args.keda,
+        on_demand=not args.namespace and args.policy_selector is not None,
+        on_request=metrics.kube_request,
+    )
     runtime = Runtime(
         operator,
         itself=itself,
         scanning=not args.no_scanning,
         max_concurrent_per_namespace=args.max_concurrent_per_namespace,
+        targets=informers if informers.on_demand else None,
     )
     try:
         if args.metrics_port:
             start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
     except OSError as error:  # the port is taken
         return refused(_port_problem("--metrics-port", args.metrics_port, error))
-    informers = target_informers(
-        api_client, args.namespace, args.keda, on_request=metrics.kube_request
-    )
     quiet_redundant_wakeups()
     memo = kopf.Memo(runtime=runtime, informers=informers)
     try:
