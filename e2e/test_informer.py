@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from cachescale.controller.kube import informer as inf
+from cachescale.controller.kube import target_informers as targets
 from cachescale.controller.kube.client import KubeApi, load_config
 from e2e.harness.cluster import Cluster
 from e2e.kube_helpers import PAUSE, apply, until
@@ -65,8 +66,8 @@ class Counted:
 
 
 @contextmanager
-def running(api: inf.ListWatch, namespaces: list[str]) -> Iterator[inf.TargetInformers]:
-    informers = inf.TargetInformers(lambda: api, namespaces, keda=False)
+def running(api: inf.ListWatch, namespaces: list[str]) -> Iterator[targets.TargetInformers]:
+    informers = targets.TargetInformers(lambda: api, namespaces, keda=False)
     informers.start()
     try:
         yield informers
@@ -75,7 +76,7 @@ def running(api: inf.ListWatch, namespaces: list[str]) -> Iterator[inf.TargetInf
 
 
 def converged(
-    reference: KubeApi, namespace: str, *every: inf.TargetInformers, timeout_s: float = 30
+    reference: KubeApi, namespace: str, *every: targets.TargetInformers, timeout_s: float = 30
 ) -> None:
     """Until every informer's stores hold exactly what the API server lists (twice the
     same list, so the objects stood still in between)."""
@@ -94,7 +95,7 @@ def converged(
     until(same, "the stores to hold what the API server lists", timeout_s)
 
 
-def pod_names(informers: inf.TargetInformers, key: tuple[str, str, str]) -> list[str]:
+def pod_names(informers: targets.TargetInformers, key: tuple[str, str, str]) -> list[str]:
     pods = informers.index("pods", key[0])
     assert pods is not None
     return sorted(p["metadata"]["name"] for p in pods.get(key) or ())
@@ -183,7 +184,7 @@ def test_informers_list_again_when_their_watch_expired(cluster: Cluster, namespa
         assert all((namespace, "other") not in i._stores["deployments"] for i in both)
 
 
-def cut(every: tuple[inf.TargetInformers, ...]) -> None:
+def cut(every: tuple[targets.TargetInformers, ...]) -> None:
     """Close every open watch, as a dropped connection would end it."""
     for informers in every:
         for each in informers.informers:

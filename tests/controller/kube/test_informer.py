@@ -20,6 +20,7 @@ import pytest
 
 from cachescale.controller.kube import indexes as ix
 from cachescale.controller.kube import informer as inf
+from cachescale.controller.kube import target_informers as targets
 from cachescale.controller.kube.client import MERGE_PATCH, GoneError, KubeError, NotFoundError
 from cachescale.controller.kube.store import Store
 from cachescale.controller.reconcile.context import Operator
@@ -329,7 +330,7 @@ def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
 ) -> None:
     api = ScriptedApi([pod("vllm-0", app="vllm")])
     api.list_errors = [KubeError(403, 'pods is forbidden: User "x" cannot list')]
-    informers = inf.TargetInformers(lambda: api, [NAMESPACE], keda=False)
+    informers = targets.TargetInformers(lambda: api, [NAMESPACE], keda=False)
     informer = next(i for i in informers.informers if i.kind == inf.PODS)
     informer._backoff = lambda n: 0.0
     informer.step()
@@ -354,7 +355,7 @@ def test_a_failed_first_list_leaves_pods_to_the_api_server_until_it_lists(
 def test_a_kind_not_served_is_said_so() -> None:
     api = ScriptedApi([])
     api.list_errors = [NotFoundError(404, "the server could not find the requested resource")]
-    informers = inf.TargetInformers(lambda: api, [], keda=True)
+    informers = targets.TargetInformers(lambda: api, [], keda=True)
     keda = next(i for i in informers.informers if i.kind == inf.SCALED_OBJECTS)
     assert keda.name == "scaledobjects cluster-wide"
     keda._backoff = lambda n: 0.0
@@ -369,7 +370,7 @@ def test_scaled_objects_are_watched_only_with_the_keda_flag() -> None:
     plurals = [k.plural for k in inf.target_kinds(keda=False)]
     assert plurals == ["deployments", "horizontalpodautoscalers", "pods"]
     assert [k.plural for k in inf.target_kinds(keda=True)] == [*plurals, "scaledobjects"]
-    informers = inf.TargetInformers(lambda: ScriptedApi([]), ["a", "b"], keda=False)
+    informers = targets.TargetInformers(lambda: ScriptedApi([]), ["a", "b"], keda=False)
     assert sorted(i.name for i in informers.informers) == sorted(
         f"{plural} in {ns}" for plural in plurals for ns in ("a", "b")
     )
@@ -428,7 +429,7 @@ def test_on_demand_a_namespace_not_listed_yet_is_read_from_the_api_server_alone(
     for namespace in ("a", "b"):
         cluster.put(PODS, pod(f"vllm-{namespace}", namespace, app="vllm"))
     gated = Gated(cluster.api, held="b")
-    informers = inf.TargetInformers(lambda: gated, (), keda=False, on_demand=True)
+    informers = targets.TargetInformers(lambda: gated, (), keda=False, on_demand=True)
     reads = ix.IndexedReads(cluster.api, informers)
 
     def pod_reads(namespace: str) -> int:
@@ -468,7 +469,7 @@ def test_on_demand_informers_start_with_nothing_and_log_once_per_namespace(
 ) -> None:
     api = ScriptedApi([])
     api.watches = [Stream([], held=True) for _ in range(3)]
-    informers = inf.TargetInformers(lambda: api, (), keda=False, on_demand=True)
+    informers = targets.TargetInformers(lambda: api, (), keda=False, on_demand=True)
     caplog.set_level(logging.DEBUG, "cachescale.operator")
     informers.start()
     assert informers.informers == []
@@ -499,10 +500,10 @@ def test_startup_lists_every_kind_then_serves_and_follows_them(cluster: FakeClus
     cluster.put(HPAS, hpa("vllm"))
     for each in pods("vllm", 2, Clock().now):
         cluster.put(PODS, each)
-    informers = inf.TargetInformers(lambda: cluster.api, [NAMESPACE], keda=False)
+    informers = targets.TargetInformers(lambda: cluster.api, [NAMESPACE], keda=False)
     operator = Operator(cluster.api)
     memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator), informers=informers)
-    asyncio.run(inf.start_informers(memo=memo))
+    asyncio.run(targets.start_informers(memo=memo))
     try:
         assert isinstance(operator.reads, ix.IndexedReads)
         kinds = inf.target_kinds(keda=False)
@@ -526,13 +527,13 @@ def test_startup_lists_every_kind_then_serves_and_follows_them(cluster: FakeClus
         later = cluster.requests("get")[before:]
         assert [r for r in later if r.params.get("watch") != "true"] == []  # all from stores
     finally:
-        asyncio.run(inf.stop_informers(memo=memo))
+        asyncio.run(targets.stop_informers(memo=memo))
     assert all(not i._thread.is_alive() for i in informers.informers if i._thread)
 
 
 def test_startup_without_informers_leaves_the_reads_direct(cluster: FakeCluster) -> None:
     operator = Operator(cluster.api)
     memo = SimpleNamespace(runtime=SimpleNamespace(operator=operator))
-    asyncio.run(inf.start_informers(memo=memo))
-    asyncio.run(inf.stop_informers(memo=memo))
+    asyncio.run(targets.start_informers(memo=memo))
+    asyncio.run(targets.stop_informers(memo=memo))
     assert operator.reads is cluster.api

@@ -1,5 +1,5 @@
 """A cluster-wide shard's informers, on demand (``members.Runtime.targets``,
-``controller/kube/informer.py`` ``TargetInformers``): a namespace's informers start when
+``controller/kube/target_informers.py`` ``TargetInformers``): a namespace's informers start when
 the first of the shard's policies there joins, and only there (the fake API server sees
 lists and watches under that namespace alone); a second policy there starts nothing; they
 stop when the last one leaves, its objects gone from the stores, each start and stop
@@ -17,6 +17,7 @@ import kopf
 import pytest
 
 from cachescale.controller.kube import informer as inf
+from cachescale.controller.kube import target_informers as targets
 from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.runtime.members import Runtime
 from tests.controller.cluster import PODS, FakeCluster, policy
@@ -65,7 +66,7 @@ def test_a_namespaces_informers_follow_its_first_policy_to_its_last(
 ) -> None:
     for namespace in ("a", "b"):
         cluster.put(PODS, pod(f"vllm-{namespace}", namespace))
-    informers = inf.TargetInformers(lambda: cluster.api, (), keda=False, on_demand=True)
+    informers = targets.TargetInformers(lambda: cluster.api, (), keda=False, on_demand=True)
     runtime = Runtime(Operator(cluster.api), targets=informers)
     caplog.set_level(logging.INFO, "cachescale.operator")
     try:
@@ -103,7 +104,7 @@ def test_a_namespaces_informers_follow_its_first_policy_to_its_last(
 def test_a_peering_pause_stops_every_namespace_and_the_relisting_starts_them_again(
     cluster: FakeCluster,
 ) -> None:
-    informers = inf.TargetInformers(lambda: cluster.api, (), keda=False, on_demand=True)
+    informers = targets.TargetInformers(lambda: cluster.api, (), keda=False, on_demand=True)
     runtime = Runtime(Operator(cluster.api), targets=informers)
     try:
         for name, namespace in (("first", "a"), ("second", "b")):

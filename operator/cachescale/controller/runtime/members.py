@@ -17,7 +17,7 @@ evaluation and the delete handler's restore never overlap, and no evaluation sta
 the restore has begun (:class:`Guard`).
 
 A cluster-wide shard follows its targets only where its policies are
-(:attr:`Runtime.targets`, ``controller/kube/informer.py``): the informers of a namespace
+(:attr:`Runtime.targets`, ``controller/kube/target_informers.py``): the informers of a namespace
 start as its first member joins and stop as its last leaves (a peering pause, which
 forgets every policy, stops them all; the relisting on resume starts them again).
 """
@@ -80,7 +80,7 @@ class Guard:
 
 class TargetScopes(Protocol):
     """Where the targets of a namespace's policies are followed: on-demand informers
-    (``controller/kube/informer.py`` ``TargetInformers``). Both calls return at once."""
+    (``controller/kube/target_informers.py`` ``TargetInformers``). Both calls return at once."""
 
     def open(self, namespace: str) -> None:
         """Start following ``namespace``: its first policy joined."""

@@ -74,7 +74,9 @@ log = logging.getLogger("cachescale.operator")
 
 def serve(args: argparse.Namespace) -> int:
     """Start the operator and block until it stops."""
-    from cachescale.controller.kube.informer import target_informers  # registers their start
+    from cachescale.controller.kube.target_informers import (
+        target_informers,  # registers their start
+    )
     from cachescale.controller.runtime.handlers import kubeconfig_login  # registers the handlers
 
     api_client = api_client_or_reason(args.kubeconfig, connections=WORKERS + PHASE_WORKERS)
