@@ -85,7 +85,8 @@ _K = TypeVar("_K", bound=Hashable)
 
 class Series(NamedTuple):
     """One element of an instant vector: its labels and its value (possibly NaN/±Inf).
-    A named tuple: a group's answer holds thousands, made twice each (``query_many``)."""
+    A named tuple: a group's answer holds thousands, each made once (``query_many`` takes
+    its query tag out of the labels in place)."""
 
     labels: Mapping[str, str]
     value: float
@@ -314,13 +315,14 @@ class PrometheusClient:
         keys = list(queries)
         results: dict[_K, list[Series]] = {key: [] for key in keys}
         for series in self.query(combine([queries[key] for key in keys]), at):
-            labels = dict(series.labels)
+            labels = series.labels
+            assert isinstance(labels, dict)  # this answer's own parse (_vector): no copy
             tag = labels.pop(QUERY_TAG_LABEL, "")
             if not tag.isdecimal() or int(tag) >= len(keys):
                 raise PrometheusBadResponse(
                     self._url, f"a series of a combined query has no valid {QUERY_TAG_LABEL}"
                 )
-            results[keys[int(tag)]].append(Series(labels, series.value))
+            results[keys[int(tag)]].append(series)
         return results
 
     def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> bytes:

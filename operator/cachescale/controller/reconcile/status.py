@@ -52,11 +52,16 @@ STATUS_FIELDS = {
 """Engine signals shown in status (snapshot field → status field)."""
 
 
+CONDITION_ORDER = {kind: position for position, kind in enumerate(ConditionType)}
+"""Where each condition type is listed: in the order ``ConditionType`` declares them."""
+
+
 def merge_conditions(
     previous: list[Condition], verdicts: list[ConditionVerdict], now: datetime
 ) -> list[Condition]:
     """New conditions; a condition's transition time moves only when its status flips."""
     before = {c.type: c for c in previous}
+    decided = {verdict.type for verdict in verdicts}
     merged = []
     for verdict in verdicts:
         old = before.get(verdict.type)
@@ -70,8 +75,8 @@ def merge_conditions(
                 last_transition_time=now if flipped else old.last_transition_time,  # type: ignore[union-attr]
             )
         )
-    kept = [c for c in previous if c.type not in {v.type for v in verdicts}]
-    return sorted(merged + kept, key=lambda c: list(ConditionType).index(c.type))
+    kept = [c for c in previous if c.type not in decided]
+    return sorted(merged + kept, key=lambda c: CONDITION_ORDER[c.type])
 
 
 def render(
