@@ -51,6 +51,16 @@ the moment of a fault (the operator killed and started again; or the API server 
 etcd compacted and the API server started again, so every watch lists anew), its first
 round included: whether a restart or a relist is a burst of writes, and whether the
 policies stay on schedule through it.
+
+``--profile FILE`` samples the operator's Python stacks with py-spy (the dev extra) over the
+steady window only, 100 times a second, and writes them to FILE as collapsed stacks (one
+line per distinct stack: frames joined by ``;``, then its sample count);
+``bench/profile_summary.py`` ranks its functions. Only the thread holding the GIL is
+sampled (``--gil``): py-spy counts threads waiting on a queue or a condition as running,
+and the operator's Python runs on that one thread at a time anyway; C code that releases
+the GIL (zlib, TLS) is left out, the operator's CPU-seconds row counts it. py-spy stops
+the operator for each sample (its non-blocking mode reads stacks while they change and
+mixes frames of different calls), so a profiled window is a little slower.
 """
 
 from __future__ import annotations
@@ -62,11 +72,13 @@ import datetime as dt
 import itertools
 import json
 import math
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +119,13 @@ INTERVAL_S = 30.0
 BASELINE_S = 20.0
 PER_POLICY = ("policy", "namespace")
 """Labels summed over in the operator's own counters."""
+BOTH_PROMETHEUS_NAMES = (
+    *LOOPBACK_PROMETHEUS,
+    "--allowed-prometheus-url",
+    r"re:http://localhost:[0-9]+",
+)
+"""The operator's allow list: the one Prometheus by both its URLs (half the policies name
+``localhost``); without the second, every such policy ends in ``MetricsURLNotAllowed``."""
 
 
 # --- the operator's evaluations ------------------------------------------------------------
@@ -199,6 +218,40 @@ def schedule(
 
 
 # --- the run -------------------------------------------------------------------------------
+
+
+PROFILE_RATE = 100
+"""py-spy's samples per second."""
+
+
+@contextlib.contextmanager
+def profiled(out: Path | None, pid: int, seconds: float, log: Path) -> Iterator[None]:
+    """py-spy samples the thread holding the GIL in process ``pid`` from now for
+    ``seconds`` into ``out`` (collapsed stacks); its output goes to ``log``. On the way
+    out, waits until it wrote ``out`` and raises if it failed. ``out`` None: nothing is
+    sampled."""
+    if out is None:
+        yield
+        return
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("--profile: no py-spy (pip install -e '.[dev]')")
+    duration = math.ceil(seconds)
+    command = [
+        spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(PROFILE_RATE),
+        "--duration", str(duration), "--gil", "--output", str(out),
+    ]  # fmt: skip
+    with log.open("wb") as stream:
+        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT)
+    try:
+        yield
+        process.wait(timeout=duration + 60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if process.returncode != 0:
+        raise RuntimeError(f"py-spy failed ({process.returncode}):\n{log.read_text()[-2000:]}")
 
 
 @dataclass
@@ -302,7 +355,7 @@ def disrupt(
             workdir / "restarted",
             plane.kubeconfig,
             namespaces=(NAMESPACE,),
-            flags=("--metrics-port", str(metrics_port), *LOOPBACK_PROMETHEUS),
+            flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
         )
     )
 
@@ -335,7 +388,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
                 workdir / "operator",
                 plane.kubeconfig,
                 namespaces=(NAMESPACE,),
-                flags=("--metrics-port", str(metrics_port), *LOOPBACK_PROMETHEUS),
+                flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
             )
         )
         pids = {
@@ -360,11 +413,13 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         print(f"kopf's first pass over the policies ended after {first_pass_s:.0f} s", flush=True)
         time.sleep(args.warmup)  # the first round's writes are not steady
         evaluations.poll()
-        a = snapshot(prom_port, kube, pids, evaluations)
-        while time.time() < a.at + args.rounds * INTERVAL_S:
-            time.sleep(POLL_S)
-            evaluations.poll()
-        b = snapshot(prom_port, kube, pids, evaluations)
+        window_s = args.rounds * INTERVAL_S
+        with profiled(args.profile, pids["operator"], window_s, workdir / "py-spy.log"):
+            a = snapshot(prom_port, kube, pids, evaluations)
+            while time.time() < a.at + window_s:
+                time.sleep(POLL_S)
+                evaluations.poll()
+            b = snapshot(prom_port, kube, pids, evaluations)
         if operator.process.poll() is not None:
             raise RuntimeError(f"cachescale run exited:\n{operator.tail()}")
         rss = peak_rss_mib(operator.process.pid)
@@ -413,6 +468,14 @@ def render(args: argparse.Namespace, run: Run) -> str:
         f"{rounds:.2f} intervals of 30 s, {args.warmup:.0f} s later; 1-minute load average "
         f"{run.a.load} at its start, {run.b.load} at its end (everything runs under nice 10 "
         "on a machine shared with other jobs)",
+        *(
+            [
+                f"- profiled: py-spy stopped the operator {PROFILE_RATE} times a second over "
+                "the steady window to sample the stack holding the GIL"
+            ]
+            if args.profile
+            else []
+        ),
         "",
         *window_rows(run, run.a, run.b, run.rss_mib),
     ]
@@ -510,6 +573,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--then",
         choices=DISRUPTIONS,
         help="after the steady window, a fault and --rounds more intervals measured",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help=f"sample the operator's GIL holder with py-spy ({PROFILE_RATE} Hz) over the "
+        "steady window into FILE, as collapsed stacks (python -m bench.profile_summary FILE "
+        "ranks them)",
     )
     parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
     parser.add_argument(
