@@ -36,9 +36,11 @@ and one more interval passed, from each component's own counters: Prometheus's
 ``prometheus_http_requests_total`` (by handler), kube-apiserver's
 ``apiserver_request_total`` (by verb, resource and subresource, minus the rate it showed
 before the operator started), the operator's ``/proc`` CPU time and peak RSS (VmHWM), and
-its ``/metrics`` (read every 15 s, as a Prometheus would; the longest gap between two
-reads is shown, since two evaluations between reads count as one) for the evaluations: each
-policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between its
+its ``/metrics`` for the evaluations: the headline count is the operator's own (its
+lateness histogram's count, one per evaluation started), and CPU per evaluation is the
+operator's CPU-seconds over it; beside it (read every 15 s, as a Prometheus would; the
+longest gap between two reads is shown, since two evaluations between reads count as one)
+each policy's ``cachescale_last_evaluation_timestamp_seconds`` gives the gaps between its
 evaluations; lateness is a gap minus the interval, and a gap spanning more than 1.5
 intervals counts its extra intervals as missed (a policy with no evaluation in the window
 misses them all). Beside them, the deltas of the operator's own counters: decisions by
@@ -512,10 +514,16 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
     prom = delta(b.prometheus, a.prometheus, rounds)
     cpu = delta(b.cpu, a.cpu, rounds)
     own = delta(b.own, a.own, rounds)
+    evaluated = own.get(OWN_EVALUATIONS)
+    operator_cpu = cpu.get("operator", 0.0)
     return [
         "| per 30 s interval | value |",
         "|---|---|",
-        f"| evaluations (wanted {run.count:,}) | {counted / rounds:,.0f} |",
+        f"| evaluations, the operator's own count (wanted {run.count:,}) | "
+        + (f"{evaluated:,.0f} |" if evaluated is not None else "– |"),
+        "| operator CPU per evaluation (ms) | "
+        + (f"{1000 * operator_cpu / evaluated:.2f} |" if evaluated else "– |"),
+        f"| evaluations seen between /metrics reads | {counted / rounds:,.0f} |",
         f"| missed intervals (policy × interval, whole window) | {missed:,} |",
         f"| longest gap between two reads of the operator's /metrics (s) | "
         f"{run.evaluations.longest_gap(a.at, b.at):.1f} |",
@@ -533,6 +541,12 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
         f"/ {cpu.get('apiserver', 0.0):.2f} |",
         *own_rows(own),
     ]
+
+
+OWN_EVALUATIONS = "cachescale_evaluation_lateness_seconds_count{}"
+"""The operator's own count of the evaluations it started (one lateness each): what the
+headline row counts. The stamps seen between /metrics reads miss an evaluation that
+started but had not ended at a read, and count two between reads as one."""
 
 
 def own_rows(own: Mapping[str, float]) -> list[str]:
