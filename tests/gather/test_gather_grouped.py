@@ -320,14 +320,22 @@ class RejectingMixes(CountingClient):
         return super().query(promql, at)
 
 
+def gathered_as_alone(
+    client: CountingClient, reads: list[PolicyRead[str]]
+) -> tuple[dict[str, Outcome], list[str]]:
+    """The grouped outcomes of ``reads``, checked equal to reading each alone, and the
+    queries the grouped read sent."""
+    outcomes = GroupedGatherer().gather(reads, AT)
+    sent = list(client.sent)
+    assert {k: comparable(o) for k, o in outcomes.items()} == {
+        read.key: comparable(alone(client, read.request)) for read in reads
+    }
+    return outcomes, sent
+
+
 def test_a_rejected_mix_is_read_again_per_label_set(synthetic_prometheus: str) -> None:
     with RejectingMixes(PrometheusConfig(url=synthetic_prometheus, retries=0)) as rejecting:
-        reads = mixed_reads(rejecting)
-        outcomes = GroupedGatherer().gather(reads, AT)
-        sent = list(rejecting.sent)
-        assert {k: comparable(o) for k, o in outcomes.items()} == {
-            read.key: comparable(alone(rejecting, read.request)) for read in reads
-        }
+        outcomes, sent = gathered_as_alone(rejecting, mixed_reads(rejecting))
     assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
     assert len(sent) == 1 + 1 + 2  # detection, the rejected mix, one batch per label set
 
@@ -358,12 +366,7 @@ def plain_reads(client: PrometheusClient) -> list[PolicyRead[str]]:
 def test_a_chunk_that_times_out_is_read_again_as_halves(synthetic_prometheus: str) -> None:
     with SlowOnMany(PrometheusConfig(url=synthetic_prometheus, retries=0)) as slow:
         slow.most = 2
-        reads = plain_reads(slow)
-        outcomes = GroupedGatherer().gather(reads, AT)
-        sent = list(slow.sent)
-        assert {k: comparable(o) for k, o in outcomes.items()} == {
-            read.key: comparable(alone(slow, read.request)) for read in reads
-        }
+        outcomes, sent = gathered_as_alone(slow, plain_reads(slow))
     assert all(isinstance(o, EngineSignals) and o.profile for o in outcomes.values())
     assert len(sent) == 1 + 2 * 2  # the chunk's detection timed out; per half: detect, batch
 
