@@ -6,7 +6,9 @@ Run from the repository root (``make envtest``'s binaries, i.e. ``KUBEBUILDER_AS
     nice -n 10 .venv/bin/python -m bench.bench_fleet --policies 1000
     nice -n 10 .venv/bin/python -m bench.bench_fleet --policies 10000 --rounds 3 --append
 
-What runs, all on this machine and on loopback, stood up by ``bench/fleet_rig.py``:
+What runs, all on this machine and on loopback, stood up by ``bench/fleet_rig.py`` (the
+engines by ``bench/fleet_engines.py``, each policy's place in the fleet from
+``bench/fleet_shape.py``):
 
 * **Kubernetes**: etcd and kube-apiserver from the e2e harness (``e2e/harness/``), without
   the controller-manager: no ReplicaSets, pods or HPA controller, so the API server serves
@@ -14,20 +16,43 @@ What runs, all on this machine and on loopback, stood up by ``bench/fleet_rig.py
   a settled rollout's), its one pod (created by the bench, its status written Running and
   ready since an hour back, so ``read_target`` knows its age), an HPA on it, and the policy
   itself, its status seeded with ``memory.dataSince`` an hour back so the decisions are
-  real from the first round.
+  real from the first round, ``cache.podWarmupSeconds`` the default 600 (every first pod
+  is warm). ``--namespaces N`` (default 1: every policy in ``llm``)
+  spreads the policies round-robin over ``llm-0`` … ``llm-{N-1}``, each created first
+  (with the default ServiceAccount the absent controller-manager would add), each
+  policy's objects and selector in its own namespace.
 * **Engines**: no emulator process (at 10,000 policies it would be 10,000 scrape targets).
   An HTTP thread serves ``bench/vllm_engine.prom`` (one emulated vLLM pod, trimmed to
   the families the operator reads) once per policy, with the labels a PodMonitor would
-  give (``namespace``, ``model_name``, ``pod``), counters advancing at the pod's rate. The
+  give (``namespace`` the policy's, ``model_name``, ``pod``), counters advancing at the
+  pod's rate. Each engine has a hit rate of its own, 0.3 to 0.9 by policy index (its
+  prefix-cache hits that share of its lookups, the prefill it computes the rest). The
   fleet is cut into shards of 500 policies, each a scrape target of its own.
 * **Prometheus**: ``/usr/bin/prometheus``, a throw-away TSDB, scraping every 15 s. The
   "two servers" are one process reached through two URLs (``127.0.0.1`` and
   ``localhost``): the operator keeps one client per URL, so it sees two.
 * **The mix**: 90% of the policies select ``{namespace, model_name}`` (same label names,
   distinct values); 10% add a label name of their own (``adapter_<policy>``), a unique
-  label set. Half the policies use each URL, half each window (2m and 5m).
+  label set. Half the policies use each URL, half each window (2m and 5m). Two options
+  (both 0 by default; e.g. ``--namespaces 100 --moving 0.1 --restarting 0.05``) make
+  some of them change, so the writes and Events a change costs are measured too:
+
+  - ``--moving F``: that share of policies (a fixed draw) falls for 2 minutes in every
+    10, the falls staggered evenly over the 10 so each interval holds as many: its
+    engine's hit rate halves, requests queue (half a request more each second, drained
+    as fast afterwards) and every request it finishes waits 1.5 s for its first token
+    (over the policies' 1 s SLO); then it recovers, as a cache lost under load would.
+  - ``--restarting F``: that share of pods (another fixed draw) is deleted and created
+    again under the next name (``p00042-0`` → ``p00042-1``), ready from then on, as a
+    rollout replaces a pod; spread over the steady window but its last interval, so
+    each policy is evaluated after its restart within it (not in the ``--then`` one).
+    The engine's series follow the new pod, its counters from 0; its policy, with no
+    warm pod left, waits for it (``WaitingForWarmPods``). The bench's own requests for
+    it (a DELETE, a POST and a status PATCH per pod) are left out of the API-server
+    rows.
 * **The operator**: the real ``cachescale run`` process (``e2e/operators.py``), standalone,
-  admin kubeconfig, 30 s interval.
+  admin kubeconfig, 30 s interval; ``--namespace llm`` with one namespace, every
+  namespace (as an operator serving a cluster) with more.
 
 The operator starts once every window holds scraped data only (``FULL_WINDOWS_S`` after
 the first scrape). Measured over ``--rounds`` intervals after every policy was evaluated
@@ -88,25 +113,24 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.fleet_engines import SHARD, Engines
 from bench.fleet_rig import (
     ROOT,
     SCRAPE_S,
-    SHARD,
-    Fleet,
     Kube,
+    Rollout,
     api_requests,
     cpu_s,
     create_fleet,
     envtest_assets,
-    name_of,
     peak_rss_mib,
     prometheus,
     prometheus_requests,
 )
+from bench.fleet_shape import Shape
 from bench.provenance import provenance
 from e2e.harness.control_plane import control_plane
 from e2e.operators import operator_process
-from tests.controller.cluster import NAMESPACE
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
 from tests.polling import wait_for
 from tests.prometheus_fixture import free_port
@@ -146,7 +170,8 @@ dozens of series each) is dropped before parsing, so a read keeps pace at 3,000 
 
 
 class Evaluations:
-    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times.
+    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times
+    (by ``namespace/name``).
     Two evaluations of a policy between two reads count as one, so each read's start is
     kept (``reads``) to show the longest gap between reads beside the counts."""
 
@@ -165,7 +190,7 @@ class Evaluations:
         for family in text_string_to_metric_families(wanted + "\n"):
             for sample in family.samples:
                 if sample.name == "cachescale_last_evaluation_timestamp_seconds":
-                    seen = self.times[sample.labels["policy"]]
+                    seen = self.times[f"{sample.labels['namespace']}/{sample.labels['policy']}"]
                     if not seen or seen[-1] != sample.value:
                         seen.append(sample.value)
                 elif not sample.name.endswith("_created"):
@@ -266,6 +291,8 @@ class Snapshot:
     cpu: dict[str, float]
     own: dict[str, float]
     load: str
+    bench: dict[str, float]
+    """The API requests the bench itself sent so far (its pod restarts), as ``api``."""
 
 
 KOPF_PATCHES = "PATCH cachescalingpolicies"
@@ -288,7 +315,11 @@ def wait_for_first_pass(kube: Kube, limit_s: float) -> float:
 
 
 def snapshot(
-    prom_port: int, kube: Kube, pids: Mapping[str, int], evaluations: Evaluations
+    prom_port: int,
+    kube: Kube,
+    pids: Mapping[str, int],
+    evaluations: Evaluations,
+    rollout: Rollout | None = None,
 ) -> Snapshot:
     return Snapshot(
         at=time.time(),
@@ -297,6 +328,7 @@ def snapshot(
         cpu={name: cpu_s(pid) for name, pid in pids.items()},
         own=dict(evaluations.counters),
         load=Path("/proc/loadavg").read_text(encoding="ascii").split()[0],
+        bench=dict(rollout.sent) if rollout is not None else {},
     )
 
 
@@ -310,12 +342,14 @@ def delta(after: Mapping[str, float], before: Mapping[str, float], per: float) -
 class Run:
     """What one size measured (:func:`measure`), before rendering."""
 
-    count: int
+    shape: Shape
     creation_s: float
     first_round_s: float
     first_pass_s: float
     """When kopf stopped patching the policies (its finalizer and annotation, once each)."""
     evaluated: int
+    evaluated_namespaces: int
+    """Namespaces with a policy evaluated in the first round."""
     a: Snapshot
     b: Snapshot
     baseline: dict[str, float]
@@ -341,8 +375,20 @@ relist``: the API server is killed, etcd's history compacted, the API server sta
 again, so every watch must list again (410 Gone)."""
 
 
+def watched(shape: Shape) -> tuple[str, ...]:
+    """The operator's ``--namespace`` flags: the one namespace, or none (every namespace,
+    as an operator serving a cluster runs) when the fleet spans several."""
+    return tuple(shape.all_namespaces()) if shape.namespaces == 1 else ()
+
+
 def disrupt(
-    what: str, plane: Any, stack: ExitStack, workdir: Path, metrics_port: int, operator: Any
+    what: str,
+    plane: Any,
+    stack: ExitStack,
+    workdir: Path,
+    metrics_port: int,
+    operator: Any,
+    shape: Shape,
 ) -> Any:
     """Cause the fault; the operator process serving afterwards."""
     if what == "relist":
@@ -356,22 +402,23 @@ def disrupt(
         operator_process(
             workdir / "restarted",
             plane.kubeconfig,
-            namespaces=(NAMESPACE,),
+            namespaces=watched(shape),
             flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
         )
     )
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> Run:
-    count = args.policies
+    shape = Shape(args.policies, args.namespaces, args.moving, args.restarting)
     with ExitStack() as stack:
         plane = stack.enter_context(control_plane(envtest_assets(workdir)))
-        exporter_port = stack.enter_context(Fleet(count).serve())
-        shards = math.ceil(count / SHARD)
+        engines = Engines(shape)
+        exporter_port = stack.enter_context(engines.serve())
+        shards = math.ceil(shape.count / SHARD)
         server = stack.enter_context(prometheus(workdir, exporter_port, shards))
         prom_port = server.port
-        creation_s = create_fleet(plane, count, prom_port, args.threads)
-        print(f"created {count} policies in {creation_s:.0f} s", flush=True)
+        creation_s = create_fleet(plane, shape, prom_port, args.threads)
+        print(f"created {shape.count} policies in {creation_s:.0f} s: {shape.words()}", flush=True)
         wait_for(
             lambda: len(server.query("up == 1")) == shards or None,
             120.0,
@@ -389,7 +436,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             operator_process(
                 workdir / "operator",
                 plane.kubeconfig,
-                namespaces=(NAMESPACE,),
+                namespaces=watched(shape),
                 flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
             )
         )
@@ -399,7 +446,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             "apiserver": plane.component("kube-apiserver").process.pid,
         }
         evaluations = Evaluations(f"http://127.0.0.1:{metrics_port}/metrics")
-        names = [name_of(k) for k in range(count)]
+        names = shape.keys()
         started = time.time()
 
         def all_evaluated() -> bool | None:
@@ -410,27 +457,35 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             wait_for(all_evaluated, args.settle, "every policy evaluated", every_s=5.0)
         first_round_s = time.time() - started
         evaluated = sum(1 for n in names if evaluations.times.get(n))
-        print(f"{evaluated} policies evaluated after {first_round_s:.0f} s", flush=True)
+        spaces = len({n.split("/")[0] for n in names if evaluations.times.get(n)})
+        print(
+            f"{evaluated} policies in {spaces} namespaces evaluated after {first_round_s:.0f} s",
+            flush=True,
+        )
         first_pass_s = wait_for_first_pass(kube, args.settle) - started
         print(f"kopf's first pass over the policies ended after {first_pass_s:.0f} s", flush=True)
         time.sleep(args.warmup)  # the first round's writes are not steady
         evaluations.poll()
         window_s = args.rounds * INTERVAL_S
+        rollout = Rollout(Kube(plane, 2), shape, engines)
         with profiled(args.profile, pids["operator"], window_s, workdir / "py-spy.log"):
-            a = snapshot(prom_port, kube, pids, evaluations)
+            a = snapshot(prom_port, kube, pids, evaluations, rollout)
+            rollout.start(window_s - INTERVAL_S)  # each restart evaluated in the window
             while time.time() < a.at + window_s:
                 time.sleep(POLL_S)
                 evaluations.poll()
-            b = snapshot(prom_port, kube, pids, evaluations)
+            rollout.join()
+            b = snapshot(prom_port, kube, pids, evaluations, rollout)
         if operator.process.poll() is not None:
             raise RuntimeError(f"cachescale run exited:\n{operator.tail()}")
         rss = peak_rss_mib(operator.process.pid)
         run = Run(
-            count,
+            shape,
             creation_s,
             first_round_s,
             first_pass_s,
             evaluated,
+            spaces,
             a,
             b,
             baseline,
@@ -438,7 +493,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             rss,
         )
         if args.then:
-            operator = disrupt(args.then, plane, stack, workdir, metrics_port, operator)
+            operator = disrupt(args.then, plane, stack, workdir, metrics_port, operator, shape)
             pids["operator"] = operator.process.pid
             pids["apiserver"] = plane.component("kube-apiserver").process.pid  # after a relist
             evaluations.poll()  # a restarted operator's own counters start from 0
@@ -457,13 +512,16 @@ def render(args: argparse.Namespace, run: Run) -> str:
     """The run as a Markdown block for bench/RESULTS.md."""
     rounds = (run.b.at - run.a.at) / INTERVAL_S
     command = " ".join(["python -m bench.bench_fleet", *sys.argv[1:]])
+    count = run.shape.count
     lines = [
-        f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {run.count:,} policies, `{command}`",
+        f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {count:,} policies, `{command}`",
         "",
         *(f"- `{line}`" for line in provenance()),
-        f"- setup: {run.count:,} × (Deployment + pod + HPA + policy) created in "
+        f"- fleet: {run.shape.words()}",
+        f"- setup: {count:,} × (Deployment + pod + HPA + policy) created in "
         f"{run.creation_s:.0f} s "
-        f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies evaluated at "
+        f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies in "
+        f"{run.evaluated_namespaces:,} namespaces evaluated at "
         f"least once {run.first_round_s:.0f} s after the operator started (once every window "
         f"held 5 minutes of scraped data); kopf's first pass over the policies (its "
         f"finalizer and annotation) over after {run.first_pass_s:.0f} s; then measured "
@@ -503,10 +561,11 @@ DISRUPTION_WORDS = {
 def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]:
     """One measured window as table rows, per 30 s interval."""
     rounds = (b.at - a.at) / INTERVAL_S
-    names = [name_of(k) for k in range(run.count)]
+    names = run.shape.keys()
     late, missed, counted = schedule(run.evaluations.times, names, a.at, b.at, INTERVAL_S)
     api = delta(b.api, a.api, rounds)
-    api = {k: v - run.baseline.get(k, 0.0) for k, v in api.items()}
+    bench = delta(b.bench, a.bench, rounds)
+    api = {k: v - run.baseline.get(k, 0.0) - bench.get(k, 0.0) for k, v in api.items()}
     api = {k: v for k, v in api.items() if round(v, 1) != 0}
     by_verb: dict[str, float] = collections.defaultdict(float)
     for key, value in api.items():
@@ -519,7 +578,7 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
     return [
         "| per 30 s interval | value |",
         "|---|---|",
-        f"| evaluations, the operator's own count (wanted {run.count:,}) | "
+        f"| evaluations, the operator's own count (wanted {run.shape.count:,}) | "
         + (f"{evaluated:,.0f} |" if evaluated is not None else "– |"),
         "| operator CPU per evaluation (ms) | "
         + (f"{1000 * operator_cpu / evaluated:.2f} |" if evaluated else "– |"),
@@ -531,7 +590,8 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
         + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
         f"| Prometheus API requests | {sum(prom.values()):,.0f} "
         f"({', '.join(f'{k} {v:,.0f}' for k, v in prom.items())}) |",
-        f"| API-server requests (minus its own baseline) | {sum(api.values()):,.1f} "
+        f"| API-server requests (minus its own baseline and the bench's restarts) | "
+        f"{sum(api.values()):,.1f} "
         f"({', '.join(f'{k} {v:,.1f}' for k, v in by_verb.items())}) |",
         *(f"| — {k} | {v:,.1f} |" for k, v in sorted(api.items(), key=lambda kv: -kv[1])),
         f"| operator CPU-seconds | {cpu.get('operator', 0.0):.2f} "
@@ -564,6 +624,22 @@ def own_rows(own: Mapping[str, float]) -> list[str]:
     return rows
 
 
+def count_of(text: str) -> int:
+    """An argument that is a whole number ≥ 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: not ≥ 1")
+    return value
+
+
+def share_of(text: str) -> float:
+    """An argument that is a share, 0 to 1."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: not within 0..1")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", type=int, default=1000)
@@ -583,6 +659,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "which at 10,000 policies on 2 cores outlasts one interval",
     )
     parser.add_argument("--threads", type=int, default=16, help="creation threads")
+    parser.add_argument(
+        "--namespaces",
+        type=count_of,
+        default=1,
+        metavar="N",
+        help="spread the policies round-robin over N namespaces (llm-0 … llm-{N-1}, the "
+        "operator watching all namespaces); 1: all in llm, the operator watching it alone",
+    )
+    parser.add_argument(
+        "--moving",
+        type=share_of,
+        default=0.0,
+        metavar="F",
+        help="share of policies whose hit rate halves, a queue grows and TTFT passes the "
+        "SLO for 2 of every 10 minutes, staggered",
+    )
+    parser.add_argument(
+        "--restarting",
+        type=share_of,
+        default=0.0,
+        metavar="F",
+        help="share of pods deleted and re-created under a new name during the steady window",
+    )
     parser.add_argument(
         "--then",
         choices=DISRUPTIONS,

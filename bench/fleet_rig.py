@@ -1,12 +1,13 @@
 """The fleet ``bench_fleet`` measures, stood up on loopback, and the components' own counters.
 
 Stands up what the "What runs" part of bench/bench_fleet.py's docstring describes: the
-engines' series (:class:`Fleet`, one HTTP thread serving ``bench/vllm_engine.prom`` once
-per policy, in shards), the tests' Prometheus scraping them, etcd and kube-apiserver from
-the e2e harness, and every policy's Deployment, pod, HPA and policy created in bulk; then
-reads what each component counts of itself (kube-apiserver's and Prometheus's requests, a
-process's CPU time and peak RSS). Apart from the measurement, which only uses these, so a
-reader of either finds one concern: how the fleet is built, or how it is measured.
+tests' Prometheus scraping the engines' series (``bench/fleet_engines.py``), etcd and
+kube-apiserver from the e2e harness, and every policy's namespace, Deployment, pod, HPA
+and policy created in bulk (laid out by ``bench/fleet_shape.py``); restarts pods during
+a measured window (:class:`Rollout`); then reads what each component counts of itself
+(kube-apiserver's and Prometheus's requests, a process's CPU time and peak RSS). Apart
+from the measurement, which only uses these, so a reader of either finds one concern:
+how the fleet is built, or how it is measured.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import datetime as dt
 import json
 import math
 import os
-import re
 import subprocess
 import threading
 import time
@@ -24,26 +24,27 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.fleet_engines import Engines
+from bench.fleet_shape import Shape, groupable, name_of
 from e2e.harness.cluster import tool
 from e2e.harness.control_plane import ControlPlane
-from tests.controller.cluster import NAMESPACE, deployment, hpa, pods, policy
+from tests.controller.cluster import deployment, hpa, pods, policy
 from tests.polling import wait_for
 from tests.prometheus_fixture import PrometheusServer, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE = Path(__file__).with_name("vllm_engine.prom")
-ENGINE_AGE_S = 280.0
-"""Simulated seconds behind ``vllm_engine.prom``'s counters: they grow by value/age per s."""
-SHARD = 500
 SCRAPE_S = 15
 WINDOWS = ("2m", "5m")
+POD_WARMUP_S = 600
+"""The policies' ``cache.podWarmupSeconds``, the CRD's default: the fleet's first pods
+(ready an hour back) are warm from the start, a restarted one (``Rollout``) is cold for
+10 minutes, so its one-pod policy waits for it (``WaitingForWarmPods``), as in a cluster."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 OPERATOR_RESOURCES = frozenset(
     [
@@ -62,82 +63,13 @@ OPERATOR_RESOURCES = frozenset(
 )
 """What the operator reads and writes; the API server's own loopback clients (lease
 renewals, its informers' periodic re-watches) touch others, and are left out."""
-POLICIES = f"/apis/cachescale.dev/v1alpha1/namespaces/{NAMESPACE}/cachescalingpolicies"
 
 
-def name_of(k: int) -> str:
-    return f"p{k:05d}"
+def policies_path(namespace: str) -> str:
+    return f"/apis/cachescale.dev/v1alpha1/namespaces/{namespace}/cachescalingpolicies"
 
 
-def groupable(k: int) -> bool:
-    """Nine policies in ten share label names; the tenth has one of its own."""
-    return k % 10 != 9
-
-
-# --- the engines' series --------------------------------------------------------------------
-
-
-class Fleet:
-    """The exposition of every policy's engine, cut into shards of :data:`SHARD`."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.started = time.time()
-        kinds: dict[str, str] = {}
-        self.series: list[tuple[str, str, float, bool]] = []
-        for line in ENGINE.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# TYPE "):
-                _, _, family, kind = line.split()
-                kinds[family] = kind
-            elif line and not line.startswith("#"):
-                head, value = line.rsplit(" ", 1)
-                name, _, labels = head.partition("{")
-                family = re.sub(r"_(bucket|sum|count)$", "", name)
-                growing = kinds.get(family, kinds.get(name)) != "gauge"
-                self.series.append((name, labels.rstrip("}"), float(value), growing))
-
-    def shard(self, index: int) -> bytes:
-        """Shard ``index``'s exposition now, each sample stamped with the time its value
-        is for: Prometheus would otherwise stamp it with the scrape's start, and on a
-        loaded machine the render's lag behind that varies by tenths of a second, enough
-        to move a 2-minute rate (and the cost per request read from it) by its display
-        precision."""
-        now = time.time()
-        grown = 1.0 + (now - self.started) / ENGINE_AGE_S
-        stamp = round(now * 1000)
-        lines = []
-        for k in range(index * SHARD, min(self.count, (index + 1) * SHARD)):
-            name = name_of(k)
-            own = "" if groupable(k) else f',adapter_{name}="lora"'
-            labels = f'namespace="{NAMESPACE}",model_name="{name}",pod="{name}-0"{own}'
-            for metric, extra, value, growing in self.series:
-                shown = value * grown if growing else value
-                lines.append(f"{metric}{{{labels},{extra}}} {shown!r} {stamp}\n")
-        return "".join(lines).encode()
-
-    @contextmanager
-    def serve(self) -> Iterator[int]:
-        """Serve ``/shard/N`` on a free port until the context closes."""
-        fleet = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = fleet.shard(int(self.path.rsplit("/", 1)[1]))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            yield int(server.server_address[1])
-        finally:
-            server.shutdown()
+# --- Prometheus ----------------------------------------------------------------------------
 
 
 @contextmanager
@@ -207,25 +139,39 @@ class Kube:
         return bytes(answer.data)
 
 
-def create_policy(kube: Kube, k: int, prometheus_port: int, since: str) -> None:
+def in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``obj`` (one of the tests' objects, made for their namespace) moved to ``namespace``."""
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def create_pod(kube: Kube, namespace: str, app: str, pod_name: str, ready_since: str) -> None:
+    """Pod ``pod_name`` of Deployment ``app``, Running and ready since ``ready_since``
+    (ISO 8601), started then: created, then given its status (2 requests)."""
+    [pod] = pods(app, 1, dt.datetime.fromisoformat(ready_since), age_s=0.0)
+    pod["metadata"]["name"] = pod_name
+    status = {"phase": "Running", "startTime": ready_since, **pod.pop("status")}
+    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.13.0"}
+    pod["spec"] = {"containers": [engine], "automountServiceAccountToken": False}
+    kube.send("POST", f"/api/v1/namespaces/{namespace}/pods", in_namespace(pod, namespace))
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status"
+    kube.send("PATCH", path, {"status": status}, patch=True)
+
+
+def create_policy(kube: Kube, shape: Shape, k: int, prometheus_port: int, since: str) -> None:
     """Deployment (settled), its pod (ready for an hour), HPA, policy (memory seeded): each
     created, then given its status."""
-    name = name_of(k)
-    apps = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
-    kube.send("POST", apps, deployment(name, replicas=1))
+    name, namespace = name_of(k), shape.namespace(k)
+    apps = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    kube.send("POST", apps, in_namespace(deployment(name, replicas=1), namespace))
     settled = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}
     settled |= {"readyReplicas": 1, "availableReplicas": 1}
     kube.send("PATCH", f"{apps}/{name}/status", {"status": settled}, patch=True)
-    [pod] = pods(name, 1, dt.datetime.fromisoformat(since), age_s=0.0)
-    ready = {"status": {"phase": "Running", **pod.pop("status")}}
-    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.13.0"}
-    pod["spec"] = {"containers": [engine], "automountServiceAccountToken": False}
-    kube.send("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-    kube.send("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-0/status", ready, patch=True)
-    body = hpa(name, target=name, min_replicas=1)
-    kube.send("POST", f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers", body)
+    create_pod(kube, namespace, name, f"{name}-0", since)
+    body = in_namespace(hpa(name, target=name, min_replicas=1), namespace)
+    kube.send("POST", f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers", body)
     host = "127.0.0.1" if k % 2 == 0 else "localhost"
-    selector = {"namespace": NAMESPACE, "model_name": name}
+    selector = {"namespace": namespace, "model_name": name}
     if not groupable(k):
         selector[f"adapter_{name}"] = "lora"
     metrics = {
@@ -234,23 +180,30 @@ def create_policy(kube: Kube, k: int, prometheus_port: int, since: str) -> None:
         "window": WINDOWS[(k // 2) % 2],
         "interval": "30s",
     }
-    spec = policy(name, prometheus_url="", deployment_name=name, hpa_name=name)
+    spec = in_namespace(
+        policy(name, prometheus_url="", deployment_name=name, hpa_name=name), namespace
+    )
     spec["spec"]["metrics"] = metrics
     spec["spec"]["budget"]["minReplicas"] = 1
+    spec["spec"]["cache"]["podWarmupSeconds"] = POD_WARMUP_S
     for key in ("uid", "generation"):
         del spec["metadata"][key]
-    kube.send("POST", POLICIES, spec)
+    policies = policies_path(namespace)
+    kube.send("POST", policies, spec)
     memory = {"status": {"memory": {"dataSince": since}}}
-    kube.send("PATCH", f"{POLICIES}/{name}/status", memory, patch=True)
+    kube.send("PATCH", f"{policies}/{name}/status", memory, patch=True)
 
 
-def create_fleet(plane: ControlPlane, count: int, prometheus_port: int, threads: int) -> float:
-    """Every policy's objects, ``threads`` at a time; the wall seconds it took."""
+def create_fleet(plane: ControlPlane, shape: Shape, prometheus_port: int, threads: int) -> float:
+    """Every namespace, then every policy's objects, ``threads`` at a time; the wall
+    seconds the policies' objects took."""
     admin = plane.admin_api()
-    admin.post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    # Pods need the namespace's default ServiceAccount, which the (absent)
-    # controller-manager would create.
-    admin.post(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
+    for namespace in shape.all_namespaces():
+        admin.post("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        # Pods need the namespace's default ServiceAccount, which the (absent)
+        # controller-manager would create.
+        account = {"metadata": {"name": "default"}}
+        admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
     crd = ROOT / "crds" / "cachescalingpolicies.cachescale.dev.yaml"
     applied = subprocess.run(
         [str(tool("kubectl")), "--kubeconfig", str(plane.kubeconfig), "apply", "-f", str(crd)],
@@ -264,16 +217,74 @@ def create_fleet(plane: ControlPlane, count: int, prometheus_port: int, threads:
 
     def served() -> bool | None:
         try:
-            return bool(kube.send("GET", POLICIES))
+            return bool(kube.send("GET", policies_path(shape.namespace(0))))
         except RuntimeError:  # 404 until the CRD is established
             return None
 
     wait_for(served, 30.0, "the policy CRD served", every_s=0.5)
     since = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
+
+    def create(k: int) -> None:
+        create_policy(kube, shape, k, prometheus_port, since)
+
     started = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda k: create_policy(kube, k, prometheus_port, since), range(count)))
+        list(pool.map(create, range(shape.count)))
     return time.monotonic() - started
+
+
+RESTART_REQUESTS = ("DELETE pods", "POST pods", "PATCH pods/status")
+"""The API requests of one pod restart (:meth:`Rollout.restart`)."""
+
+
+class Rollout:
+    """Restarts the pods of ``shape.restarts`` in a thread, spread evenly over ``span_s``
+    from its start: each pod deleted, and a new one (the next name, ready from now)
+    created in its place, as a Deployment's rollout would replace it; its engine's series
+    follow the new pod from then on. Counts the API requests it sends (``sent``, by
+    "VERB resource[/subresource]" as :func:`api_requests`), so the bench can leave them
+    out of the operator's."""
+
+    def __init__(self, kube: Kube, shape: Shape, engines: Engines) -> None:
+        self.kube, self.shape, self.engines = kube, shape, engines
+        self.sent = dict.fromkeys(RESTART_REQUESTS, 0.0)
+        self.failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, span_s: float) -> None:
+        self._thread = threading.Thread(target=self._run, args=(span_s,), daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for every restart; raise what failed."""
+        if self._thread is not None:
+            self._thread.join()
+        if self.failure is not None:
+            raise RuntimeError(f"a pod restart failed: {self.failure}") from self.failure
+
+    def _run(self, span_s: float) -> None:
+        began = time.time()
+        restarts = self.shape.restarts
+        try:
+            for i, k in enumerate(restarts):
+                time.sleep(max(0.0, began + span_s * i / len(restarts) - time.time()))
+                self.restart(k)
+        except Exception as failure:  # raised again by join
+            self.failure = failure
+
+    def restart(self, k: int) -> None:
+        name, namespace = name_of(k), self.shape.namespace(k)
+        old = self.engines.pods[k][0]
+        new = f"{name}-{int(old.rsplit('-', 1)[1]) + 1}"
+        gone = {"gracePeriodSeconds": 0}
+        self.kube.send("DELETE", f"/api/v1/namespaces/{namespace}/pods/{old}", gone)
+        now = time.time()
+        create_pod(
+            self.kube, namespace, name, new, dt.datetime.fromtimestamp(now, dt.UTC).isoformat()
+        )
+        self.engines.restarted(k, new, now)
+        for request in RESTART_REQUESTS:
+            self.sent[request] += 1
 
 
 # --- counters ------------------------------------------------------------------------------
