@@ -85,6 +85,8 @@ POLL_S = 0.5
 BASELINE_TOLERANCE = 0.03
 """The learned baseline against the raw hit rate over the last window before the switch:
 the baseline is the mean of the windowed rates the operator read over the steady load."""
+HALF_DISPLAYED = 0.005
+"""Half the last digit of a hit rate as status and messages show it (0.01)."""
 SUSPECTED = ("Unknown", "CollapseSuspected")
 FALSE_ALARMS = ("PrefixCollapse", "CollapseSuspected", "CacheDegraded")
 """``CacheHealthy`` reasons no steady load may show."""
@@ -365,7 +367,10 @@ def test_the_timestamp_at_the_top_raises_prefix_collapse(story: Story) -> None:
     assert int(warm) == PODS, alert["message"]
     observed = datetime.fromisoformat(status["signals"]["observedAt"]).timestamp()
     raw_after = story.hit_rate(observed)
-    assert status["signals"]["tokenHitRate"] == pytest.approx(raw_after, rel=1e-9), raw_after
+    # Asked again at the same timestamp, Prometheus may hold a scrape it had not yet
+    # ingested when the operator read (the scrape is stamped at its start): the windowed
+    # rate then moves by that one sample. Equal to what users read (two decimals) stays.
+    assert status["signals"]["tokenHitRate"] == pytest.approx(raw_after, abs=HALF_DISPLAYED)
     since = datetime.fromisoformat(alert["since"]).timestamp()
     suspected = next(s.at for s in story.seen if s.cache_healthy == SUSPECTED)
     story.mark(f"alert: {alert['message']}")
