@@ -93,42 +93,41 @@ mixes frames of different calls), so a profiled window is a little slower.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import datetime as dt
-import itertools
-import json
 import math
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from bench.fleet_counts import (
+    INTERVAL_S,
+    POLL_S,
+    PROFILE_RATE,
+    Disruption,
+    Evaluations,
+    Run,
+    delta,
+    profiled,
+    snapshot,
+)
 from bench.fleet_engines import SHARD, Engines
+from bench.fleet_report import render
 from bench.fleet_rig import (
     ROOT,
     SCRAPE_S,
     Kube,
     Rollout,
     api_requests,
-    cpu_s,
     create_fleet,
     envtest_assets,
     peak_rss_mib,
     prometheus,
-    prometheus_requests,
 )
 from bench.fleet_shape import Shape
-from bench.provenance import provenance
 from e2e.harness.control_plane import control_plane
 from e2e.operators import operator_process
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
@@ -140,11 +139,7 @@ FULL_WINDOWS_S = 5 * 60 + 2 * SCRAPE_S
 then. Before, a windowed rate still ramps (Prometheus does not extrapolate back past a
 series' first sample): a first decision capped the envelope on a cost read from a partial
 window and raised it again five minutes later, inside the measured window."""
-POLL_S = 15.0
-INTERVAL_S = 30.0
 BASELINE_S = 20.0
-PER_POLICY = ("policy", "namespace")
-"""Labels summed over in the operator's own counters."""
 BOTH_PROMETHEUS_NAMES = (
     *LOOPBACK_PROMETHEUS,
     "--allowed-prometheus-url",
@@ -154,145 +149,7 @@ BOTH_PROMETHEUS_NAMES = (
 ``localhost``); without the second, every such policy ends in ``MetricsURLNotAllowed``."""
 
 
-# --- the operator's evaluations ------------------------------------------------------------
-
-
-WANTED = (
-    "cachescale_last_evaluation_timestamp_seconds",
-    "cachescale_evaluation_lateness_seconds",
-    "cachescale_evaluation_missed",
-    "cachescale_kube",
-    "cachescale_evaluation_errors_total",
-    "cachescale_decisions_total",
-)
-"""The series of the operator's /metrics the bench reads; the rest (a policy's signals,
-dozens of series each) is dropped before parsing, so a read keeps pace at 3,000 policies."""
-
-
-class Evaluations:
-    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times
-    (by ``namespace/name``).
-    Two evaluations of a policy between two reads count as one, so each read's start is
-    kept (``reads``) to show the longest gap between reads beside the counts."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.times: dict[str, list[float]] = collections.defaultdict(list)
-        self.counters: dict[str, float] = {}
-        self.reads: list[float] = []
-
-    def poll(self) -> None:
-        self.reads.append(time.time())
-        with urllib.request.urlopen(self.url, timeout=60) as answer:
-            text = answer.read().decode()
-        wanted = "\n".join(line for line in text.splitlines() if line.startswith(WANTED))
-        counters: dict[str, float] = collections.defaultdict(float)
-        for family in text_string_to_metric_families(wanted + "\n"):
-            for sample in family.samples:
-                if sample.name == "cachescale_last_evaluation_timestamp_seconds":
-                    seen = self.times[f"{sample.labels['namespace']}/{sample.labels['policy']}"]
-                    if not seen or seen[-1] != sample.value:
-                        seen.append(sample.value)
-                elif not sample.name.endswith("_created"):
-                    key = sample.name + json.dumps(
-                        {k: v for k, v in sample.labels.items() if k not in PER_POLICY},
-                        sort_keys=True,
-                    )
-                    counters[key] += sample.value
-        self.counters = dict(counters)
-
-    def longest_gap(self, start: float, end: float) -> float:
-        """The longest time between two reads that started in [start, end]."""
-        inside = [t for t in self.reads if start <= t <= end]
-        return max((b - a for a, b in itertools.pairwise(inside)), default=math.nan)
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
-
-
-def schedule(
-    times: Mapping[str, list[float]],
-    names: Sequence[str],
-    start: float,
-    end: float,
-    interval: float,
-) -> tuple[list[float], int, int]:
-    """Lateness of each evaluation in [start, end], intervals missed, evaluations counted.
-
-    Lateness is the gap since the policy's previous evaluation minus the interval; a gap
-    (the one still open at ``end`` included) of more than 1.5 intervals misses the
-    intervals it spans beyond the first.
-    """
-    lateness: list[float] = []
-    missed = counted = 0
-    for name in names:
-        seen = [t for t in times.get(name, []) if t <= end]
-        inside = [t for t in seen if t >= start]
-        counted += len(inside)
-        edges = [t for t in seen if t < start][-1:] + inside
-        if not edges:
-            missed += round((end - start) / interval)
-            continue
-        for previous, following in itertools.pairwise([*edges, end]):
-            gap = following - previous
-            if following != end:
-                lateness.append(max(0.0, gap - interval))
-            if gap > 1.5 * interval:
-                missed += math.floor(gap / interval + 0.5) - 1
-    return lateness, missed, counted
-
-
 # --- the run -------------------------------------------------------------------------------
-
-
-PROFILE_RATE = 100
-"""py-spy's samples per second."""
-
-
-@contextlib.contextmanager
-def profiled(out: Path | None, pid: int, seconds: float, log: Path) -> Iterator[None]:
-    """py-spy samples the thread holding the GIL in process ``pid`` from now for
-    ``seconds`` into ``out`` (collapsed stacks); its output goes to ``log``. On the way
-    out, waits until it wrote ``out`` and raises if it failed. ``out`` None: nothing is
-    sampled."""
-    if out is None:
-        yield
-        return
-    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        raise RuntimeError("--profile: no py-spy (pip install -e '.[dev]')")
-    duration = math.ceil(seconds)
-    command = [
-        spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(PROFILE_RATE),
-        "--duration", str(duration), "--gil", "--output", str(out),
-    ]  # fmt: skip
-    with log.open("wb") as stream:
-        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT)
-    try:
-        yield
-        process.wait(timeout=duration + 60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    if process.returncode != 0:
-        raise RuntimeError(f"py-spy failed ({process.returncode}):\n{log.read_text()[-2000:]}")
-
-
-@dataclass
-class Snapshot:
-    """Every counter at one moment."""
-
-    at: float
-    prometheus: dict[str, float]
-    api: dict[str, float]
-    cpu: dict[str, float]
-    own: dict[str, float]
-    load: str
-    bench: dict[str, float]
-    """The API requests the bench itself sent so far (its pod restarts), as ``api``."""
 
 
 KOPF_PATCHES = "PATCH cachescalingpolicies"
@@ -312,61 +169,6 @@ def wait_for_first_pass(kube: Kube, limit_s: float) -> float:
             return time.time() - INTERVAL_S
         last = now
     return time.time()
-
-
-def snapshot(
-    prom_port: int,
-    kube: Kube,
-    pids: Mapping[str, int],
-    evaluations: Evaluations,
-    rollout: Rollout | None = None,
-) -> Snapshot:
-    return Snapshot(
-        at=time.time(),
-        prometheus=prometheus_requests(prom_port),
-        api=api_requests(kube),
-        cpu={name: cpu_s(pid) for name, pid in pids.items()},
-        own=dict(evaluations.counters),
-        load=Path("/proc/loadavg").read_text(encoding="ascii").split()[0],
-        bench=dict(rollout.sent) if rollout is not None else {},
-    )
-
-
-def delta(after: Mapping[str, float], before: Mapping[str, float], per: float) -> dict[str, float]:
-    """``after - before`` per key, divided by ``per``; keys that did not move left out."""
-    moved = {k: (after.get(k, 0.0) - before.get(k, 0.0)) / per for k in set(after) | set(before)}
-    return {k: v for k, v in sorted(moved.items()) if round(v, 1) != 0}
-
-
-@dataclass
-class Run:
-    """What one size measured (:func:`measure`), before rendering."""
-
-    shape: Shape
-    creation_s: float
-    first_round_s: float
-    first_pass_s: float
-    """When kopf stopped patching the policies (its finalizer and annotation, once each)."""
-    evaluated: int
-    evaluated_namespaces: int
-    """Namespaces with a policy evaluated in the first round."""
-    a: Snapshot
-    b: Snapshot
-    baseline: dict[str, float]
-    """The API server's own requests per interval, before the operator started."""
-    evaluations: Evaluations
-    rss_mib: float
-    then: Disruption | None = None
-
-
-@dataclass
-class Disruption:
-    """The window right after ``--then``: from the fault (the first round included)."""
-
-    what: str
-    a: Snapshot
-    b: Snapshot
-    rss_mib: float
 
 
 DISRUPTIONS = ("restart", "relist")
@@ -506,122 +308,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             d = snapshot(prom_port, Kube(plane, 2), pids, evaluations)
             run.then = Disruption(args.then, c, d, peak_rss_mib(operator.process.pid))
     return run
-
-
-def render(args: argparse.Namespace, run: Run) -> str:
-    """The run as a Markdown block for bench/RESULTS.md."""
-    rounds = (run.b.at - run.a.at) / INTERVAL_S
-    command = " ".join(["python -m bench.bench_fleet", *sys.argv[1:]])
-    count = run.shape.count
-    lines = [
-        f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: {count:,} policies, `{command}`",
-        "",
-        *(f"- `{line}`" for line in provenance()),
-        f"- fleet: {run.shape.words()}",
-        f"- setup: {count:,} × (Deployment + pod + HPA + policy) created in "
-        f"{run.creation_s:.0f} s "
-        f"({args.threads} threads, 7 requests each); {run.evaluated:,} policies in "
-        f"{run.evaluated_namespaces:,} namespaces evaluated at "
-        f"least once {run.first_round_s:.0f} s after the operator started (once every window "
-        f"held 5 minutes of scraped data); kopf's first pass over the policies (its "
-        f"finalizer and annotation) over after {run.first_pass_s:.0f} s; then measured "
-        f"{rounds:.2f} intervals of 30 s, {args.warmup:.0f} s later; 1-minute load average "
-        f"{run.a.load} at its start, {run.b.load} at its end (everything runs under nice 10 "
-        "on a machine shared with other jobs)",
-        *(
-            [
-                f"- profiled: py-spy stopped the operator {PROFILE_RATE} times a second over "
-                "the steady window to sample the stack holding the GIL"
-            ]
-            if args.profile
-            else []
-        ),
-        "",
-        *window_rows(run, run.a, run.b, run.rss_mib),
-    ]
-    if run.then is not None:
-        then = run.then
-        lines += [
-            "",
-            f"Then `{then.what}` ({DISRUPTION_WORDS[then.what]}), measured from the fault "
-            f"for {(then.b.at - then.a.at) / INTERVAL_S:.2f} intervals, its first round "
-            f"included; load {then.a.load} → {then.b.load}:",
-            "",
-            *window_rows(run, then.a, then.b, then.rss_mib),
-        ]
-    return "\n".join(lines) + "\n"
-
-
-DISRUPTION_WORDS = {
-    "restart": "the operator SIGKILLed and started again",
-    "relist": "kube-apiserver killed, etcd compacted, kube-apiserver restarted",
-}
-
-
-def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]:
-    """One measured window as table rows, per 30 s interval."""
-    rounds = (b.at - a.at) / INTERVAL_S
-    names = run.shape.keys()
-    late, missed, counted = schedule(run.evaluations.times, names, a.at, b.at, INTERVAL_S)
-    api = delta(b.api, a.api, rounds)
-    bench = delta(b.bench, a.bench, rounds)
-    api = {k: v - run.baseline.get(k, 0.0) - bench.get(k, 0.0) for k, v in api.items()}
-    api = {k: v for k, v in api.items() if round(v, 1) != 0}
-    by_verb: dict[str, float] = collections.defaultdict(float)
-    for key, value in api.items():
-        by_verb[key.split()[0]] += value
-    prom = delta(b.prometheus, a.prometheus, rounds)
-    cpu = delta(b.cpu, a.cpu, rounds)
-    own = delta(b.own, a.own, rounds)
-    evaluated = own.get(OWN_EVALUATIONS)
-    operator_cpu = cpu.get("operator", 0.0)
-    return [
-        "| per 30 s interval | value |",
-        "|---|---|",
-        f"| evaluations, the operator's own count (wanted {run.shape.count:,}) | "
-        + (f"{evaluated:,.0f} |" if evaluated is not None else "– |"),
-        "| operator CPU per evaluation (ms) | "
-        + (f"{1000 * operator_cpu / evaluated:.2f} |" if evaluated else "– |"),
-        f"| evaluations seen between /metrics reads | {counted / rounds:,.0f} |",
-        f"| missed intervals (policy × interval, whole window) | {missed:,} |",
-        f"| longest gap between two reads of the operator's /metrics (s) | "
-        f"{run.evaluations.longest_gap(a.at, b.at):.1f} |",
-        f"| lateness p95 / max (s), over {len(late):,} evaluations after a first | "
-        + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
-        f"| Prometheus API requests | {sum(prom.values()):,.0f} "
-        f"({', '.join(f'{k} {v:,.0f}' for k, v in prom.items())}) |",
-        f"| API-server requests (minus its own baseline and the bench's restarts) | "
-        f"{sum(api.values()):,.1f} "
-        f"({', '.join(f'{k} {v:,.1f}' for k, v in by_verb.items())}) |",
-        *(f"| — {k} | {v:,.1f} |" for k, v in sorted(api.items(), key=lambda kv: -kv[1])),
-        f"| operator CPU-seconds | {cpu.get('operator', 0.0):.2f} "
-        f"({cpu.get('operator', 0.0) / INTERVAL_S:.2f} cores) |",
-        f"| operator peak RSS (VmHWM) | {rss_mib:,.0f} MiB |",
-        f"| Prometheus / API-server CPU-seconds | {cpu.get('prometheus', 0.0):.2f} "
-        f"/ {cpu.get('apiserver', 0.0):.2f} |",
-        *own_rows(own),
-    ]
-
-
-OWN_EVALUATIONS = "cachescale_evaluation_lateness_seconds_count{}"
-"""The operator's own count of the evaluations it started (one lateness each): what the
-headline row counts. The stamps seen between /metrics reads miss an evaluation that
-started but had not ended at a read, and count two between reads as one."""
-
-
-def own_rows(own: Mapping[str, float]) -> list[str]:
-    """The operator's own counters, per interval; its lateness histogram as a p95 bound."""
-    bucket = "cachescale_evaluation_lateness_seconds_bucket"
-    buckets = sorted(
-        (float(json.loads(k[len(bucket) :])["le"]), v)
-        for k, v in own.items()
-        if k.startswith(bucket)
-    )
-    rows = [f"| operator's own `{k}` | {v:,.1f} |" for k, v in own.items() if bucket not in k]
-    if buckets and buckets[-1][1] > 0:
-        bound = next(le for le, seen in buckets if seen >= 0.95 * buckets[-1][1])
-        rows.append(f"| operator's own lateness histogram: p95 ≤ | {bound:g} s |")
-    return rows
 
 
 def count_of(text: str) -> int:
