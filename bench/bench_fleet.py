@@ -128,6 +128,7 @@ from bench.fleet_rig import (
     prometheus,
 )
 from bench.fleet_shape import Shape
+from cachescale.commands.flags import at_least_one
 from e2e.harness.control_plane import control_plane
 from e2e.operators import operator_process
 from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
@@ -310,14 +311,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
     return run
 
 
-def count_of(text: str) -> int:
-    """An argument that is a whole number ≥ 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: not ≥ 1")
-    return value
-
-
 def share_of(text: str) -> float:
     """An argument that is a share, 0 to 1."""
     value = float(text)
@@ -347,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16, help="creation threads")
     parser.add_argument(
         "--namespaces",
-        type=count_of,
+        type=at_least_one,
         default=1,
         metavar="N",
         help="spread the policies round-robin over N namespaces (llm-0 … llm-{N-1}, the "
