@@ -304,8 +304,9 @@ class CacheScalingPolicyStatus(ApiModel):
     @classmethod
     def _drop_retired(cls, stored: Any) -> Any:
         """A stored status as this version reads it: the ``RETIRED_FIELDS`` an older
-        version wrote left out (the next write drops them from the object too)."""
-        if not isinstance(stored, Mapping):
+        version wrote left out (the next write drops them from the object too). A status
+        this version wrote, read at every evaluation, is returned as it is, not copied."""
+        if not isinstance(stored, Mapping) or not _holds_retired(stored):
             return stored
         kept = {k: v for k, v in stored.items() if k not in RETIRED_FIELDS}
         conditions = kept.get("conditions")
@@ -330,6 +331,16 @@ class CacheScalingPolicyStatus(ApiModel):
         if self.learned_state is not None:
             return unpack_learned_state(self.learned_state)
         return self.memory
+
+
+def _holds_retired(stored: Mapping[str, Any]) -> bool:
+    """Whether ``stored`` has a field, or a condition a field, that an older version wrote."""
+    if not RETIRED_FIELDS.isdisjoint(stored):
+        return True
+    conditions = stored.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, Mapping) and not RETIRED_CONDITION_FIELDS.isdisjoint(c) for c in conditions
+    )
 
 
 def _without_empty_lists(wire: dict[str, object]) -> dict[str, object]:
