@@ -1,33 +1,35 @@
-"""When a policy's status is worth a PATCH: only when something a reader or a restart
-would notice changed, and at least every ``STATUS_REFRESH_SECONDS``, at a moment of
-its own (``refresh_due``).
+"""When a policy's status is worth a PATCH: only when its meaning changed (what a reader
+acts on, or what a restart resumes from), and at least every ``STATUS_REFRESH_SECONDS``,
+at a moment of its own (``refresh_due``).
 
 A fleet of policies evaluated every interval would otherwise rewrite every status every
-interval, though most evaluations end where the last one did. So the operator keeps, in
-memory and per policy, what it last wrote (the watch's own copy of it once that comes
-back: one status per policy, not two) and when, and skips the write when the new
-status equals it once both are *normalised*. The next evaluation then continues from the
-status it rendered, not the stored one, so what is skipped is not lost in this process
-(``latest``). Normalised means:
+interval, though most evaluations end where the last one did, and a live engine's numbers
+move at every reading. So the operator keeps, in memory and per policy, what it last
+wrote (the watch's own copy of it once that comes back: one status per policy, not two)
+and when, and skips the write when the new status equals it once both are *normalised*.
+The next evaluation then continues from the status it rendered, not the stored one, so
+what is skipped is not lost in this process (``latest``). Normalised means:
 
-- the stamps of "still true at this evaluation" drop out: ``signals.observedAt``,
-  ``lastDecision.time``; and so does ``summary``, the
-  signals again as ``kubectl get`` prints them (compared in ``signals``);
-- each displayed number is compared as it is displayed (``DISPLAY``: the same ``words``
-  formatting ``kubectl describe`` and the messages use), so moving by less than its
-  display precision is no change;
+- the numbers read at this evaluation ride along: each of ``status.signals``
+  (``READINGS``) compares as known or unknown only, ``summary`` (the same numbers as
+  ``kubectl get`` prints them) not at all, and neither do the messages of the conditions,
+  the alerts and the last decision, which quote them; nor their stamps
+  (``signals.observedAt``, ``lastDecision.time``). A number that becomes known or
+  unknown is a change; one that moves is written with the next change or refresh, whole
+  (the stored status is always one evaluation's);
 - the decision memory (``status.learnedState``, what a restarted operator resumes from,
   compared unpacked; ``status.memory`` as older versions wrote it) is compared in full,
-  except for steady progress: the baseline's running average (compared
-  at display precision, its count of evaluations dropped), the time stamps of marks that
-  are re-stamped every evaluation (``RESTAMPED_MARKS``), the
+  except for steady progress: the learned baseline's running averages (as known or not,
+  their count and stamp dropped), the marks re-stamped every evaluation
+  (``RESTAMPED_MARKS``: their time dropped, the demand they hold as known or not), the
   recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
   values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
   other is no change), and the length of a streak that is running (a streak that starts
   or ends is a change).
 
-Conditions, state, the last decision (but its time), alerts, the
-suspected change and everything else in memory compare exactly. A restarted process (or
+State, each condition's type, status, reason and transition time, the last decision's
+reason and envelope, each alert's reason, onset and acknowledgement, the suspected change
+and everything else in memory compare exactly. A restarted process (or
 a policy it has not written yet) starts from the stored status, as the watch delivered
 it, as if it had written it at its ``signals.observedAt``: its first evaluation writes
 only what changed since, or when that stamp is older than the refresh time, so a restart
@@ -35,13 +37,15 @@ of an operator serving thousands of policies is not a burst of writes. A write t
 failed forgets the last one, so the next evaluation writes whatever it has (also once an
 API outage ends); and a stored status that no longer matches the last write (edited by
 hand, or written by another process) is rewritten. The trade, documented in
-``docs/reliability.md``: a restart can replay at most ``STATUS_REFRESH_SECONDS`` of that
-steady progress.
+``docs/reliability.md``: the numbers a status shows are up to ``STATUS_REFRESH_SECONDS``
+old while nothing else changes (``signals.observedAt`` says when they were read; the
+operator's metrics are live), and a restart can replay at most that much of the steady
+progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from threading import Lock
@@ -49,47 +53,61 @@ from typing import Any
 
 from cachescale.api.status import unpack_learned_state
 from cachescale.controller.reconcile.schedule import next_slot, phase_of
-from cachescale.decide import words
 
-STATUS_REFRESH_SECONDS = 300.0
-"""The longest a status goes unwritten while nothing changes: readers see a fresh
-``signals.observedAt`` at least this often, and a restart loses at most this much of the
-steady progress the comparison ignores."""
+STATUS_REFRESH_SECONDS = 600.0
+"""The longest a status goes unwritten while nothing changes: readers see numbers read at
+most this long ago (``signals.observedAt``), and a restart loses at most this much of the
+steady progress the comparison ignores. At a 30 s interval, a fleet of steady policies
+writes one status in twenty per interval."""
 
-DISPLAY: Mapping[str, Callable[[float], str]] = {
-    "tokenHitRate": words.ratio,
-    "requestHitShare": words.ratio,
-    "kvCacheUsageRatio": words.ratio,
-    "prefillTokensPerRequest": words.tokens,
-    "ttftP95Seconds": words.seconds,
-    "ttftP99Seconds": words.seconds,
-    "gpuSecondsPer1kRequests": words.cost,
-    "requestsPerSecond": words.rate,
-    "arrivalsPerSecond": words.rate,
-    "preemptionsPerSecond": words.rate,
-}
-"""The display precision of each number the status shows (``status.signals``, and the
-baseline and marks in the decision memory), as the text it is
-shown as: ratios to 0.01, tokens and GPU-s/1k to 1, seconds to 0.01 under 10 s, rates to
-two significant digits under 10/s and to 1 above."""
+READINGS = frozenset(
+    {
+        "tokenHitRate",
+        "requestHitShare",
+        "kvCacheUsageRatio",
+        "prefillTokensPerRequest",
+        "ttftP95Seconds",
+        "ttftP99Seconds",
+        "gpuSecondsPer1kRequests",
+        "requestsPerSecond",
+        "arrivalsPerSecond",
+        "preemptionsPerSecond",
+    }
+)
+"""The numbers an evaluation reads (``status.signals``), and averages or marks of them in
+the decision memory (the learned baseline, the re-stamped marks): each compares as known
+or unknown only, so a number that moves is no change and one that appears or vanishes is."""
 
 
 def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` (wire form) without what changes every evaluation and with each number
-    as displayed: two statuses equal here differ in nothing worth a write."""
+    """``status`` (wire form) without what changes every evaluation (the numbers read,
+    the messages quoting them, their stamps): two statuses equal here differ in nothing
+    worth a write."""
     out = dict(status)
     out.pop("summary", None)
     if isinstance(out.get("signals"), Mapping):
-        signals = _displayed(out["signals"])
+        signals = _known(out["signals"])
         signals.pop("observedAt", None)
         out["signals"] = signals
+    for name in ("conditions", "alerts"):
+        if isinstance(out.get(name), list):
+            out[name] = [_unquoted(item) for item in out[name]]
     if isinstance(out.get("lastDecision"), Mapping):
-        out["lastDecision"] = {k: v for k, v in out["lastDecision"].items() if k != "time"}
+        out["lastDecision"] = {
+            k: v for k, v in out["lastDecision"].items() if k not in ("time", "message")
+        }
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
     if isinstance(out.get("learnedState"), str):
         out["learnedState"] = _packed_memory(out["learnedState"])
     return out
+
+
+def _unquoted(item: Any) -> Any:
+    """A condition or an alert without its message (it quotes the numbers read)."""
+    if not isinstance(item, Mapping):
+        return item
+    return {k: v for k, v in item.items() if k != "message"}
 
 
 def _packed_memory(packed: str) -> dict[str, Any] | str:
@@ -104,7 +122,7 @@ def _packed_memory(packed: str) -> dict[str, Any] | str:
 def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(memory)
     if isinstance(out.get("baseline"), Mapping):
-        baseline = _displayed(out["baseline"])
+        baseline = _known(out["baseline"])
         baseline.pop("updatedAt", None)
         baseline.pop("evaluations", None)
         out["baseline"] = baseline
@@ -112,7 +130,7 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
         out["streaks"] = {k: bool(v) for k, v in out["streaks"].items()}
     for name in RESTAMPED_MARKS:
         if isinstance(out.get(name), Mapping):
-            mark = _displayed(out[name])
+            mark = _known(out[name])
             mark.pop("at", None)
             out[name] = mark
     for name, key in RECENT_MARKS.items():
@@ -124,8 +142,8 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
 
 
 RESTAMPED_MARKS = ("preCollapse", "scaleDownFloor")
-"""Learned-state marks whose time is re-stamped every evaluation while they hold; compared
-without it."""
+"""Learned-state marks re-stamped every evaluation while they hold; compared without their
+time, and with the numbers read (``READINGS``: the demand) as known or not."""
 
 RECENT_MARKS = {
     "maxReplicasMarks": "maxReplicas",
@@ -142,13 +160,12 @@ def _distinct_run(values: list[Any]) -> list[Any]:
     return [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
 
 
-def _displayed(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with each field of ``DISPLAY`` as its displayed text."""
+def _known(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each of ``READINGS`` as whether it is known."""
     out = dict(values)
-    for name, show in DISPLAY.items():
-        value = out.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out[name] = show(float(value))
+    for name in READINGS:
+        if name in out:
+            out[name] = out[name] is not None
     return out
 
 
