@@ -272,7 +272,11 @@ def test_the_numbers_read_ride_along_and_only_known_or_unknown_is_a_change() -> 
     later = "2026-11-30T12:00:10Z"
 
     def status(hit_rate: float | None, rps: float, baseline: float, stamp: str) -> dict[str, Any]:
-        signals: dict[str, Any] = {"requestsPerSecond": rps, "observedAt": stamp}
+        signals: dict[str, Any] = {
+            "requestsPerSecond": rps,
+            "observedAt": stamp,
+            "qualifiedSignals": [{"signal": "ttftP99Seconds", "reads": f"> {rps:.0f} s"}],
+        }
         if hit_rate is not None:
             signals["tokenHitRate"] = hit_rate
         shown = "unknown" if hit_rate is None else f"{hit_rate:.2f}"
@@ -287,6 +291,7 @@ def test_the_numbers_read_ride_along_and_only_known_or_unknown_is_a_change() -> 
             "memory": {
                 "baseline": {"tokenHitRate": baseline, "evaluations": 3, "updatedAt": stamp},
                 "preCollapse": {"replicas": 4, "requestsPerSecond": rps, "at": stamp},
+                "alerts": [{"reason": "CacheDegraded", "since": at, "message": f"{shown}"}],
             },
         }  # fmt: skip
 

@@ -11,7 +11,9 @@ The next evaluation then continues from the status it rendered, not the stored o
 what is skipped is not lost in this process (``latest``). Normalised means:
 
 - the numbers read at this evaluation ride along: each of ``status.signals``
-  (``READINGS``) compares as known or unknown only, ``summary`` (the same numbers as
+  (``READINGS``) compares as known or unknown only, a qualified quantile
+  (``signals.qualifiedSignals``) by which signal it qualifies, not how it reads (a
+  number); ``summary`` (the same numbers as
   ``kubectl get`` prints them) not at all, and neither do the messages of the conditions,
   the alerts and the last decision, which quote them; nor their stamps
   (``signals.observedAt``, ``lastDecision.time``). A number that becomes known or
@@ -24,8 +26,8 @@ what is skipped is not lost in this process (``latest``). Normalised means:
   (``RESTAMPED_MARKS``: their time dropped, the demand they hold as known or not), the
   recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
   values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
-  other is no change), and the length of a streak that is running (a streak that starts
-  or ends is a change).
+  other is no change), an alert's message (refreshed with the numbers it quotes), and
+  the length of a streak that is running (a streak that starts or ends is a change).
 
 State, each condition's type, status, reason and transition time, the last decision's
 reason and envelope, each alert's reason, onset and acknowledgement, the suspected change
@@ -88,6 +90,11 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("signals"), Mapping):
         signals = _known(out["signals"])
         signals.pop("observedAt", None)
+        if isinstance(signals.get("qualifiedSignals"), list):
+            signals["qualifiedSignals"] = [
+                q.get("signal") if isinstance(q, Mapping) else q
+                for q in signals["qualifiedSignals"]
+            ]
         out["signals"] = signals
     for name in ("conditions", "alerts"):
         if isinstance(out.get(name), list):
@@ -128,6 +135,8 @@ def _memory(memory: Mapping[str, Any]) -> dict[str, Any]:
         out["baseline"] = baseline
     if isinstance(out.get("streaks"), Mapping):
         out["streaks"] = {k: bool(v) for k, v in out["streaks"].items()}
+    if isinstance(out.get("alerts"), list):
+        out["alerts"] = [_unquoted(alert) for alert in out["alerts"]]
     for name in RESTAMPED_MARKS:
         if isinstance(out.get(name), Mapping):
             mark = _known(out[name])
