@@ -335,19 +335,20 @@ def test_large_answers_are_parsed_one_at_a_time(monkeypatch: pytest.MonkeyPatch)
 
     parsing, most = 0, 0
     count = threading.Lock()
-    real_loads = json.loads
+    real = prometheus._DECODER
 
-    def slow_loads(body: bytes) -> object:
-        nonlocal parsing, most
-        with count:
-            parsing += 1
-            most = max(most, parsing)
-        time.sleep(0.05)
-        with count:
-            parsing -= 1
-        return real_loads(body)
+    class SlowDecoder:
+        def decode(self, body: bytes) -> object:
+            nonlocal parsing, most
+            with count:
+                parsing += 1
+                most = max(most, parsing)
+            time.sleep(0.05)
+            with count:
+                parsing -= 1
+            return real.decode(body)
 
-    monkeypatch.setattr(prometheus.json, "loads", slow_loads)
+    monkeypatch.setattr(prometheus, "_DECODER", SlowDecoder())
     large = json.dumps({"data": {"result": [], "pad": " " * prometheus.LARGE_BODY_BYTES}})
     small = json.dumps({"data": {"result": []}})
     client = PrometheusClient(PrometheusConfig(url="http://127.0.0.1:9"))

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cachescale.gather.deadline import Deadline
-from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, Series, redact_url
+from cachescale.gather.prometheus import PrometheusClient, PrometheusConfig, redact_url
 from cachescale.gather.prometheus_errors import (
     DeadlineReached,
     PrometheusBadResponse,
@@ -166,9 +167,9 @@ def test_a_batch_that_stalls_ends_at_the_deadline_and_leaves_no_thread_behind(
 class SlowToRead(PrometheusClient):
     """Reads each answer slowly, as a busy operator does a group's megabytes of JSON."""
 
-    def _vector(self, result: object) -> list[Series]:
+    def _result(self, body: bytes) -> Any:
         time.sleep(0.6)
-        return super()._vector(result)
+        return super()._result(body)
 
 
 def test_the_deadline_bounds_the_wait_for_the_answer_not_its_reading(
