@@ -117,6 +117,22 @@ def test_a_condition_change_is_written_at_once(
     assert metrics["MetricsAvailable"]["status"] == "False"
 
 
+def test_an_outage_is_written_once_not_again_for_the_same_frozen_decision(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    """The freeze that holds the HPA is applied once; the evaluations after it decide the
+    same with nothing left to change, which is no change worth a write (a chunk of
+    policies losing Prometheus at once would otherwise write each of them twice)."""
+    operator = settled(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=3)
+    before = status_writes(cluster)
+    engines.down = True
+    run(operator, cluster, clock, rounds=6)  # the first failed read is retried
+    assert status_writes(cluster) == before + 1
+    decision = cluster.get(POLICIES, "vllm")["status"]["lastDecision"]
+    assert (decision["reason"], decision["applied"]) == ("FrozenOnMissingMetrics", True)
+
+
 def test_a_collapse_is_written_every_evaluation_and_its_events_are_unchanged(
     cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
 ) -> None:
@@ -287,7 +303,7 @@ def test_the_numbers_read_ride_along_and_only_known_or_unknown_is_a_change() -> 
                  "message": f"TTFT p95 {rps / 100:.2f} s", "lastTransitionTime": at},
             ],
             "alerts": [{"reason": "CacheDegraded", "since": at, "message": f"hit rate {shown}"}],
-            "lastDecision": {"reason": "NoChange", "time": stamp},
+            "lastDecision": {"reason": "FrozenOnMissingMetrics", "time": stamp, "applied": rps > 30},
             "memory": {
                 "baseline": {"tokenHitRate": baseline, "evaluations": 3, "updatedAt": stamp},
                 "preCollapse": {"replicas": 4, "requestsPerSecond": rps, "at": stamp},

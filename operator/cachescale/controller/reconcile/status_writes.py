@@ -30,8 +30,9 @@ what is skipped is not lost in this process (``latest``). Normalised means:
   the length of a streak that is running (a streak that starts or ends is a change).
 
 State, each condition's type, status, reason and transition time, the last decision's
-reason and envelope, each alert's reason, onset and acknowledgement, the suspected change
-and everything else in memory compare exactly. A restarted process (or
+reason, diagnosis and envelope (not whether that evaluation applied it:
+``UNCOMPARED_DECISION``), each alert's reason, onset and acknowledgement, the suspected
+change and everything else in memory compare exactly. A restarted process (or
 a policy it has not written yet) starts from the stored status, as the watch delivered
 it, as if it had written it at its ``signals.observedAt``: its first evaluation writes
 only what changed since, or when that stamp is older than the refresh time, so a restart
@@ -101,13 +102,19 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = [_unquoted(item) for item in out[name]]
     if isinstance(out.get("lastDecision"), Mapping):
         out["lastDecision"] = {
-            k: v for k, v in out["lastDecision"].items() if k not in ("time", "message")
+            k: v for k, v in out["lastDecision"].items() if k not in UNCOMPARED_DECISION
         }
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
     if isinstance(out.get("learnedState"), str):
         out["learnedState"] = _packed_memory(out["learnedState"])
     return out
+
+
+UNCOMPARED_DECISION = frozenset({"time", "message", "applied"})
+"""What ``lastDecision`` holds of one evaluation only: when, the numbers it quotes, and
+whether it changed the target then (the next evaluation of the same decision has nothing
+left to change): the same decision again is no change."""
 
 
 def _unquoted(item: Any) -> Any:
