@@ -303,7 +303,9 @@ def test_the_numbers_read_ride_along_and_only_known_or_unknown_is_a_change() -> 
                  "message": f"TTFT p95 {rps / 100:.2f} s", "lastTransitionTime": at},
             ],
             "alerts": [{"reason": "CacheDegraded", "since": at, "message": f"hit rate {shown}"}],
-            "lastDecision": {"reason": "FrozenOnMissingMetrics", "time": stamp, "applied": rps > 30},
+            "lastDecision": {
+                "reason": "FrozenOnMissingMetrics", "time": stamp, "applied": rps > 30,
+            },
             "memory": {
                 "baseline": {"tokenHitRate": baseline, "evaluations": 3, "updatedAt": stamp},
                 "preCollapse": {"replicas": 4, "requestsPerSecond": rps, "at": stamp},
