@@ -52,7 +52,17 @@ engines by ``bench/fleet_engines.py``, each policy's place in the fleet from
     rows.
 * **The operator**: the real ``cachescale run`` process (``e2e/operators.py``), standalone,
   admin kubeconfig, 30 s interval; ``--namespace llm`` with one namespace, every
-  namespace (as an operator serving a cluster) with more.
+  namespace (as an operator serving a cluster) with more. ``--shards K`` runs K
+  cluster-wide processes instead, each ``--policy-selector shard=I`` over the policies
+  of every K-th namespace (``bench/fleet_operators.py``): each shard's CPU, CPU per
+  evaluation (over its own count), peak RSS and evaluations are shown, and their sum.
+* **A slow chunk** (``--slow-chunk SECONDS``): one chunk's policies (the first 200 that
+  read ``localhost`` over the 5m window: a URL and a window of their own, so one gather
+  group, one chunk) read Prometheus through a delaying proxy (``bench/fleet_proxy.py``),
+  which from the steady window's start holds each request SECONDS, past the operator's
+  Prometheus deadline (10 s). The window holds the fault's onset; shown beside the
+  rest: the slowed and the other policies' evaluations and missed intervals, the
+  others' lateness, the proxy's requests, and the API writes against N/10.
 
 The operator starts once every window holds scraped data only (``FULL_WINDOWS_S`` after
 the first scrape). Measured over ``--rounds`` intervals after every policy was evaluated
@@ -101,7 +111,6 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from bench.fleet_counts import (
     INTERVAL_S,
@@ -115,6 +124,15 @@ from bench.fleet_counts import (
     snapshot,
 )
 from bench.fleet_engines import SHARD, Engines
+from bench.fleet_operators import (
+    DISRUPTIONS,
+    disrupt,
+    operator_pids,
+    peak_rss,
+    start_operators,
+    wait_for_first_pass,
+)
+from bench.fleet_proxy import SlowProxy
 from bench.fleet_report import render
 from bench.fleet_rig import (
     ROOT,
@@ -124,16 +142,12 @@ from bench.fleet_rig import (
     api_requests,
     create_fleet,
     envtest_assets,
-    peak_rss_mib,
     prometheus,
 )
 from bench.fleet_shape import Shape
 from cachescale.commands.flags import at_least_one
 from e2e.harness.control_plane import control_plane
-from e2e.operators import operator_process
-from tests.controller.process_fixture import LOOPBACK_PROMETHEUS
 from tests.polling import wait_for
-from tests.prometheus_fixture import free_port
 
 FULL_WINDOWS_S = 5 * 60 + 2 * SCRAPE_S
 """From the first scrape until every window holds only scraped data; the operator starts
@@ -141,89 +155,33 @@ then. Before, a windowed rate still ramps (Prometheus does not extrapolate back 
 series' first sample): a first decision capped the envelope on a cost read from a partial
 window and raised it again five minutes later, inside the measured window."""
 BASELINE_S = 20.0
-BOTH_PROMETHEUS_NAMES = (
-    *LOOPBACK_PROMETHEUS,
-    "--allowed-prometheus-url",
-    r"re:http://localhost:[0-9]+",
-)
-"""The operator's allow list: the one Prometheus by both its URLs (half the policies name
-``localhost``); without the second, every such policy ends in ``MetricsURLNotAllowed``."""
 
 
 # --- the run -------------------------------------------------------------------------------
 
 
-KOPF_PATCHES = "PATCH cachescalingpolicies"
-"""kopf's own writes to a policy (its finalizer; no diff base): none once steady."""
-
-
-def wait_for_first_pass(kube: Kube, limit_s: float) -> float:
-    """Until an interval passes without kopf patching a policy (at most ``limit_s``): a
-    fleet created before its operator gets each policy patched once, and a window
-    measured during that pass measures the pass. Returns when it ended (epoch seconds)."""
-    deadline = time.time() + limit_s
-    last = api_requests(kube).get(KOPF_PATCHES, 0.0)
-    while time.time() < deadline:
-        time.sleep(INTERVAL_S)
-        now = api_requests(kube).get(KOPF_PATCHES, 0.0)
-        if now == last:
-            return time.time() - INTERVAL_S
-        last = now
-    return time.time()
-
-
-DISRUPTIONS = ("restart", "relist")
-"""``--then restart``: the operator is killed (SIGKILL) and started again. ``--then
-relist``: the API server is killed, etcd's history compacted, the API server started
-again, so every watch must list again (410 Gone)."""
-
-
-def watched(shape: Shape) -> tuple[str, ...]:
-    """The operator's ``--namespace`` flags: the one namespace, or none (every namespace,
-    as an operator serving a cluster runs) when the fleet spans several."""
-    return tuple(shape.all_namespaces()) if shape.namespaces == 1 else ()
-
-
-def disrupt(
-    what: str,
-    plane: Any,
-    stack: ExitStack,
-    workdir: Path,
-    metrics_port: int,
-    operator: Any,
-    shape: Shape,
-) -> Any:
-    """Cause the fault; the operator process serving afterwards."""
-    if what == "relist":
-        plane.kill("kube-apiserver")
-        plane.compact_etcd()
-        plane.restart("kube-apiserver")
-        return operator
-    operator.process.kill()
-    operator.process.wait()
-    return stack.enter_context(
-        operator_process(
-            workdir / "restarted",
-            plane.kubeconfig,
-            namespaces=watched(shape),
-            flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
-        )
-    )
-
-
 def measure(args: argparse.Namespace, workdir: Path) -> Run:
-    shape = Shape(args.policies, args.namespaces, args.moving, args.restarting)
+    shape = Shape(
+        args.policies,
+        args.namespaces,
+        args.moving,
+        args.restarting,
+        args.shards,
+        args.slow_chunk is not None,
+    )
     with ExitStack() as stack:
         plane = stack.enter_context(control_plane(envtest_assets(workdir)))
         engines = Engines(shape)
         exporter_port = stack.enter_context(engines.serve())
-        shards = math.ceil(shape.count / SHARD)
-        server = stack.enter_context(prometheus(workdir, exporter_port, shards))
+        targets = math.ceil(shape.count / SHARD)
+        server = stack.enter_context(prometheus(workdir, exporter_port, targets))
         prom_port = server.port
-        creation_s = create_fleet(plane, shape, prom_port, args.threads)
+        proxy = SlowProxy(prom_port) if shape.slowed else None
+        slow_port = stack.enter_context(proxy.serve()) if proxy is not None else None
+        creation_s = create_fleet(plane, shape, prom_port, args.threads, slow_port)
         print(f"created {shape.count} policies in {creation_s:.0f} s: {shape.words()}", flush=True)
         wait_for(
-            lambda: len(server.query("up == 1")) == shards or None,
+            lambda: len(server.query("up == 1")) == targets or None,
             120.0,
             "every shard scraped",
             every_s=1.0,
@@ -234,21 +192,13 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         time.sleep(BASELINE_S)
         baseline = delta(api_requests(kube), before, BASELINE_S / INTERVAL_S)
         time.sleep(max(0.0, windows_full_at - time.time()))  # the first decisions are steady
-        metrics_port = free_port()
-        operator = stack.enter_context(
-            operator_process(
-                workdir / "operator",
-                plane.kubeconfig,
-                namespaces=watched(shape),
-                flags=("--metrics-port", str(metrics_port), *BOTH_PROMETHEUS_NAMES),
-            )
-        )
+        operators = start_operators(stack, workdir, plane.kubeconfig, shape)
         pids = {
-            "operator": operator.process.pid,
+            **operator_pids(operators),
             "prometheus": server.process.pid,
             "apiserver": plane.component("kube-apiserver").process.pid,
         }
-        evaluations = Evaluations(f"http://127.0.0.1:{metrics_port}/metrics")
+        evaluations = Evaluations([o.metrics_url for o in operators])
         names = shape.keys()
         started = time.time()
 
@@ -271,17 +221,17 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         evaluations.poll()
         window_s = args.rounds * INTERVAL_S
         rollout = Rollout(Kube(plane, 2), shape, engines)
-        with profiled(args.profile, pids["operator"], window_s, workdir / "py-spy.log"):
-            a = snapshot(prom_port, kube, pids, evaluations, rollout)
+        profiled_pid = operators[0].process.pid
+        with profiled(args.profile, profiled_pid, window_s, workdir / "py-spy.log"):
+            if proxy is not None:
+                proxy.arm(args.slow_chunk)  # the fault's onset is in the window
+            a = snapshot(prom_port, kube, pids, evaluations, rollout, proxy)
             rollout.start(window_s - INTERVAL_S)  # each restart evaluated in the window
             while time.time() < a.at + window_s:
                 time.sleep(POLL_S)
                 evaluations.poll()
             rollout.join()
-            b = snapshot(prom_port, kube, pids, evaluations, rollout)
-        if operator.process.poll() is not None:
-            raise RuntimeError(f"cachescale run exited:\n{operator.tail()}")
-        rss = peak_rss_mib(operator.process.pid)
+            b = snapshot(prom_port, kube, pids, evaluations, rollout, proxy)
         run = Run(
             shape,
             creation_s,
@@ -293,21 +243,22 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             b,
             baseline,
             evaluations,
-            rss,
+            peak_rss(operators),
         )
         if args.then:
-            operator = disrupt(args.then, plane, stack, workdir, metrics_port, operator, shape)
-            pids["operator"] = operator.process.pid
+            operators = disrupt(args.then, plane, stack, workdir, operators, shape)
+            pids |= operator_pids(operators)
             pids["apiserver"] = plane.component("kube-apiserver").process.pid  # after a relist
+            evaluations.urls = [o.metrics_url for o in operators]
             evaluations.poll()  # a restarted operator's own counters start from 0
-            c = snapshot(prom_port, Kube(plane, 2), pids, evaluations)
+            c = snapshot(prom_port, Kube(plane, 2), pids, evaluations, proxy=proxy)
             if args.then == "relist":
                 c.api = {}  # the restarted API server counts from 0
             while time.time() < c.at + args.rounds * INTERVAL_S:
                 time.sleep(POLL_S)
                 evaluations.poll()
-            d = snapshot(prom_port, Kube(plane, 2), pids, evaluations)
-            run.then = Disruption(args.then, c, d, peak_rss_mib(operator.process.pid))
+            d = snapshot(prom_port, Kube(plane, 2), pids, evaluations, proxy=proxy)
+            run.then = Disruption(args.then, c, d, peak_rss(operators))
     return run
 
 
@@ -362,6 +313,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="share of pods deleted and re-created under a new name during the steady window",
     )
     parser.add_argument(
+        "--shards",
+        type=at_least_one,
+        default=1,
+        metavar="K",
+        help="K operator processes, each cluster-wide with --policy-selector shard=I over "
+        "the policies of the namespaces whose index modulo K is I (needs --namespaces ≥ K; "
+        "--then restart only with one)",
+    )
+    parser.add_argument(
+        "--slow-chunk",
+        type=float,
+        metavar="SECONDS",
+        help="from the steady window's start, one chunk's policies (up to 200, one URL and "
+        "window of their own) read Prometheus through a proxy holding each request SECONDS "
+        "(over the operator's 10 s deadline: that chunk times out)",
+    )
+    parser.add_argument(
         "--then",
         choices=DISRUPTIONS,
         help="after the steady window, a fault and --rounds more intervals measured",
@@ -372,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE",
         help=f"sample the operator's GIL holder with py-spy ({PROFILE_RATE} Hz) over the "
         "steady window into FILE, as collapsed stacks (python -m bench.profile_summary FILE "
-        "ranks them)",
+        "ranks them); with --shards, the first shard's",
     )
     parser.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")
     parser.add_argument(
@@ -380,9 +348,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         metavar="DIR",
         help="work in DIR (new or empty) and keep it: the operators' logs are "
-        "DIR/operator/operator.log and, after --then restart, DIR/restarted/operator.log",
+        "DIR/operator/operator.log (with --shards, DIR/shard-I/operator.log) and, after "
+        "--then restart, DIR/restarted/operator.log",
     )
     args = parser.parse_args(argv)
+    if args.shards > 1 and args.namespaces < args.shards:
+        parser.error("--shards K splits by namespace: it needs --namespaces ≥ K")
+    if args.slow_chunk is not None and args.slow_chunk <= 0:
+        parser.error("--slow-chunk: SECONDS must be more than 0")
+    if args.shards > 1 and args.then == "restart":
+        parser.error("--then restart restarts one operator: not with --shards")
     with contextlib.ExitStack() as scope:
         if args.keep is None:
             workdir = Path(scope.enter_context(tempfile.TemporaryDirectory(prefix="bench-fleet-")))

@@ -1,8 +1,8 @@
-"""What ``bench_fleet`` counts in a run: the operator's evaluations read off its
-``/metrics``, each component's counters at a moment (:class:`Snapshot`), the window
-arithmetic (lateness, missed intervals, deltas per interval), py-spy over the steady
-window, and what one run measured (:class:`Run`). ``fleet_rig.py`` builds the fleet,
-``fleet_report.py`` renders what is counted here.
+"""What ``bench_fleet`` counts in a run: the operators' evaluations read off their
+``/metrics`` (one operator, or a shard each), each component's counters at a moment
+(:class:`Snapshot`), the window arithmetic (lateness, missed intervals, deltas per
+interval), py-spy over the steady window, and what one run measured (:class:`Run`).
+``fleet_rig.py`` builds the fleet, ``fleet_report.py`` renders what is counted here.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.fleet_proxy import SlowProxy
 from bench.fleet_rig import Kube, Rollout, api_requests, cpu_s, prometheus_requests
 from bench.fleet_shape import Shape
 
@@ -49,20 +50,34 @@ dozens of series each) is dropped before parsing, so a read keeps pace at 3,000 
 
 
 class Evaluations:
-    """The operator's /metrics, read every :data:`POLL_S`: each policy's evaluation times
-    (by ``namespace/name``).
+    """The operators' /metrics (one URL per operator process: one, or a shard each), read
+    every :data:`POLL_S`: each policy's evaluation times (by ``namespace/name``; shards
+    serve disjoint policies), each process's own counters (``by_process``) and their sum
+    (``counters``).
     Two evaluations of a policy between two reads count as one, so each read's start is
     kept (``reads``) to show the longest gap between reads beside the counts."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
         self.times: dict[str, list[float]] = collections.defaultdict(list)
-        self.counters: dict[str, float] = {}
+        self.by_process: list[dict[str, float]] = [{} for _ in self.urls]
         self.reads: list[float] = []
+
+    @property
+    def counters(self) -> dict[str, float]:
+        total: dict[str, float] = collections.defaultdict(float)
+        for counters in self.by_process:
+            for key, value in counters.items():
+                total[key] += value
+        return dict(total)
 
     def poll(self) -> None:
         self.reads.append(time.time())
-        with urllib.request.urlopen(self.url, timeout=60) as answer:
+        self.by_process = [self.read(url) for url in self.urls]
+
+    def read(self, url: str) -> dict[str, float]:
+        """One process's /metrics: its evaluation times into ``times``; its counters."""
+        with urllib.request.urlopen(url, timeout=60) as answer:
             text = answer.read().decode()
         wanted = "\n".join(line for line in text.splitlines() if line.startswith(WANTED))
         counters: dict[str, float] = collections.defaultdict(float)
@@ -78,7 +93,7 @@ class Evaluations:
                         sort_keys=True,
                     )
                     counters[key] += sample.value
-        self.counters = dict(counters)
+        return dict(counters)
 
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time between two reads that started in [start, end]."""
@@ -166,9 +181,14 @@ class Snapshot:
     api: dict[str, float]
     cpu: dict[str, float]
     own: dict[str, float]
+    """The operators' own counters, summed over the processes."""
     load: str
     bench: dict[str, float]
     """The API requests the bench itself sent so far (its pod restarts), as ``api``."""
+    shards: list[dict[str, float]] = field(default_factory=list)
+    """Each operator process's own counters, as ``own``."""
+    proxy: dict[str, float] = field(default_factory=dict)
+    """The slow proxy's requests so far (``SlowProxy.snapshot``)."""
 
 
 def snapshot(
@@ -177,15 +197,18 @@ def snapshot(
     pids: Mapping[str, int],
     evaluations: Evaluations,
     rollout: Rollout | None = None,
+    proxy: SlowProxy | None = None,
 ) -> Snapshot:
     return Snapshot(
         at=time.time(),
         prometheus=prometheus_requests(prom_port),
         api=api_requests(kube),
         cpu={name: cpu_s(pid) for name, pid in pids.items()},
-        own=dict(evaluations.counters),
+        own=evaluations.counters,
         load=Path("/proc/loadavg").read_text(encoding="ascii").split()[0],
         bench=dict(rollout.sent) if rollout is not None else {},
+        shards=[dict(counters) for counters in evaluations.by_process],
+        proxy=proxy.snapshot() if proxy is not None else {},
     )
 
 
@@ -212,7 +235,8 @@ class Run:
     baseline: dict[str, float]
     """The API server's own requests per interval, before the operator started."""
     evaluations: Evaluations
-    rss_mib: float
+    rss_mib: list[float]
+    """Each operator process's peak RSS (MiB): one, or a shard each."""
     then: Disruption | None = None
 
 
@@ -223,4 +247,4 @@ class Disruption:
     what: str
     a: Snapshot
     b: Snapshot
-    rss_mib: float
+    rss_mib: list[float]

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from bench.fleet_counts import (
     INTERVAL_S,
@@ -21,6 +22,7 @@ from bench.fleet_counts import (
     quantile,
     schedule,
 )
+from bench.fleet_operators import process_names
 from bench.provenance import provenance
 
 
@@ -74,8 +76,9 @@ DISRUPTION_WORDS = {
 }
 
 
-def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]:
-    """One measured window as table rows, per 30 s interval."""
+def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: list[float]) -> list[str]:
+    """One measured window as table rows, per 30 s interval; with shards, a table of
+    them follows; with a slow chunk, its rows end the first."""
     rounds = (b.at - a.at) / INTERVAL_S
     names = run.shape.keys()
     late, missed, counted = schedule(run.evaluations.times, names, a.at, b.at, INTERVAL_S)
@@ -90,7 +93,7 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
     cpu = delta(b.cpu, a.cpu, rounds)
     own = delta(b.own, a.own, rounds)
     evaluated = own.get(OWN_EVALUATIONS)
-    operator_cpu = cpu.get("operator", 0.0)
+    operator_cpu = sum(cpu.get(name, 0.0) for name in process_names(run.shape.shards))
     return [
         "| per 30 s interval | value |",
         "|---|---|",
@@ -110,12 +113,104 @@ def window_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: float) -> list[str]
         f"{sum(api.values()):,.1f} "
         f"({', '.join(f'{k} {v:,.1f}' for k, v in by_verb.items())}) |",
         *(f"| — {k} | {v:,.1f} |" for k, v in sorted(api.items(), key=lambda kv: -kv[1])),
-        f"| operator CPU-seconds | {cpu.get('operator', 0.0):.2f} "
-        f"({cpu.get('operator', 0.0) / INTERVAL_S:.2f} cores) |",
-        f"| operator peak RSS (VmHWM) | {rss_mib:,.0f} MiB |",
+        f"| operator CPU-seconds | {operator_cpu:.2f} ({operator_cpu / INTERVAL_S:.2f} cores) |",
+        f"| operator peak RSS (VmHWM) | {sum(rss_mib):,.0f} MiB |",
         f"| Prometheus / API-server CPU-seconds | {cpu.get('prometheus', 0.0):.2f} "
         f"/ {cpu.get('apiserver', 0.0):.2f} |",
         *own_rows(own),
+        *(slow_rows(run, a, b, api) if run.shape.slowed else []),
+        *(shard_rows(run, a, b, rss_mib) if run.shape.shards > 1 else []),
+    ]
+
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+
+
+def slow_rows(run: Run, a: Snapshot, b: Snapshot, api: Mapping[str, float]) -> list[str]:
+    """With a slow chunk: the slowed policies and the others on their schedules, the
+    proxy's requests, and the API writes (``api``, per interval) against N/10. A slowed
+    evaluation lasts up to two deadlines and its stamp is seen when it ends, so the
+    window's last one may end after the window: its policies then count a missed
+    interval here (not in the operator's own missed counter)."""
+    rounds = (b.at - a.at) / INTERVAL_S
+    shape = run.shape
+    slowed = [shape.key(k) for k in sorted(shape.slowed)]
+    others = [shape.key(k) for k in range(shape.count) if k not in shape.slowed]
+    times = run.evaluations.times
+    _, slow_missed, slow_counted = schedule(times, slowed, a.at, b.at, INTERVAL_S)
+    late, missed, counted = schedule(times, others, a.at, b.at, INTERVAL_S)
+    proxy = delta(b.proxy, a.proxy, rounds)
+    writes = {k: v for k, v in api.items() if k.split()[0] in WRITE_VERBS}
+    return [
+        f"| slow chunk: policies reading through the slow proxy / the others | "
+        f"{len(slowed):,} / {len(others):,} |",
+        f"| — evaluations seen between /metrics reads: slowed / others | "
+        f"{slow_counted / rounds:,.0f} / {counted / rounds:,.0f} |",
+        f"| — missed intervals (policy × interval, whole window): slowed / others | "
+        f"{slow_missed:,} / {missed:,} |",
+        f"| — the others' lateness p95 / max (s), over {len(late):,} evaluations | "
+        + (f"{quantile(late, 0.95):.1f} / {max(late):.1f} |" if late else "– |"),
+        "| — slow proxy requests: delayed (of them abandoned by their client) / passed | "
+        f"{proxy.get('delayed', 0.0):,.1f} ({proxy.get('abandoned', 0.0):,.1f}) "
+        f"/ {proxy.get('passed', 0.0):,.1f} |",
+        f"| — API writes (wanted ≤ N/10 = {shape.count / 10:,.0f}) | "
+        f"{sum(writes.values()):,.1f} "
+        f"({', '.join(f'{k} {v:,.1f}' for k, v in sorted(writes.items()))}) |",
+    ]
+
+
+class ShardRow(NamedTuple):
+    """One shard's line (or their sum) in the shards' table, per interval."""
+
+    who: str
+    namespaces: int
+    policies: int
+    evaluations: float
+    cpu_s: float
+    rss_mib: float
+
+    def cells(self) -> str:
+        per = f"{1000 * self.cpu_s / self.evaluations:.2f}" if self.evaluations else "–"
+        return (
+            f"| {self.who} | {self.namespaces:,} | {self.policies:,} | {self.evaluations:,.0f} "
+            f"| {self.cpu_s:.2f} ({self.cpu_s / INTERVAL_S:.2f}) | {per} | {self.rss_mib:,.0f} |"
+        )
+
+
+def shard_rows(run: Run, a: Snapshot, b: Snapshot, rss_mib: list[float]) -> list[str]:
+    """With shards: each shard's namespaces and policies, its evaluations (its own
+    count), CPU-seconds (cores), CPU per evaluation and peak RSS, per interval; then
+    their sum."""
+    rounds = (b.at - a.at) / INTERVAL_S
+    shape = run.shape
+    cpu = delta(b.cpu, a.cpu, rounds)
+    spaces = min(shape.count, shape.namespaces)
+    rows = [
+        ShardRow(
+            str(i),
+            sum(1 for j in range(spaces) if j % shape.shards == i),
+            sum(1 for k in range(shape.count) if shape.shard(k) == i),
+            (b.shards[i].get(OWN_EVALUATIONS, 0.0) - a.shards[i].get(OWN_EVALUATIONS, 0.0))
+            / rounds,
+            cpu.get(name, 0.0),
+            rss_mib[i],
+        )
+        for i, name in enumerate(process_names(shape.shards))
+    ]
+    total = ShardRow(
+        "sum",
+        spaces,
+        shape.count,
+        sum(row.evaluations for row in rows),
+        sum(row.cpu_s for row in rows),
+        sum(row.rss_mib for row in rows),
+    )
+    return [
+        "",
+        "| shard | namespaces | policies | evaluations (own count) | CPU-seconds (cores) "
+        "| CPU per evaluation (ms) | peak RSS (VmHWM, MiB) |",
+        "|---|---|---|---|---|---|---|",
+        *(row.cells() for row in [*rows, total]),
     ]
 
 

@@ -31,7 +31,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.fleet_engines import Engines
-from bench.fleet_shape import Shape, groupable, name_of
+from bench.fleet_shape import SHARD_LABEL, Shape, groupable, name_of
 from e2e.harness.cluster import tool
 from e2e.harness.control_plane import ControlPlane
 from tests.controller.cluster import deployment, hpa, pods, policy
@@ -158,9 +158,19 @@ def create_pod(kube: Kube, namespace: str, app: str, pod_name: str, ready_since:
     kube.send("PATCH", path, {"status": status}, patch=True)
 
 
-def create_policy(kube: Kube, shape: Shape, k: int, prometheus_port: int, since: str) -> None:
-    """Deployment (settled), its pod (ready for an hour), HPA, policy (memory seeded): each
-    created, then given its status."""
+def prometheus_url(shape: Shape, k: int, prometheus_port: int, slow_port: int | None) -> str:
+    """Policy ``k``'s Prometheus: ``127.0.0.1`` or ``localhost`` by turns, or the slow
+    proxy (``localhost`` too) for a policy of ``shape.slowed``."""
+    if k in shape.slowed:
+        assert slow_port is not None, "a slowed fleet needs its proxy"
+        return f"http://localhost:{slow_port}"
+    return f"http://{'127.0.0.1' if k % 2 == 0 else 'localhost'}:{prometheus_port}"
+
+
+def create_policy(kube: Kube, shape: Shape, k: int, url: str, since: str) -> None:
+    """Deployment (settled), its pod (ready for an hour), HPA, policy (memory seeded, its
+    Prometheus ``url``): each created, then given its status. With shards, the policy is
+    labelled with its own."""
     name, namespace = name_of(k), shape.namespace(k)
     apps = f"/apis/apps/v1/namespaces/{namespace}/deployments"
     kube.send("POST", apps, in_namespace(deployment(name, replicas=1), namespace))
@@ -170,12 +180,11 @@ def create_policy(kube: Kube, shape: Shape, k: int, prometheus_port: int, since:
     create_pod(kube, namespace, name, f"{name}-0", since)
     body = in_namespace(hpa(name, target=name, min_replicas=1), namespace)
     kube.send("POST", f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers", body)
-    host = "127.0.0.1" if k % 2 == 0 else "localhost"
     selector = {"namespace": namespace, "model_name": name}
     if not groupable(k):
         selector[f"adapter_{name}"] = "lora"
     metrics = {
-        "prometheusUrl": f"http://{host}:{prometheus_port}",
+        "prometheusUrl": url,
         "selector": selector,
         "window": WINDOWS[(k // 2) % 2],
         "interval": "30s",
@@ -188,15 +197,24 @@ def create_policy(kube: Kube, shape: Shape, k: int, prometheus_port: int, since:
     spec["spec"]["cache"]["podWarmupSeconds"] = POD_WARMUP_S
     for key in ("uid", "generation"):
         del spec["metadata"][key]
+    if shape.shards > 1:
+        spec["metadata"]["labels"] = {SHARD_LABEL: str(shape.shard(k))}
     policies = policies_path(namespace)
     kube.send("POST", policies, spec)
     memory = {"status": {"memory": {"dataSince": since}}}
     kube.send("PATCH", f"{policies}/{name}/status", memory, patch=True)
 
 
-def create_fleet(plane: ControlPlane, shape: Shape, prometheus_port: int, threads: int) -> float:
+def create_fleet(
+    plane: ControlPlane,
+    shape: Shape,
+    prometheus_port: int,
+    threads: int,
+    slow_port: int | None = None,
+) -> float:
     """Every namespace, then every policy's objects, ``threads`` at a time; the wall
-    seconds the policies' objects took."""
+    seconds the policies' objects took. ``slow_port``: the slow proxy's, for the
+    policies of ``shape.slowed``."""
     admin = plane.admin_api()
     for namespace in shape.all_namespaces():
         admin.post("/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -225,7 +243,8 @@ def create_fleet(plane: ControlPlane, shape: Shape, prometheus_port: int, thread
     since = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
 
     def create(k: int) -> None:
-        create_policy(kube, shape, k, prometheus_port, since)
+        url = prometheus_url(shape, k, prometheus_port, slow_port)
+        create_policy(kube, shape, k, url, since)
 
     started = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:

@@ -1,5 +1,5 @@
-"""Who is where in the bench's fleet: each policy's namespace, hit rate, and whether its
-signals move or its pod restarts.
+"""Who is where in the bench's fleet: each policy's namespace, hit rate, operator shard,
+and whether its signals move, its pod restarts or it reads through the slow proxy.
 
 One place that both halves of the rig read (``bench/fleet_engines.py`` serves the engines'
 series, ``bench/fleet_rig.py`` creates the objects and restarts pods) and the bench reads
@@ -10,9 +10,11 @@ the options: two runs with the same options build the same fleet.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
+from cachescale.gather.grouping import DEFAULT_MAX_GROUP_SIZE
 from tests.controller.cluster import NAMESPACE
 
 HIT_SHARES = (0.3, 0.9)
@@ -25,6 +27,9 @@ CYCLE_S = 600.0
 for :data:`FALL_S` once every this many seconds."""
 FALL_S = 120.0
 """How long a moving policy's fall lasts in each cycle, before it recovers."""
+SHARD_LABEL = "shard"
+"""The policy label operator shards select on (``--policy-selector shard=I``), as
+docs/install.md's Sharding labels a namespace's policies."""
 
 
 def name_of(k: int) -> str:
@@ -35,6 +40,12 @@ def name_of(k: int) -> str:
 def groupable(k: int) -> bool:
     """Nine policies in ten share label names; the tenth has one of its own."""
     return k % 10 != 9
+
+
+def slowable(k: int) -> bool:
+    """One policy in four (one Prometheus URL, one window: one scheduling group) may read
+    through the slow proxy: those that read ``localhost`` over the 5m window."""
+    return k % 4 == 3
 
 
 def picked(count: int, share: float, salt: str) -> list[int]:
@@ -55,22 +66,38 @@ class Shape:
     """Share of policies whose signals move (:data:`CYCLE_S`)."""
     restarting: float = 0.0
     """Share of pods deleted and re-created during the steady window."""
+    shards: int = 1
+    """Operator processes, each serving the policies of every ``shards``-th namespace
+    (:meth:`shard`); 1: one operator serving them all."""
+    slow: bool = False
+    """Whether one chunk's policies (:attr:`slowed`) read through the slow proxy."""
     phases: dict[int, float] = field(init=False)
     """Each moving policy's offset of its cycle from the engines' start: spread evenly
     over the cycle, so each interval sees the same share of falls and recoveries."""
     restarts: list[int] = field(init=False)
     """The policies whose pod restarts, in restart order."""
+    slowed: frozenset[int] = field(init=False)
+    """With ``slow``, the first :data:`DEFAULT_MAX_GROUP_SIZE` ``slowable`` policies: one
+    Prometheus URL of their own and one window, so one gather group and one chunk."""
 
     def __post_init__(self) -> None:
         movers = picked(self.count, self.moving, "moving")
         self.phases = {k: CYCLE_S * i / len(movers) for i, k in enumerate(movers)}
         self.restarts = picked(self.count, self.restarting, "restarting")
+        slowable_ones = (k for k in range(self.count) if slowable(k))
+        chunk = list(itertools.islice(slowable_ones, DEFAULT_MAX_GROUP_SIZE))
+        self.slowed = frozenset(chunk if self.slow else ())
 
     def namespace(self, k: int) -> str:
         return NAMESPACE if self.namespaces == 1 else f"llm-{k % self.namespaces}"
 
     def all_namespaces(self) -> list[str]:
         return [self.namespace(k) for k in range(min(self.count, self.namespaces))]
+
+    def shard(self, k: int) -> int:
+        """The operator shard serving policy ``k``: its namespace's index modulo
+        ``shards``, so every namespace's policies are in one shard (0 with one shard)."""
+        return (k % self.namespaces) % self.shards
 
     def key(self, k: int) -> str:
         """``namespace/name``: how the operator's series name policy ``k``."""
@@ -120,11 +147,27 @@ class Shape:
             else "no pod restarted"
         )
         plural = "s" if self.namespaces > 1 else ""
+        sharded = (
+            [
+                f"{self.shards} operator shards by namespace (each cluster-wide with "
+                f"--policy-selector {SHARD_LABEL}=I, I the namespace's index modulo "
+                f"{self.shards})"
+            ]
+            if self.shards > 1
+            else []
+        )
+        slowed = (
+            [f"{len(self.slowed):,} policies (one chunk) reading Prometheus through a slow proxy"]
+            if self.slowed
+            else []
+        )
         return "; ".join(
             [
                 f"{self.namespaces:,} namespace{plural}{spread}",
                 f"engine hit rates {low:g}–{high:g} by policy",
                 moving,
                 restarting,
+                *sharded,
+                *slowed,
             ]
         )
