@@ -30,8 +30,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install cachescale with its dev tools
 
 lint: setup ## ruff lint and format check
-	$(BIN)/ruff check operator tests e2e referee scripts
-	$(BIN)/ruff format --check operator tests e2e referee scripts
+	$(BIN)/ruff check operator tests e2e referee scripts bench
+	$(BIN)/ruff format --check operator tests e2e referee scripts bench
 
 types: setup ## mypy --strict on the package
 	$(BIN)/mypy
