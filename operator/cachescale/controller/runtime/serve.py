@@ -55,6 +55,7 @@ from cachescale.controller.kube.client import KubeApi, api_client_or_reason
 from cachescale.controller.kube.peering import PeeringFollower, peering_objects, watch_peering
 from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.runtime.gc_pace import pace_collections
 from cachescale.controller.runtime.health import (
     ApiHealth,
     policy_watch_paths,
@@ -147,6 +148,7 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as error:  # the port is taken
         return refused(_port_problem("--metrics-port", args.metrics_port, error))
     quiet_redundant_wakeups()
+    pace_collections()
     memo = kopf.Memo(runtime=runtime, informers=informers)
     try:
         return asyncio.run(_main(args, memo, api_client, health))
