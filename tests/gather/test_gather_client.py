@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 import shutil
@@ -61,6 +62,17 @@ def test_instant_vector_is_parsed_with_nan_and_infinities(fake: FakePrometheus) 
     assert series[0].value == 0.5
     assert math.isnan(series[1].value)
     assert series[2].value == math.inf
+
+
+def test_a_decoded_answer_leaves_nothing_for_the_garbage_collector_to_track() -> None:
+    """A group's answer is tens of thousands of samples decoded at once: tracked, they
+    would be promoted through the collector's generations while it is decoded."""
+    client = client_for("http://127.0.0.1:9")
+    body = b'{"data": {"result": [{"metric": {"pod": "a"}, "value": [1, "+Inf"]}]}}'
+    (sample,) = client._result(body)
+    assert not gc.is_tracked(sample)
+    assert not gc.is_tracked(sample.value)
+    assert not gc.is_tracked(sample.metric)
 
 
 def test_queries_are_evaluated_at_the_given_time_with_what_remains_as_server_timeout(

@@ -96,12 +96,22 @@ class Series(NamedTuple):
     value: float
 
 
-class _Sample(msgspec.Struct):
-    """An instant-vector element as Prometheus sends it: ``value`` is ``[time, "text"]``
-    (the text may be ``NaN``, ``+Inf`` or ``-Inf``, which JSON numbers cannot be)."""
+class _Value(msgspec.Struct, array_like=True, gc=False):
+    """A sample's ``[time, "text"]``: the text may be ``NaN``, ``+Inf`` or ``-Inf``,
+    which JSON numbers cannot be."""
+
+    at: float
+    text: str
+
+
+class _Sample(msgspec.Struct, gc=False):
+    """An instant-vector element as Prometheus sends it. Neither struct is tracked by the
+    garbage collector (``gc=False``): they hold strings and numbers only, so they cannot
+    form a cycle, and the tens of thousands a group's answer makes at once would
+    otherwise be promoted through its generations while it is decoded (``gc_pace.py``)."""
 
     metric: dict[str, str]
-    value: tuple[float, str]
+    value: _Value
 
 
 class _Data(msgspec.Struct):
@@ -317,7 +327,7 @@ class PrometheusClient:
         """Each sample's labels and value (NaN and ±Inf allowed)."""
         try:
             # ``metric`` is this answer's own decode: no copy needed
-            return [Series(sample.metric, float(sample.value[1])) for sample in result]
+            return [Series(sample.metric, float(sample.value.text)) for sample in result]
         except ValueError as error:
             raise PrometheusBadResponse(
                 self._url, "data.result holds a sample whose value is not a number"
