@@ -323,6 +323,30 @@ def test_the_numbers_read_ride_along_and_only_known_or_unknown_is_a_change() -> 
     assert timedelta(seconds=STATUS_REFRESH_SECONDS) == timedelta(minutes=10), "as documented"
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "same"),
+    [
+        ("TTFT p95 0.31 s within the 1.00 s SLO", "TTFT p95 0.45 s within the 1.00 s SLO", True),
+        (
+            "1,200 s (bucket 640–2,560 s); 80% of pods",
+            "900 s (bucket 640–2,560 s); 7% of pods",
+            True,
+        ),
+        ("target claimed by llm/fuzz-1", "target claimed by llm/fuzz-2", False),
+        ("target claimed by llm/healthy", "target claimed by llm/late", False),
+        ("Prometheus timed out", "Prometheus refused the connection", False),
+    ],
+)
+def test_a_message_compares_with_the_numbers_it_quotes_masked(
+    before: str, after: str, same: bool
+) -> None:
+    def status(message: str) -> dict[str, Any]:
+        condition = {"type": "Ready", "status": "False", "reason": "TargetClaimed"}
+        return {"conditions": [{**condition, "message": message}]}
+
+    assert (normalised(status(before)) == normalised(status(after))) is same
+
+
 def test_the_packed_memory_is_compared_unpacked_and_the_summary_not_at_all() -> None:
     """``learnedState`` moves with every evaluation's steady progress (a running average,
     a re-stamped mark): compared unpacked, as the structured memory was, that is no

@@ -14,9 +14,10 @@ what is skipped is not lost in this process (``latest``). Normalised means:
   (``READINGS``) compares as known or unknown only, a qualified quantile
   (``signals.qualifiedSignals``) by which signal it qualifies, not how it reads (a
   number); ``summary`` (the same numbers as
-  ``kubectl get`` prints them) not at all, and neither do the messages of the conditions,
-  the alerts and the last decision, which quote them; nor their stamps
-  (``signals.observedAt``, ``lastDecision.time``). A number that becomes known or
+  ``kubectl get`` prints them) not at all, and the messages of the conditions, the alerts
+  and the last decision with the numbers they quote masked (``unquoted``: a message
+  that says something else, such as naming another policy, is a change); nor their
+  stamps (``signals.observedAt``, ``lastDecision.time``). A number that becomes known or
   unknown is a change; one that moves is written with the next change or refresh, whole
   (the stored status is always one evaluation's);
 - the decision memory (``status.learnedState``, what a restarted operator resumes from,
@@ -26,7 +27,7 @@ what is skipped is not lost in this process (``latest``). Normalised means:
   (``RESTAMPED_MARKS``: their time dropped, the demand they hold as known or not), the
   recent ``maxReplicas`` recommendations and replica counts as their sequence of distinct
   values (``RECENT_MARKS``: a run of equal ones growing at one end and expiring at the
-  other is no change), an alert's message (refreshed with the numbers it quotes), and
+  other is no change), the numbers an alert's message quotes, and
   the length of a streak that is running (a streak that starts or ends is a change).
 
 State, each condition's type, status, reason and transition time, the last decision's
@@ -48,6 +49,7 @@ progress.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,9 +103,8 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(name), list):
             out[name] = [_unquoted(item) for item in out[name]]
     if isinstance(out.get("lastDecision"), Mapping):
-        out["lastDecision"] = {
-            k: v for k, v in out["lastDecision"].items() if k not in UNCOMPARED_DECISION
-        }
+        decision = {k: v for k, v in out["lastDecision"].items() if k not in UNCOMPARED_DECISION}
+        out["lastDecision"] = _unquoted(decision)
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
     if isinstance(out.get("learnedState"), str):
@@ -111,17 +112,28 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-UNCOMPARED_DECISION = frozenset({"time", "message", "applied"})
-"""What ``lastDecision`` holds of one evaluation only: when, the numbers it quotes, and
-whether it changed the target then (the next evaluation of the same decision has nothing
-left to change): the same decision again is no change."""
+UNCOMPARED_DECISION = frozenset({"time", "applied"})
+"""What ``lastDecision`` holds of one evaluation only: when, and whether it changed the
+target then (the next evaluation of the same decision has nothing left to change): the
+same decision again is no change."""
+
+
+QUOTED_NUMBER = re.compile(r"(?<![\w./-])[-+]?\d[\d,.]*(?![\w/-])")
+"""A number a message quotes, standing alone (``0.31``, ``1,200``, ``80`` in ``80%``), not
+part of a name (``fuzz-1``, ``p00010``, ``ns/llm-3``)."""
+
+
+def unquoted(message: str) -> str:
+    """``message`` with each number it quotes masked: two messages equal here say the same
+    thing about different readings."""
+    return QUOTED_NUMBER.sub("#", message)
 
 
 def _unquoted(item: Any) -> Any:
-    """A condition or an alert without its message (it quotes the numbers read)."""
-    if not isinstance(item, Mapping):
+    """A condition or an alert with the numbers in its message masked."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("message"), str):
         return item
-    return {k: v for k, v in item.items() if k != "message"}
+    return {**item, "message": unquoted(item["message"])}
 
 
 def _packed_memory(packed: str) -> dict[str, Any] | str:
