@@ -11,11 +11,10 @@ The next evaluation then continues from the status it rendered, not the stored o
 what is skipped is not lost in this process (``latest``). Normalised means:
 
 - the numbers read at this evaluation ride along: each of ``status.signals``
-  (``READINGS``) compares as known or unknown only, a qualified quantile
-  (``signals.qualifiedSignals``) by which signal it qualifies, not how it reads (a
-  number); ``summary`` (the same numbers as
+  (``READINGS``) compares as known or unknown only, ``summary`` (the same numbers as
   ``kubectl get`` prints them) not at all, and the messages of the conditions, the alerts
-  and the last decision with the numbers they quote masked (``unquoted``: a message
+  and the last decision, and how a qualified quantile reads
+  (``signals.qualifiedSignals``), with the numbers they quote masked (``unquoted``: a message
   that says something else, such as naming another policy, is a change); nor their
   stamps (``signals.observedAt``, ``lastDecision.time``). A number that becomes known or
   unknown is a change; one that moves is written with the next change or refresh, whole
@@ -95,8 +94,7 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
         signals.pop("observedAt", None)
         if isinstance(signals.get("qualifiedSignals"), list):
             signals["qualifiedSignals"] = [
-                q.get("signal") if isinstance(q, Mapping) else q
-                for q in signals["qualifiedSignals"]
+                _unquoted(q, "reads") for q in signals["qualifiedSignals"]
             ]
         out["signals"] = signals
     for name in ("conditions", "alerts"):
@@ -129,11 +127,12 @@ def unquoted(message: str) -> str:
     return QUOTED_NUMBER.sub("#", message)
 
 
-def _unquoted(item: Any) -> Any:
-    """A condition or an alert with the numbers in its message masked."""
-    if not isinstance(item, Mapping) or not isinstance(item.get("message"), str):
+def _unquoted(item: Any, text: str = "message") -> Any:
+    """A condition, an alert or a qualified signal with the numbers in its ``text``
+    masked."""
+    if not isinstance(item, Mapping) or not isinstance(item.get(text), str):
         return item
-    return {**item, "message": unquoted(item["message"])}
+    return {**item, text: unquoted(item[text])}
 
 
 def _packed_memory(packed: str) -> dict[str, Any] | str:
