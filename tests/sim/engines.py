@@ -125,5 +125,21 @@ def check_pool(e: EngineReplica) -> None:
         in_use_unhashed += blocks - seq.held
     assert {h: c for h, c in e._cached.items() if c} == refs
     assert set(e._lru) == {h for h, c in e._cached.items() if c == 0}
+    check_lru_segments(e)
     assert e._in_use_unhashed == in_use_unhashed
     assert 0.0 <= e.kv_usage <= 1.0
+
+
+def check_lru_segments(e: EngineReplica) -> None:
+    """The LRU queue's bookkeeping: its entry count, and every segment whose mark is not
+    in ``_stale`` all valid (eviction deletes those unchecked)."""
+    segments = list(e._lru_segments)
+    assert e._lru_entries == sum(len(hashes) for hashes, _ in segments) - e._lru_pos
+    assert e._stale <= {id(mark) for _, mark in segments}
+    pos = e._lru_pos
+    for hashes, mark in segments:
+        assert pos < len(hashes)
+        if id(mark) not in e._stale:
+            assert all(e._cached.get(h) is mark for h in hashes[pos:])
+        pos = 0
+    assert len(e._lru) == e._free_cached

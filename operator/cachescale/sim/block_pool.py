@@ -21,15 +21,19 @@ Exact at block level for cached blocks, as vLLM's ``BlockPool``:
   blocks completed by the output get their hash on release (vLLM hashes them as decode
   fills them); the partial last block returns unhashed. Prompt blocks a preempted
   prefill never computed lose their hash.
-* **The LRU free queue is lazy.** Freeing blocks appends (hash, mark) pairs to two
-  parallel deques and stores ``mark`` as the blocks' refcount in ``_cached``: a ``0.0``
-  made for this freeing (falsy and equal to 0 like any free block's refcount, but a
-  distinct object). An entry is valid while ``_cached[hash] is mark``. Touching a block
-  (refcount 1) or freeing it again (a new mark at the back) leaves its old entry stale in
-  place instead of unlinking it, and eviction skips stale entries as it pops the front.
-  The valid entries are exactly vLLM's free queue, in the same order: the deques only save
-  an ordered dict's per-block insert, unlink and node allocation, and a stale entry costs
-  one skipped pop.
+* **The LRU free queue is lazy, one segment per freeing.** Freeing blocks appends one
+  ``(hashes, mark)`` segment to ``_lru_segments`` and stores ``mark`` as the blocks'
+  refcount in ``_cached``: a ``0.0`` made for this freeing (falsy and equal to 0 like any
+  free block's refcount, but a distinct object). An entry is valid while
+  ``_cached[hash] is mark``. Touching a block (refcount 1) or freeing it again (a new
+  segment at the back) leaves its old entry stale in place instead of unlinking it, and
+  puts the ``id`` of the old entry's mark in ``_stale``. Eviction consumes the front
+  segment from ``_lru_pos``: a segment whose mark is not in ``_stale`` is all valid, and
+  its blocks are deleted without a check; the others skip their stale entries. The valid
+  entries are exactly vLLM's free queue, in the same order: the segments only save an
+  ordered dict's per-block insert, unlink and node allocation. A mark leaves ``_stale``
+  when its segment leaves the queue; until then the mark is alive, so its ``id`` names
+  it alone.
 
 The sequences a replica holds (:mod:`cachescale.sim.sequences`) and its scheduler and step
 clock (:mod:`cachescale.sim.replica`) build on this class, each a subclass of the one
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from itertools import compress, islice, repeat, tee
+from itertools import compress, filterfalse, islice, repeat
 from operator import is_, not_
 from typing import cast
 
@@ -104,12 +108,14 @@ class BlockPool:
         "_free_cached",
         "_hits",
         "_in_use_unhashed",
-        "_lru_hashes",
+        "_lru_entries",
         "_lru_limit",
-        "_lru_marks",
+        "_lru_pos",
+        "_lru_segments",
         "_next_uid",
         "_num_blocks",
         "_queries",
+        "_stale",
         "_unhashed_free",
     )
 
@@ -117,9 +123,11 @@ class BlockPool:
         self._block_size = block_size
         self._num_blocks = num_blocks
         self._cached: dict[bytes, int | float] = {}  # refcounts; a free block's is 0.0
-        self._lru_hashes: deque[bytes] = deque()
-        self._lru_marks: deque[float] = deque()
+        self._lru_segments: deque[tuple[list[bytes], float]] = deque()  # (hashes, mark)
+        self._lru_pos = 0  # entries of the front segment already consumed
+        self._lru_entries = 0  # entries from _lru_pos on, stale ones included
         self._lru_limit = 4 * num_blocks + 1024  # compact the queue (stale entries) beyond this
+        self._stale: set[int] = set()  # ids of the marks of segments with stale entries
         self._free_cached = 0  # valid LRU entries: free blocks that keep a hash
         self._unhashed_free = num_blocks
         self._in_use_unhashed = 0
@@ -190,9 +198,12 @@ class BlockPool:
     def _lru(self) -> list[bytes]:
         """The free cached blocks, LRU front (next evicted) first."""
         get = self._cached.get
-        return [
-            h for h, mark in zip(self._lru_hashes, self._lru_marks, strict=True) if get(h) is mark
-        ]
+        pos = self._lru_pos
+        order: list[bytes] = []
+        for hashes, mark in self._lru_segments:
+            order += [h for h in hashes[pos:] if get(h) is mark]
+            pos = 0
+        return order
 
     def _take_blocks(self, n: int) -> None:
         """Take ``n`` free blocks: unhashed ones first, then evict from the LRU front."""
@@ -202,15 +213,49 @@ class BlockPool:
             return
         self._unhashed_free = 0
         n -= free
-        # Pop the front, skipping stale entries, until n valid ones are gone (islice stops
-        # right after the n-th: nothing behind it is popped).
-        cached = self._cached
-        front, probe = tee(iter(self._lru_hashes.popleft, None))
-        marks = iter(self._lru_marks.popleft, None)
-        valid = compress(front, map(is_, map(cached.get, probe), marks))
-        _consume(map(cached.__delitem__, islice(valid, n)))
         self._free_cached -= n
         self._evictions += n
+        lru = self._lru_segments
+        delete = self._cached.__delitem__
+        pos = self._lru_pos
+        while n:
+            hashes, mark = lru[0]
+            left = len(hashes) - pos
+            if id(mark) in self._stale:
+                took, pos = self._evict_checked(hashes, mark, pos, n)
+                n -= took
+            elif left > n:
+                _consume(map(delete, hashes[pos : pos + n]))
+                pos += n
+                self._lru_entries -= n
+                break
+            else:
+                _consume(map(delete, hashes[pos:] if pos else hashes))
+                n -= left
+                pos = len(hashes)
+            if pos == len(hashes):
+                lru.popleft()
+                self._stale.discard(id(mark))
+                self._lru_entries -= left
+                pos = 0
+        self._lru_pos = pos
+
+    def _evict_checked(self, hashes: list[bytes], mark: float, pos: int, n: int) -> tuple[int, int]:
+        """Evict up to ``n`` valid entries of a segment with stale ones, from ``pos``.
+
+        Returns how many were evicted and the position after the last one (the segment's
+        end when fewer than ``n`` were valid).
+        """
+        cached = self._cached
+        rest = islice(hashes, pos, None)
+        valid = compress(range(pos, len(hashes)), map(is_, map(cached.get, rest), repeat(mark)))
+        took = list(islice(valid, n))
+        _consume(map(cached.__delitem__, map(hashes.__getitem__, took)))
+        if len(took) < n or took[-1] + 1 == len(hashes):
+            return len(took), len(hashes)
+        end = took[-1] + 1
+        self._lru_entries -= end - pos
+        return n, end
 
     def _to_lru(self, freed: list[bytes]) -> None:
         """Put newly free blocks at the LRU back, in order, under one fresh mark."""
@@ -219,19 +264,26 @@ class BlockPool:
             return
         mark = _free_mark()  # a new object: no live entry carries it yet
         self._cached.update(zip(freed, repeat(mark)))
-        hashes = self._lru_hashes
-        hashes.extend(freed)
-        self._lru_marks.extend(repeat(mark, n))
+        self._lru_segments.append((freed, mark))
+        self._lru_entries += n
         self._free_cached += n
-        if len(hashes) > self._lru_limit:
+        if self._lru_entries > self._lru_limit:
             self._compact_lru()
 
     def _compact_lru(self) -> None:
         """Drop the stale entries of the LRU queue (the valid ones keep their order)."""
-        hashes, marks = self._lru_hashes, self._lru_marks
-        valid = list(map(is_, map(self._cached.get, hashes), marks))
-        self._lru_hashes = deque(compress(hashes, valid))
-        self._lru_marks = deque(compress(marks, valid))
+        get = self._cached.get
+        pos = self._lru_pos
+        segments: deque[tuple[list[bytes], float]] = deque()
+        for hashes, mark in self._lru_segments:
+            kept = [h for h in hashes[pos:] if get(h) is mark]
+            pos = 0
+            if kept:
+                segments.append((kept, mark))
+        self._lru_segments = segments
+        self._lru_pos = 0
+        self._lru_entries = self._free_cached
+        self._stale.clear()
 
     def _admit(self, req: SimRequest, generated: int) -> Seq | None:
         """Look the request up in the cache and allocate its prompt; None if it does not fit."""
@@ -256,6 +308,8 @@ class BlockPool:
         # Touch before allocating (a touched block's LRU entry goes stale), so a block this
         # request hits is never evicted by its own allocation.
         cached.update(zip(hashes, refs, strict=True))
+        if touched_free:  # the marks of the touched blocks' entries (before any eviction)
+            self._stale.update(map(id, filterfalse(None, counts)))
         self._free_cached -= touched_free
         self._take_blocks(new_blocks)
         self._in_use_unhashed += partial
@@ -288,6 +342,7 @@ class BlockPool:
                 # to the LRU back), and this block returns unhashed.
                 self._unhashed_free += len(rev) - new
                 not_in_use = list(map(not_, counts))  # None (new) or 0 (free)
+                self._stale.update(id(c) for c in counts if c is not None and not c)
                 self._free_cached -= not_in_use.count(True) - new  # re-added just below
                 self._to_lru(list(compress(rev, not_in_use)))
         if full < held:  # a preempted prefill: these blocks were never computed
@@ -303,8 +358,12 @@ class BlockPool:
             rev = hashes[held - 1 :: -1]
             # Held blocks are in use: int refcounts.
             refs = cast("list[int]", list(map(cached.__getitem__, rev)))
-            if refs.count(1) == held:  # nobody else holds them: all go to the LRU
+            ones = refs.count(1)
+            if ones == held:  # nobody else holds them: all go to the LRU
                 self._to_lru(rev)
+            elif ones and max(refs[:ones]) == 1:  # a freed tail, then shared blocks
+                cached.update(zip(rev[ones:], map(_dec, refs[ones:]), strict=True))
+                self._to_lru(rev[:ones])
             else:
                 refs = list(map(_dec, refs))
                 cached.update(zip(rev, refs, strict=True))

@@ -244,7 +244,7 @@ class Fleet:
         if self.router is RouterKind.ROUND_ROBIN:
             self._round_robin += 1
             return ready[self._round_robin % len(ready)]
-        loads = [pod.engine.num_waiting + pod.engine.num_running for pod in ready]
+        loads = [pod.engine.load for pod in ready]
         least = min(loads)
         if self.router is RouterKind.LEAST_LOADED:
             return ready[loads.index(least)]

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from cachescale.sim.autoscaler import Autoscaler, PolicyRecord, ScaleDecision, fleet_observation
 from cachescale.sim.clients import ClosedLoopClients
+from cachescale.sim.collector import paused_collection
 from cachescale.sim.fleet import Fleet, Pod
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import RollingRestart, Scenario, replica_profile
@@ -354,17 +355,21 @@ def _run_all(
     duration_s: float,
     progress: Callable[[float], None] | None,
 ) -> list[RunResult]:
-    """Advance ``simulations`` in step to ``duration_s``; their runs' results in order."""
+    """Advance ``simulations`` in step to ``duration_s``; their runs' results in order.
+
+    The cyclic garbage collector is paused meanwhile (:mod:`cachescale.sim.collector`).
+    """
     now_s = 0.0
-    while now_s < duration_s:
-        now_s += PROGRESS_STEP_S
-        behind = list(simulations)
-        while behind:
-            split = behind.pop().advance_to(now_s)
-            simulations.extend(split)
-            behind.extend(split)
-        if progress is not None:
-            progress(min(1.0, now_s / duration_s))
+    with paused_collection():
+        while now_s < duration_s:
+            now_s += PROGRESS_STEP_S
+            behind = list(simulations)
+            while behind:
+                split = behind.pop().advance_to(now_s)
+                simulations.extend(split)
+                behind.extend(split)
+            if progress is not None:
+                progress(min(1.0, now_s / duration_s))
     results = {
         index: result for simulation in simulations for index, result in simulation.results()
     }

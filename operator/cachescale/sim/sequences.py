@@ -121,6 +121,11 @@ class Sequences(BlockPool):
         return len(self._running)
 
     @property
+    def load(self) -> int:
+        """Requests waiting or running: what a load-aware router compares."""
+        return len(self._waiting) + len(self._running)
+
+    @property
     def num_preemptions_total(self) -> int:
         """Preemption events (a request preempted twice counts twice)."""
         return self._preemptions
