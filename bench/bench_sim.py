@@ -171,8 +171,7 @@ def end_to_end() -> dict[str, float]:
     t2 = time.perf_counter()
     routed = 0
     for result in outcome.runs.values():
-        in_flight = sum(p.engine.num_running + p.engine.num_waiting for p in result.pods)
-        routed += len(result.finished) + result.dropped + in_flight
+        routed += len(result.arrivals_s) - len(result.aborted)
     return {"requests": routed, "simulate_s": t1 - t0, "report_s": t2 - t1}
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cachescale.sim.run import run
+from cachescale.sim.drive import run
 from cachescale.sim.scenario import Scenario, load_file
 from referee.engine_model import Measured, drive_real, measure_sim, run_engine
 from referee.vllm import EngineSettings

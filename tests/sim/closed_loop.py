@@ -32,12 +32,13 @@ from filelock import FileLock
 
 from cachescale.commands.simulate import build_autoscaler
 from cachescale.sim.autoscaler import PolicyRecord
+from cachescale.sim.drive import run_together
 from cachescale.sim.fleet import RouterKind
 from cachescale.sim.hpa import HPASpec
 from cachescale.sim.incident import Recovery, recovery
 from cachescale.sim.present import before_after, from_change, run_json
 from cachescale.sim.report import Signals, Windows
-from cachescale.sim.run import RunResult, TimelineSample, run_together
+from cachescale.sim.run import RunResult, TimelineSample
 from cachescale.sim.scenario import Scenario, load_builtin
 from cachescale.sim.streams import traffic_key
 

@@ -11,8 +11,8 @@ import yaml
 
 from cachescale.sim.clients import ChatClient, ClosedLoopClients, system_prompts
 from cachescale.sim.clients_spec import ClientsSpec
+from cachescale.sim.drive import run, run_together
 from cachescale.sim.profiles import PROFILES, usable_blocks
-from cachescale.sim.run import run, run_together
 from cachescale.sim.scenario import (
     Scenario,
     ScenarioError,

@@ -11,7 +11,7 @@ acknowledges anything (``docs/decisions.md``, "PrefixCollapse").
 from __future__ import annotations
 
 from cachescale.commands.simulate import build_autoscaler
-from cachescale.sim.run import run
+from cachescale.sim.drive import run
 from cachescale.sim.scenario import load_builtin
 
 SENSITIVE = {

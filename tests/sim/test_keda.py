@@ -10,9 +10,9 @@ from typing import Any
 
 from cachescale.commands.simulate import SimulationOutcome, build_autoscaler
 from cachescale.sim.autoscaler import FleetObservation
+from cachescale.sim.drive import run
 from cachescale.sim.hpa import HPAModel, HPASpec
 from cachescale.sim.keda import KedaAutoscaler
-from cachescale.sim.run import run
 from cachescale.sim.scenario import KedaSpec
 from tests.sim.closed_loop import LoopRun
 

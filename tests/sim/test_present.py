@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from cachescale.commands.simulate import SimulationOutcome
+from cachescale.sim.drive import run
 from cachescale.sim.incident import Onset, Recovery, onset, p95_limit, recovery, recovery_words
 from cachescale.sim.present import (
     before_after,
@@ -18,7 +19,7 @@ from cachescale.sim.present import (
     who_served_better,
 )
 from cachescale.sim.report import Windows, signals_dict
-from cachescale.sim.run import RunResult, run
+from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import Scenario, load_builtin
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cachescale.sim.drive import run
 from cachescale.sim.present import verdict
 from cachescale.sim.report import Windows, quantile
-from cachescale.sim.run import run
 from cachescale.sim.scenario import load_builtin
 
 

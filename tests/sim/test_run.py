@@ -14,10 +14,11 @@ import json
 import pytest
 
 from cachescale.commands.simulate import build_autoscaler
+from cachescale.sim.drive import run, run_together
 from cachescale.sim.fleet import Fleet
 from cachescale.sim.present import run_json
 from cachescale.sim.request import SimRequest
-from cachescale.sim.run import RunResult, run, run_together
+from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import Scenario, load_builtin
 
 

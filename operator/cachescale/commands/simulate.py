@@ -30,6 +30,7 @@ from cachescale.commands.flags import output_folder
 from cachescale.exit_codes import ExitCode
 from cachescale.extras import missing_extra
 from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
+from cachescale.sim.drive import run_together
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.incident import onset
 from cachescale.sim.keda import KedaAutoscaler
@@ -44,7 +45,7 @@ from cachescale.sim.present import (
     sweep_table,
     verdict,
 )
-from cachescale.sim.run import RunResult, run_together
+from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import (
     DEFAULT_SCENARIO,
     MAX_DURATION_S,

@@ -75,6 +75,25 @@ class Pod:
 
     def gpu_seconds_between(self, start_s: float, end_s: float) -> float:
         """GPU-seconds this pod held within [start_s, end_s)."""
+        return self.span().gpu_seconds_between(start_s, end_s)
+
+    def span(self) -> PodSpan:
+        """What a run's result keeps of this pod (not its engine)."""
+        return PodSpan(self.name, self.gpus, self.created_s, self.gone_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpan:
+    """When a pod held its GPUs: what a run's cost is counted from."""
+
+    name: str
+    gpus: int
+    created_s: float
+    gone_s: float | None
+    """None while the pod lives (it holds its GPUs to the end of any window)."""
+
+    def gpu_seconds_between(self, start_s: float, end_s: float) -> float:
+        """GPU-seconds the pod held within [start_s, end_s)."""
         alive_from = max(start_s, self.created_s)
         alive_to = min(end_s, self.gone_s if self.gone_s is not None else end_s)
         return self.gpus * max(0.0, alive_to - alive_from)

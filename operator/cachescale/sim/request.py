@@ -9,7 +9,8 @@ by the engine so the reports can see what a token-weighted counter cannot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 
 @dataclass(slots=True, eq=False)
@@ -40,6 +41,11 @@ class SimRequest:
     """The client's ``max_tokens``, or None when it set none (the workload's requests end by
     themselves); a request whose output reaches it finishes by ``length``."""
 
+    def __reduce__(self) -> tuple[type[SimRequest], tuple[object, ...]]:
+        """Pickled as its fields in order (a run finished in another process sends its
+        requests back): about half the time of pickling a slotted object's state."""
+        return SimRequest, _FIELDS(self)
+
     @property
     def ttft_s(self) -> float | None:
         """Seconds from arrival to the first output token, queueing included (as vLLM)."""
@@ -53,3 +59,7 @@ class SimRequest:
         if self.cached_tokens is None:
             return None
         return self.prompt_tokens - self.cached_tokens
+
+
+_FIELDS = attrgetter(*(f.name for f in fields(SimRequest)))
+"""A request's fields, in order: its constructor's arguments."""

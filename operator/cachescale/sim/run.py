@@ -6,11 +6,9 @@ period that has elapsed is processed (pods advanced to that instant, the fleet r
 the HPA fed the per-pod ``vllm:num_requests_waiting`` of ready pods, its recommendation
 applied). The autoscaler sits behind a small protocol so the policy engine can be plugged in
 beside the HPA and both runs can share one seed — same requests, same arrivals, different
-decisions. Runs that share a request stream are made together (``run_together``): each
-request is generated once (its prompt assembled and hashed), and runs whose fleets start
-alike are served by one simulated fleet until their autoscalers decide differently, when the
-simulation splits into exact copies (``Simulation``). The engines are most of a run's cost,
-and an HPA and cachescale usually agree until the incident a scenario is about.
+decisions. Runs that share a request stream can ride one simulated fleet until their
+autoscalers decide differently, when the simulation splits into exact copies
+(``Simulation``); :mod:`cachescale.sim.drive` drives simulations to their end.
 
 A scenario with closed-loop ``clients`` (:mod:`cachescale.sim.clients`) has no stream
 drawn ahead: a client sends its next turn when its answer arrives, so the loop steps the
@@ -20,18 +18,16 @@ fleet from engine event to engine event, and each run has its own fleet and clie
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
-from itertools import tee
 from typing import Any, cast
 
 from cachescale.sim.autoscaler import Autoscaler, PolicyRecord, ScaleDecision, fleet_observation
 from cachescale.sim.clients import ClosedLoopClients
-from cachescale.sim.collector import paused_collection
-from cachescale.sim.fleet import Fleet, Pod
+from cachescale.sim.fleet import Fleet, PodSpan
 from cachescale.sim.request import SimRequest
 from cachescale.sim.scenario import RollingRestart, Scenario, replica_profile
-from cachescale.sim.streams import closed_loop_clients, open_stream, traffic_key
+from cachescale.sim.streams import closed_loop_clients, open_stream
 
 HPA_SYNC_PERIOD_S = 15.0
 """Default when the scenario has no autoscaler (the timeline is still sampled)."""
@@ -59,7 +55,8 @@ class RunResult:
     scenario: Scenario
     autoscaler: str
     finished: list[SimRequest]
-    pods: list[Pod]
+    pods: list[PodSpan]
+    """Every pod the run made: when each held its GPUs."""
     samples: list[TimelineSample]
     dropped: int
     policy: list[PolicyRecord] = field(default_factory=list)
@@ -140,7 +137,7 @@ class Simulation:
         first = self._runs[0]
         if self._shared is None or self.now_s > 0.0:
             raise ValueError("a run rides a simulation on a shared stream, from the start")
-        if _fleet_key(scenario, autoscaler) != _fleet_key(first.scenario, first.autoscaler):
+        if fleet_key(scenario, autoscaler) != fleet_key(first.scenario, first.autoscaler):
             raise ValueError(f"{scenario.name}'s fleet does not start as {first.scenario.name}'s")
         self._runs.append(_Run(index, scenario, autoscaler))
 
@@ -272,6 +269,14 @@ class Simulation:
             self._runs = staying
         return twin
 
+    def drop_stream(self) -> None:
+        """Stop drawing the shared request stream, for good: a forked child finishing
+        another simulation holds a copy of this one it never advances, and a stream branch
+        never drawn would keep every request the others draw."""
+        self._shared = None
+        self._requests = iter(())
+        self._pending = None
+
     @property
     def done(self) -> bool:
         """Whether the scenario's duration has been simulated."""
@@ -286,7 +291,7 @@ class Simulation:
                     scenario=run.scenario,
                     autoscaler=run.autoscaler.name if run.autoscaler else "none",
                     finished=list(self.fleet.finished),
-                    pods=list(self.fleet.pods),
+                    pods=[pod.span() for pod in self.fleet.pods],
                     samples=run.samples,
                     dropped=self.dropped,
                     policy=run.autoscaler.records if run.autoscaler else [],
@@ -298,84 +303,6 @@ class Simulation:
         ]
 
 
-PROGRESS_STEP_S = 60.0
-"""Simulated seconds between progress reports."""
-
-
-def run(
-    scenario: Scenario,
-    autoscaler: Autoscaler | None,
-    progress: Callable[[float], None] | None = None,
-) -> RunResult:
-    """Simulate ``scenario`` for its duration under ``autoscaler`` (None: fixed fleet)."""
-    return run_together([(scenario, autoscaler)], progress)[0]
-
-
-def run_together(
-    runs: Sequence[tuple[Scenario, Autoscaler | None]],
-    progress: Callable[[float], None] | None = None,
-) -> list[RunResult]:
-    """``run`` for each (scenario, autoscaler) pair, drawing the shared requests once.
-
-    The scenarios must share a request stream (``traffic_key``): they may differ in their fleet,
-    autoscaler, policy and fleet events. Runs whose fleets start alike ride one simulated
-    fleet until their autoscalers decide differently (``Simulation``); each run gets its
-    own copy of every request an engine of its own serves. The simulations advance in
-    step, so only a minute of requests is ever held for the slowest of them. Every result
-    equals what ``run`` gives alone. An autoscaler whose run leaves a shared fleet goes on
-    as a copy (with the copied pods it reads): read what it did from the results.
-    """
-    if not runs:
-        return []
-    first = runs[0][0]
-    for scenario, _ in runs[1:]:
-        if traffic_key(scenario) != traffic_key(first):
-            raise ValueError(
-                f"{scenario.name} does not share {first.name}'s workload: run them apart"
-            )
-    if first.clients is not None:  # closed loop: each fleet makes its own requests
-        alone = [Simulation(*pair, index=index) for index, pair in enumerate(runs)]
-        return _run_all(alone, first.duration_s, progress)
-    cohorts: dict[Hashable, list[int]] = {}
-    for index, (scenario, autoscaler) in enumerate(runs):
-        cohorts.setdefault(_fleet_key(scenario, autoscaler), []).append(index)
-    simulations: list[Simulation] = []
-    for (head, *riders), branch in zip(
-        cohorts.values(), tee(open_stream(first), len(cohorts)), strict=True
-    ):
-        simulation = Simulation(*runs[head], branch, index=head)
-        for index in riders:
-            simulation.ride(index, *runs[index])
-        simulations.append(simulation)
-    return _run_all(simulations, first.duration_s, progress)
-
-
-def _run_all(
-    simulations: list[Simulation],
-    duration_s: float,
-    progress: Callable[[float], None] | None,
-) -> list[RunResult]:
-    """Advance ``simulations`` in step to ``duration_s``; their runs' results in order.
-
-    The cyclic garbage collector is paused meanwhile (:mod:`cachescale.sim.collector`).
-    """
-    now_s = 0.0
-    with paused_collection():
-        while now_s < duration_s:
-            now_s += PROGRESS_STEP_S
-            behind = list(simulations)
-            while behind:
-                split = behind.pop().advance_to(now_s)
-                simulations.extend(split)
-                behind.extend(split)
-            if progress is not None:
-                progress(min(1.0, now_s / duration_s))
-    results = {
-        index: result for simulation in simulations for index, result in simulation.results()
-    }
-    return [results[index] for index in range(len(results))]
-
-
 def _own_copy(request: SimRequest) -> SimRequest:
     """A request as the stream made it: the stream's own object never reaches an engine,
     so its outcome fields are still unset (the block hashes are shared: engines only read
@@ -383,7 +310,7 @@ def _own_copy(request: SimRequest) -> SimRequest:
     return replace(request)
 
 
-def _fleet_key(scenario: Scenario, autoscaler: Autoscaler | None) -> Hashable:
+def fleet_key(scenario: Scenario, autoscaler: Autoscaler | None) -> Hashable:
     """Everything a fleet's course depends on besides the requests and the decisions:
     runs with equal keys start with the same fleet, ticked at the same instants."""
     return (

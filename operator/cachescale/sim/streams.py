@@ -2,7 +2,7 @@
 clients, and the key that tells which scenarios draw the same stream.
 
 Scenarios with equal ``traffic_key`` draw the same requests at the same instants whatever
-their fleets and autoscalers do, so ``sim.run.run_together`` generates the stream once for
+their fleets and autoscalers do, so ``sim.drive.run_together`` generates the stream once for
 all of them. With its engine stated, the stream keeps every conversation below the
 engine's ``max_model_len`` (``sim/context_cap.py``); closed-loop clients make each run's
 requests depend on its answers, so a run with clients has its own.

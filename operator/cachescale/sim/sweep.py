@@ -7,7 +7,8 @@ fleet. Every point reuses the scenario's seed, so points differ only in the sett
 
 from __future__ import annotations
 
-from cachescale.sim.run import RunResult, run
+from cachescale.sim.drive import run
+from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import Scenario
 
 
