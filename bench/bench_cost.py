@@ -43,10 +43,10 @@ from cachescale.gather.signals import SignalRequest
 from cachescale.sim import policy_loop
 from cachescale.sim.drive import run
 from cachescale.sim.fleet import Pod
-from cachescale.sim.metrics import VllmReplicaCollector
 from cachescale.sim.observe import ScrapedFleet
 from cachescale.sim.report import Windows
 from cachescale.sim.scenario import load_builtin
+from cachescale.sim.vllm_metrics import VllmReplicaCollector
 from cachescale.snapshot import EngineSignals
 from tests.gather.gather_tsdb import Series, backfilled_prometheus, prometheus_available
 

@@ -9,7 +9,7 @@ that adds, drops or reshapes a family fails here until the emulator serves it al
 
 from __future__ import annotations
 
-from cachescale.sim.metrics import NOT_EXPOSED
+from cachescale.sim.vllm_metrics import NOT_EXPOSED
 from referee.vllm import VllmServer
 from tests.emulator.vllm_parity import (
     FIXTURE_MAX_MODEL_LEN,

@@ -26,8 +26,8 @@ from cachescale.gather.engine_series import (
     VLLM_PROMPT_TOKENS,
 )
 from cachescale.sim.fleet import Fleet, RouterKind
-from cachescale.sim.metrics import NOT_EXPOSED, VllmReplicaCollector
 from cachescale.sim.request import SimRequest
+from cachescale.sim.vllm_metrics import NOT_EXPOSED, VllmReplicaCollector
 from tests.emulator.vllm_parity import (
     DOC,
     FIXTURE,

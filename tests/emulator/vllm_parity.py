@@ -20,10 +20,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachescale.sim.fleet import Fleet, RouterKind
-from cachescale.sim.metrics import ReplicaSeries, VllmReplicaCollector
+from cachescale.sim.metrics import ReplicaSeries
 from cachescale.sim.profiles import get_profile
 from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
+from cachescale.sim.vllm_metrics import VllmReplicaCollector
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/emulator/fixtures/vllm-0.32.0-metrics.txt"

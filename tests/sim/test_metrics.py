@@ -6,16 +6,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachescale.sim.fleet import Fleet, RouterKind
-from cachescale.sim.metrics import (
-    FINISHED_REASONS,
-    TTFT_BUCKETS_S,
-    BucketCounts,
-    VllmReplicaCollector,
-    token_buckets,
-)
+from cachescale.sim.metrics import TTFT_BUCKETS_S, BucketCounts, token_buckets
 from cachescale.sim.profiles import get_profile, usable_blocks
 from cachescale.sim.traffic import Traffic
 from cachescale.sim.traffic_spec import WorkloadSpec
+from cachescale.sim.vllm_metrics import FINISHED_REASONS, VllmReplicaCollector
 
 
 def scrape() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -7,17 +7,10 @@ from typing import Any
 import pytest
 
 from cachescale.commands.simulate import SimulationOutcome
+from cachescale.sim.compare import comparison, who_served_better
 from cachescale.sim.drive import run
 from cachescale.sim.incident import Onset, Recovery, onset, p95_limit, recovery, recovery_words
-from cachescale.sim.present import (
-    before_after,
-    comparison,
-    from_change,
-    run_json,
-    slo_breaches,
-    verdict,
-    who_served_better,
-)
+from cachescale.sim.present import before_after, from_change, run_json, slo_breaches, verdict
 from cachescale.sim.report import Windows, signals_dict
 from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import Scenario, load_builtin

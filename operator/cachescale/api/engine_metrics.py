@@ -3,7 +3,7 @@
 Three parts of cachescale read the same counters and must never disagree on a name: the
 operator's PromQL (``gather/promql.py``), the live audit reading an engine's own
 ``/metrics`` (``audit/live.py``), and the simulator, which exports them
-(``sim/metrics.py``) and evaluates PromQL over them (``sim/observe.py``). Each constant is
+(``sim/vllm_metrics.py``) and evaluates PromQL over them (``sim/observe.py``). Each constant is
 the sample name Prometheus stores: a counter with its ``_total`` suffix. The versions are
 those of the engines' release notes and source, as ``docs/signals.md`` lists them.
 """

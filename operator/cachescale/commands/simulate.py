@@ -30,21 +30,13 @@ from cachescale.commands.flags import output_folder
 from cachescale.exit_codes import ExitCode
 from cachescale.extras import missing_extra
 from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
+from cachescale.sim.compare import comparison, headline, sweep_json, sweep_table
 from cachescale.sim.drive import run_together
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.incident import onset
 from cachescale.sim.keda import KedaAutoscaler
 from cachescale.sim.policy_loop import CachescaleAutoscaler, scenario_policy
-from cachescale.sim.present import (
-    comparison,
-    headline,
-    on_call_table,
-    policy_story,
-    run_json,
-    sweep_json,
-    sweep_table,
-    verdict,
-)
+from cachescale.sim.present import on_call_table, policy_story, run_json, verdict
 from cachescale.sim.run import RunResult
 from cachescale.sim.scenario import (
     DEFAULT_SCENARIO,

@@ -42,10 +42,10 @@ from cachescale.emulator.targets import Target
 from cachescale.emulator.truth import FleetState, GroundTruth, PodTruth
 from cachescale.sim.fleet import Pod
 from cachescale.sim.hashing import hash_blocks
-from cachescale.sim.metrics import VllmReplicaCollector
 from cachescale.sim.request import SimRequest
 from cachescale.sim.run import Simulation
 from cachescale.sim.sglang_metrics import SglangReplicaCollector, SglangSeries
+from cachescale.sim.vllm_metrics import VllmReplicaCollector
 
 EngineKind = Literal["vllm", "sglang"]
 ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang")

@@ -1,9 +1,12 @@
-"""What ``cachescale simulate`` prints: the on-call table, the verdict and the JSON object.
+"""What ``cachescale simulate`` prints of one run: the on-call table, the verdict and the JSON.
 
 The table is what an on-call engineer would want on the incident's night: per window,
 the token hit rate beside the request hit share (the two disagree exactly when it
 matters), TTFT p95, replicas, traffic, cost and preemptions. The verdict says in words
-what changed and what the autoscaler did about it, with the numbers.
+what changed and what the autoscaler did about it, with the numbers. The windows a report
+reads (before the change, the last third, from the change on, the timeline) and how its
+numbers are written live here; :mod:`cachescale.sim.compare` sets runs side by side with
+them.
 """
 
 from __future__ import annotations
@@ -11,14 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cachescale.sim.incident import (
-    SAME_LATENCY_S,
-    SAME_LATENCY_SHARE,
-    change_s,
-    onset,
-    recovery,
-    recovery_words,
-)
+from cachescale.sim.incident import change_s, recovery, recovery_words
 from cachescale.sim.report import Signals, Windows, rounded, signals_dict
 from cachescale.sim.run import RunResult
 
@@ -50,15 +46,17 @@ def from_change(result: RunResult) -> tuple[float, float]:
     return change_s(result.scenario), result.scenario.duration_s
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def fmt(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec``, or ``?`` when it is unknown."""
     return "?" if value is None else format(value, spec)
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
+    """Whole minutes into the run: ``2m``."""
     return f"{int(seconds // 60)}m"
 
 
-def _window_length(seconds: float) -> str:
+def window_length(seconds: float) -> str:
     """``30 s``, ``1 min``, ``5 min``."""
     return f"{seconds:g} s" if seconds < 60 else f"{seconds / 60:g} min"
 
@@ -66,13 +64,13 @@ def _window_length(seconds: float) -> str:
 def signal_cells(signals: Signals) -> list[str]:
     """Table cells for one window's signals (``?`` for unknown)."""
     return [
-        _fmt(signals.token_hit_rate, ".2f"),
-        _fmt(signals.request_hit_share, ".2f"),
-        _fmt(signals.ttft_p95_s, ".2f") + ("s" if signals.ttft_p95_s is not None else ""),
-        _fmt(signals.replicas, ".1f"),
+        fmt(signals.token_hit_rate, ".2f"),
+        fmt(signals.request_hit_share, ".2f"),
+        fmt(signals.ttft_p95_s, ".2f") + ("s" if signals.ttft_p95_s is not None else ""),
+        fmt(signals.replicas, ".1f"),
         f"{signals.req_per_s:.1f}",
-        _fmt(signals.gpu_s_per_1k, ".0f"),
-        _fmt(signals.preemptions_per_s, ".2f"),
+        fmt(signals.gpu_s_per_1k, ".0f"),
+        fmt(signals.preemptions_per_s, ".2f"),
     ]
 
 
@@ -86,7 +84,7 @@ def on_call_table(result: RunResult) -> str:
     change = result.scenario.change_at_s
     while start < result.scenario.duration_s:
         end = min(start + step, result.scenario.duration_s)
-        label = f"{_minutes(start)}-{_minutes(end)}"
+        label = f"{minutes(start)}-{minutes(end)}"
         if change is not None and start <= change < end:
             label = "*" + label
         cells = [label, *signal_cells(windows.signals(start, end))]
@@ -97,11 +95,12 @@ def on_call_table(result: RunResult) -> str:
         )
         start = end
     if change is not None:
-        lines.append(f"* the window in which the change happens (t = {_minutes(change)})")
+        lines.append(f"* the window in which the change happens (t = {minutes(change)})")
     return "\n".join(lines)
 
 
-def _pct_change(before: float | None, after: float | None) -> str:
+def pct_change(before: float | None, after: float | None) -> str:
+    """The signed change from ``before`` to ``after`` (``+12%``), or ``an unknown amount``."""
     if before is None or after is None or before == 0:
         return "an unknown amount"
     return f"{(after - before) / before:+.0%}"
@@ -132,20 +131,20 @@ def verdict(result: RunResult) -> str:
     (b0, b1), (a0, a1) = before_after(result)
     before, after = windows.signals(b0, b1), windows.signals(a0, a1)
     parts = [
-        f"Before the change the token-weighted hit rate was {_fmt(before.token_hit_rate, '.2f')}"
-        f" (request hit share {_fmt(before.request_hit_share, '.2f')}); in the last third of "
-        f"the run it was {_fmt(after.token_hit_rate, '.2f')} "
-        f"(request hit share {_fmt(after.request_hit_share, '.2f')}).",
+        f"Before the change the token-weighted hit rate was {fmt(before.token_hit_rate, '.2f')}"
+        f" (request hit share {fmt(before.request_hit_share, '.2f')}); in the last third of "
+        f"the run it was {fmt(after.token_hit_rate, '.2f')} "
+        f"(request hit share {fmt(after.request_hit_share, '.2f')}).",
         f"Traffic went from {before.req_per_s:.1f} to {after.req_per_s:.1f} req/s "
-        f"({_pct_change(before.req_per_s, after.req_per_s)}), while prefill tokens computed per "
-        f"request went from {_fmt(before.prefill_tokens_per_request, ',.0f')} to "
-        f"{_fmt(after.prefill_tokens_per_request, ',.0f')}.",
-        f"The {result.autoscaler} autoscaler ran {_fmt(before.replicas, '.1f')} replicas before "
-        f"and {_fmt(after.replicas, '.1f')} after "
-        f"({_pct_change(before.replicas, after.replicas)}; peak {windows.replicas_max()}); "
-        f"GPU-seconds per 1k requests went from {_fmt(before.gpu_s_per_1k, ',.0f')} to "
-        f"{_fmt(after.gpu_s_per_1k, ',.0f')} "
-        f"({_pct_change(before.gpu_s_per_1k, after.gpu_s_per_1k)}).",
+        f"({pct_change(before.req_per_s, after.req_per_s)}), while prefill tokens computed per "
+        f"request went from {fmt(before.prefill_tokens_per_request, ',.0f')} to "
+        f"{fmt(after.prefill_tokens_per_request, ',.0f')}.",
+        f"The {result.autoscaler} autoscaler ran {fmt(before.replicas, '.1f')} replicas before "
+        f"and {fmt(after.replicas, '.1f')} after "
+        f"({pct_change(before.replicas, after.replicas)}; peak {windows.replicas_max()}); "
+        f"GPU-seconds per 1k requests went from {fmt(before.gpu_s_per_1k, ',.0f')} to "
+        f"{fmt(after.gpu_s_per_1k, ',.0f')} "
+        f"({pct_change(before.gpu_s_per_1k, after.gpu_s_per_1k)}).",
     ]
     if after.offered_req_per_s > 1.05 * after.req_per_s:
         parts.append(
@@ -252,39 +251,6 @@ def envelope_changes(result: RunResult) -> list[dict[str, Any]]:
     return changes
 
 
-def headline(runs: dict[str, RunResult]) -> str:
-    """What happened, for a plot's title: the workload's change (hit rate and traffic,
-    before → last third), then per run its replicas, cost and SLO breaches."""
-    first = next(iter(runs.values()))
-    scenario = first.scenario
-    (b0, b1), (a0, a1) = before_after(first)
-    windows = Windows(first)
-    before, after = windows.signals(b0, b1), windows.signals(a0, a1)
-    lines = [
-        f"{scenario.name} (seed {scenario.seed}): token hit rate "
-        f"{_fmt(before.token_hit_rate, '.2f')} → {_fmt(after.token_hit_rate, '.2f')} while "
-        f"offered traffic went {before.offered_req_per_s:.1f} → {after.offered_req_per_s:.1f} req/s"
-    ]
-    for name, result in runs.items():
-        windows = Windows(result)
-        (b0, b1), (a0, a1) = before_after(result)
-        before, after = windows.signals(b0, b1), windows.signals(a0, a1)
-        breaches = slo_breaches(result)
-        slo = f"{result.scenario.report.slo_ttft_p95_s:g} s SLO"
-        latency = (
-            f"TTFT p95 above the {slo} in {len(breaches)} windows "
-            f"(peak {max(p for _, p in breaches):,.1f} s)"
-            if breaches
-            else f"TTFT p95 never above the {slo}"
-        )
-        lines.append(
-            f"{name}: replicas {_fmt(before.replicas, '.1f')} → {_fmt(after.replicas, '.1f')}, "
-            f"GPU-s/1k {_fmt(before.gpu_s_per_1k, ',.0f')} → {_fmt(after.gpu_s_per_1k, ',.0f')}, "
-            + latency
-        )
-    return "\n".join(lines)
-
-
 def slo_breaches(result: RunResult) -> list[tuple[float, float]]:
     """``(window start, TTFT p95)`` of every timeline window whose p95 is above the SLO."""
     windows = Windows(result)
@@ -320,8 +286,8 @@ def _latency_sentence(result: RunResult, final_p95: float) -> str:
     first, last = breaches[0][0], breaches[-1][0] + step
     peak = max(p95 for _, p95 in breaches)
     return (
-        f"{ended}; {len(breaches)} of the run's {_window_length(step)} windows were above it, "
-        f"between {_minutes(first)} and {_minutes(last)} (peak {peak:,.1f} s)."
+        f"{ended}; {len(breaches)} of the run's {window_length(step)} windows were above it, "
+        f"between {minutes(first)} and {minutes(last)} (peak {peak:,.1f} s)."
     )
 
 
@@ -332,151 +298,10 @@ def policy_story(result: RunResult) -> str:
     lines = [f"cachescale: {len(result.policy)} evaluations"]
     for span in alert_spans(result):
         cleared = span["cleared_at_s"]
-        until = f", cleared at {_minutes(cleared)}" if cleared is not None else ", still active"
-        lines.append(
-            f"  {_minutes(span['raised_at_s'])} {span['reason']}{until}: {span['message']}"
-        )
+        until = f", cleared at {minutes(cleared)}" if cleared is not None else ", still active"
+        lines.append(f"  {minutes(span['raised_at_s'])} {span['reason']}{until}: {span['message']}")
     for change in max_num_seqs_changes(result)[1:]:
-        lines.append(f"  {_minutes(change['at_s'])} --max-num-seqs → {change['value']}")
+        lines.append(f"  {minutes(change['at_s'])} --max-num-seqs → {change['value']}")
     if len(lines) == 1:
         lines.append("  no alert raised, no ceiling change")
-    return "\n".join(lines)
-
-
-def comparison(runs: dict[str, RunResult]) -> str:
-    """``both``: the HPA alone against the HPA with cachescale, after the change."""
-    rows = []
-    for name, result in runs.items():
-        windows = Windows(result)
-        (b0, b1), (a0, a1) = before_after(result)
-        before, after = windows.signals(b0, b1), windows.signals(a0, a1)
-        alerts = sorted({span["reason"] for span in alert_spans(result)})
-        rows.append(
-            f"  {name:<11} replicas {_fmt(before.replicas, '.1f')} → {_fmt(after.replicas, '.1f')}"
-            f" ({_pct_change(before.replicas, after.replicas)}), GPU-s/1k "
-            f"{_fmt(after.gpu_s_per_1k, ',.0f')}, TTFT p95 {_fmt(after.ttft_p95_s, '.2f')} s, "
-            f"alerts: {', '.join(alerts) if alerts else 'none'}"
-        )
-    lines = ["side by side (before → last third of the run):", *rows]
-    if {"hpa", "cachescale"} <= runs.keys():
-        lines.append(who_served_better(runs["hpa"], runs["cachescale"]))
-    first = next(iter(runs.values()))
-    lines.append(f"from the change ({_minutes(from_change(first)[0])}) to the end:")
-    lines += [f"  {name:<11} {_incident_cells(result)}" for name, result in runs.items()]
-    if {"hpa", "cachescale"} <= runs.keys():
-        lines.append(onset(runs["hpa"], runs["cachescale"]).words())
-    return "\n".join(lines)
-
-
-def _incident_cells(result: RunResult) -> str:
-    """Replicas, cost and latency from the change to the end, with every timeline window
-    above the SLO in that span: what users felt and paid through the whole incident."""
-    start, end = from_change(result)
-    windows = Windows(result)
-    signals = windows.signals(start, end)
-    breaches = [p95 for at, p95 in slo_breaches(result) if at >= start]
-    step = result.scenario.report.timeline_s
-    spans = len([at for at, _ in timeline_windows(result) if at >= start])
-    worst = f" (worst {max(breaches):,.1f} s)" if breaches else ""
-    return (
-        f"replicas {_fmt(signals.replicas, '.1f')} (peak {windows.replicas_max()}), GPU-s/1k "
-        f"{_fmt(signals.gpu_s_per_1k, ',.0f')}, TTFT p95 {_fmt(signals.ttft_p95_s, '.2f')} s, "
-        f"above the {result.scenario.report.slo_ttft_p95_s:g} s SLO in {len(breaches)} of "
-        f"{spans} windows of {_window_length(step)}{worst}"
-    )
-
-
-KEEPS_UP_SHARE = 0.95
-"""A run that serves at least 95% of what arrives keeps up with its demand."""
-
-
-def who_served_better(hpa: RunResult, cachescale: RunResult) -> str:
-    """In plain words, over the last third: which run served users better (keeping up
-    with demand first, then TTFT p95) and what it cost against the other."""
-    alone, with_policy = _after(hpa), _after(cachescale)
-    latency = _latency_comparison(alone, with_policy)
-    cost = _cost_words(alone.gpu_s_per_1k, with_policy.gpu_s_per_1k)
-    return (
-        f"Over the last third, cachescale {latency} (TTFT p95 "
-        f"{_fmt(with_policy.ttft_p95_s, '.2f')} s against {_fmt(alone.ttft_p95_s, '.2f')} s; "
-        f"{with_policy.req_per_s:.1f} against {alone.req_per_s:.1f} of "
-        f"{with_policy.offered_req_per_s:.1f} req/s served), at {cost} "
-        f"({_fmt(with_policy.gpu_s_per_1k, ',.0f')} against {_fmt(alone.gpu_s_per_1k, ',.0f')} "
-        f"GPU-s/1k; {_fmt(with_policy.replicas, '.1f')} against {_fmt(alone.replicas, '.1f')} "
-        "replicas)."
-    )
-
-
-def _cost_words(alone: float | None, with_policy: float | None) -> str:
-    """``9% less GPU time per request`` (or more, or the same)."""
-    if alone is None or with_policy is None or alone == 0:
-        return "an unknown GPU time per request"
-    change = (with_policy - alone) / alone
-    if round(change, 2) == 0:
-        return "the same GPU time per request"
-    return f"{abs(change):.0%} {'less' if change < 0 else 'more'} GPU time per request"
-
-
-def _after(result: RunResult) -> Signals:
-    _, (start, end) = before_after(result)
-    return Windows(result).signals(start, end)
-
-
-def _latency_comparison(alone: Signals, with_policy: Signals) -> str:
-    keeps_up = [
-        s.offered_req_per_s <= 0 or s.req_per_s >= KEEPS_UP_SHARE * s.offered_req_per_s
-        for s in (alone, with_policy)
-    ]
-    if keeps_up[1] and not keeps_up[0]:
-        return "served users better than the HPA alone, which fell behind its demand"
-    if keeps_up[0] and not keeps_up[1]:
-        return "served users worse than the HPA alone: it fell behind its demand"
-    a, b = alone.ttft_p95_s, with_policy.ttft_p95_s
-    if a is None or b is None:
-        return "served users at a latency that cannot be compared (TTFT unknown)"
-    if abs(a - b) <= max(SAME_LATENCY_S, SAME_LATENCY_SHARE * min(a, b)):
-        return "served users as well as the HPA alone"
-    return "served users " + ("better" if b < a else "worse") + " than the HPA alone"
-
-
-def sweep_json(points: list[tuple[dict[str, object], RunResult]]) -> list[dict[str, Any]]:
-    """The ``sweep`` list: per point, its settings, whole-run signals and TTFT detail."""
-    rows: list[dict[str, Any]] = []
-    for setting, result in points:
-        windows = Windows(result)
-        duration = result.scenario.duration_s
-        detail = windows.detail(0.0, duration)
-        rows.append(
-            {
-                **signals_dict(windows.signals(0.0, duration)),
-                **{key: str(value) for key, value in setting.items()},
-                **rounded(
-                    {
-                        "throughput_tok_s": detail.throughput_tok_s,
-                        "ttft_p50_s": detail.ttft_p50_s,
-                        "ttft_p99_s": detail.ttft_p99_s,
-                    }
-                ),
-            }
-        )
-    return rows
-
-
-def sweep_table(rows: list[dict[str, Any]]) -> str:
-    """The sweep as a table: one line per setting combination."""
-    keys = [k for k in ("replicas", "router", "max_num_seqs") if rows and k in rows[0]]
-    columns = [
-        *keys,
-        "token_hit_rate",
-        "request_hit_share",
-        "throughput_tok_s",
-        "ttft_p50_s",
-        "ttft_p99_s",
-        "preemptions_per_s",
-    ]
-    widths = [max(len(c), 12) for c in columns]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
-    for row in rows:
-        cells = ["?" if row.get(c) is None else str(row[c]) for c in columns]
-        lines.append("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
     return "\n".join(lines)
