@@ -3,39 +3,15 @@ fleet finished in a child equal the same runs finished in-process.
 
 Forking is only safe in a process with one thread, and a pytest worker has more (which is
 why ``spare_cpus`` says 0 there): each test that forks runs its script in a fresh
-interpreter and reads the JSON line it printed.
+interpreter (``in_fresh_interpreter``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
-import threading
-from pathlib import Path
-from typing import Any
 
-from cachescale.sim.forked import spare_cpus
+from tests.sim.fresh import in_fresh_interpreter
 from tests.tools import require_tool
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def in_fresh_interpreter(code: str) -> Any:
-    """What ``code`` prints as its last line (JSON), run by a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{ROOT}"}
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_a_childs_result_comes_back_from_another_process() -> None:
@@ -111,20 +87,33 @@ def test_a_cancelled_child_is_killed_and_reaped() -> None:
 
 
 def test_nothing_is_forked_while_another_thread_runs() -> None:
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert spare_cpus() == 0
-    finally:
+    # Also a thread started outside ``threading`` (as a test runner's I/O thread is).
+    spare = in_fresh_interpreter(
+        """
+        import _thread, json, threading
+        from cachescale.sim.forked import spare_cpus
+        alone = spare_cpus()
+        stop = threading.Event()
+        other = threading.Thread(target=stop.wait)
+        other.start()
+        beside_a_thread = spare_cpus()
         stop.set()
         other.join()
+        held = _thread.allocate_lock()
+        held.acquire()
+        _thread.start_new_thread(held.acquire, ())
+        beside_a_raw_thread = spare_cpus()
+        print(json.dumps([alone, beside_a_thread, beside_a_raw_thread]))
+        """
+    )
+    assert spare == [len(os.sched_getaffinity(0)) - 1, 0, 0]
 
 
 def test_runs_finished_in_a_child_equal_runs_finished_in_process() -> None:
     # The three runs of test_run.py's split test: the HPA alone and two policies, one
     # workload, fleets that diverge (in replicas and in --max-num-seqs). In-process
-    # (processes=1), then with a child taking the first run split off.
+    # (processes=1), then with the stream fed by a feeder and a child taking the first
+    # run split off.
     require_tool(
         len(os.sched_getaffinity(0)) >= 2, "this machine gives the tests one CPU: nothing forks"
     )
@@ -141,12 +130,15 @@ def test_runs_finished_in_a_child_equal_runs_finished_in_process() -> None:
             "cache": {"onCollapse": "CapAtBudget"},
         }})
         pairs = [(base, "hpa"), (base, "cachescale"), (capped, "cachescale")]
-        forks = []
-        branch = drive._Branch.__init__
+        forks, feeds = [], []
+        branch, feed = drive._Branch.__init__, drive.StreamFeed.__init__
         def counted(self, *args):
             forks.append(1)
             branch(self, *args)
-        drive._Branch.__init__ = counted
+        def fed(self, *args, **kwargs):
+            feeds.append(1)
+            feed(self, *args, **kwargs)
+        drive._Branch.__init__, drive.StreamFeed.__init__ = counted, fed
 
         def made(processes):
             runs = [(s, build_autoscaler(name, s)) for s, name in pairs]
@@ -154,10 +146,12 @@ def test_runs_finished_in_a_child_equal_runs_finished_in_process() -> None:
             return hashlib.sha256(repr([fingerprint(r) for r in results]).encode()).hexdigest()
 
         alone = made(1)
-        in_process_forks = len(forks)
+        in_process = [len(forks), len(feeds)]
         forked = made(None)
-        print(json.dumps([[in_process_forks, len(forks)], alone == forked]))
+        print(json.dumps([[in_process, [len(forks), len(feeds)]], alone == forked]))
         """
     )
-    assert forks == [0, 1]
+    # In-process: no child, no feed. Then a feeder and one child (which reads its own
+    # pipe of the feed from the split on).
+    assert forks == [[0, 0], [1, 1]]
     assert same

@@ -14,7 +14,9 @@ the parent goes on with the rest. The child draws the same requests from its own
 the stream, steps at the same instants and runs the same code on the same state, so every
 result equals the one made in-process, request for request. What the copy held at the split
 (finished and aborted requests, arrivals) the parent still holds: the child sends only
-what came after.
+what came after. Where a CPU is spare, the open-loop stream itself is drawn by a forked
+feeder and read through pipes (:mod:`cachescale.sim.stream_feed`), a child that splits
+off reading its own pipe from where its parent was.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from cachescale.sim.forked import Forked, spare_cpus
 from cachescale.sim.request import SimRequest
 from cachescale.sim.run import RunResult, Simulation, fleet_key
 from cachescale.sim.scenario import Scenario
+from cachescale.sim.stream_feed import StreamFeed
 from cachescale.sim.streams import open_stream, traffic_key
 
 PROGRESS_STEP_S = 60.0
@@ -72,13 +75,26 @@ def run_together(
                 f"{scenario.name} does not share {first.name}'s workload: run them apart"
             )
     spare = spare_cpus() if processes is None else min(spare_cpus(), processes - 1)
-    results = _run_all(_simulations(runs), 0.0, first.duration_s, progress, spare)
-    return [results[index] for index in range(len(runs))]
+    if first.clients is not None or not spare:  # closed loop: each fleet makes its requests
+        return _in_order(_run_all(_simulations(runs, None), 0.0, first.duration_s, progress, spare))
+    feed = StreamFeed(open_stream(first), readers=spare + 1)
+    try:
+        simulations = _simulations(runs, feed)
+        return _in_order(_run_all(simulations, 0.0, first.duration_s, progress, spare, feed))
+    finally:
+        feed.close()
 
 
-def _simulations(runs: Sequence[tuple[Scenario, Autoscaler | None]]) -> list[Simulation]:
+def _in_order(results: dict[int, RunResult]) -> list[RunResult]:
+    return [results[index] for index in range(len(results))]
+
+
+def _simulations(
+    runs: Sequence[tuple[Scenario, Autoscaler | None]], feed: StreamFeed | None
+) -> list[Simulation]:
     """One simulation per fleet that starts alike, each riding its branch of the stream
-    (closed loop: one per run, each making its own requests)."""
+    (read from ``feed``, or drawn in-process); closed loop: one per run, each making its
+    own requests."""
     first = runs[0][0]
     if first.clients is not None:
         return [Simulation(*pair, index=index) for index, pair in enumerate(runs)]
@@ -86,9 +102,8 @@ def _simulations(runs: Sequence[tuple[Scenario, Autoscaler | None]]) -> list[Sim
     for index, (scenario, autoscaler) in enumerate(runs):
         cohorts.setdefault(fleet_key(scenario, autoscaler), []).append(index)
     simulations: list[Simulation] = []
-    for (head, *riders), branch in zip(
-        cohorts.values(), tee(open_stream(first), len(cohorts)), strict=True
-    ):
+    stream = feed.reader if feed is not None else open_stream(first)
+    for (head, *riders), branch in zip(cohorts.values(), tee(stream, len(cohorts)), strict=True):
         simulation = Simulation(*runs[head], branch, index=head)
         for index in riders:
             simulation.ride(index, *runs[index])
@@ -102,9 +117,11 @@ def _run_all(
     duration_s: float,
     progress: Callable[[float], None] | None,
     spare: int,
+    feed: StreamFeed | None = None,
 ) -> dict[int, RunResult]:
     """Advance ``simulations`` in step from ``from_s`` to ``duration_s``, up to ``spare``
-    of the ones split off on the way in forked children; every run's result by index.
+    of the ones split off on the way in forked children (which read the rest of the
+    stream from ``feed`` when the simulations do); every run's result by index.
 
     The cyclic garbage collector is paused meanwhile (:mod:`cachescale.sim.collector`).
     """
@@ -118,7 +135,7 @@ def _run_all(
                 while behind:
                     split = behind.pop().advance_to(now_s)
                     while split and len(branches) < spare:
-                        branches.append(_Branch(split, simulations, now_s, duration_s))
+                        branches.append(_Branch(split, simulations, now_s, duration_s, feed))
                     simulations.extend(split)
                     behind.extend(split)
                 if progress is not None:
@@ -175,20 +192,27 @@ class _Branch:
         simulations: list[Simulation],
         now_s: float,
         duration_s: float,
+        feed: StreamFeed | None,
     ) -> None:
         """Take the last of ``split`` (the simulations just split off) away to a child:
         the parent then holds nothing of it (a stream branch it never draws would keep
-        every request the others draw), and the child drops the streams of the others."""
+        every request the others draw), and the child drops the streams of the others.
+        With a ``feed``, the child reads the rest of the stream from a pipe of its own."""
         twin = split.pop()
         self._held = held = _Held.of(twin)
+        handed = feed.hand_over() if feed is not None else None
 
         def finish() -> list[tuple[int, RunResult]]:
+            if feed is not None and handed is not None:
+                feed.adopt(handed)
             for other in (*simulations, *split):  # the parent's: never advanced here
                 other.drop_stream()
             results = _run_all([twin], now_s - PROGRESS_STEP_S, duration_s, None, 0)
             return [(index, held.after(result)) for index, result in results.items()]
 
         self._forked = Forked(finish)
+        if feed is not None and handed is not None:
+            feed.handed_over(handed)
 
     def results(self) -> list[tuple[int, RunResult]]:
         """The branch's runs' results, whole (waits for the child)."""

@@ -8,8 +8,9 @@ would have run on in the parent. Only its result crosses back, through a pipe.
 
 Rules:
 
-* **Only where forking is safe**: a process with one thread (a forked child inherits
-  every lock another thread held, held forever) on a platform with ``fork``. Anywhere
+* **Only where forking is safe**: a process with one thread, counted by the system (a
+  forked child inherits every lock another thread held, held forever), on a platform
+  with ``fork``. Anywhere
   else ``spare_cpus`` is 0 and callers do the work in-process: same result, one CPU.
 * **Nothing of the work stays in the parent**: ``Forked`` keeps only the child's pid
   and the pipe's read end, so what the work refers to is the child's alone once the
@@ -40,9 +41,18 @@ class ForkedError(RuntimeError):
 
 def spare_cpus() -> int:
     """CPUs this process may use besides its own, where forking is safe; else 0."""
-    if not hasattr(os, "fork") or threading.active_count() > 1:
+    if not hasattr(os, "fork") or _threads() > 1:
         return 0
     return len(os.sched_getaffinity(0)) - 1
+
+
+def _threads() -> int:
+    """The process's threads: every OS thread where the system lists them (threads started
+    outside ``threading``, such as a test runner's, count too), else ``threading``'s."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 class Forked(Generic[_T]):
