@@ -87,10 +87,12 @@ def test_a_cancelled_child_is_killed_and_reaped() -> None:
 
 
 def test_nothing_is_forked_while_another_thread_runs() -> None:
-    # Also a thread started outside ``threading`` (as a test runner's I/O thread is).
+    # Also a thread started outside ``threading`` (as a test runner's I/O thread is); not
+    # numpy's native OpenBLAS threads (imported by the simulator itself).
     spare = in_fresh_interpreter(
         """
         import _thread, json, threading
+        import numpy
         from cachescale.sim.forked import spare_cpus
         alone = spare_cpus()
         stop = threading.Event()
@@ -99,9 +101,14 @@ def test_nothing_is_forked_while_another_thread_runs() -> None:
         beside_a_thread = spare_cpus()
         stop.set()
         other.join()
-        held = _thread.allocate_lock()
+        held, started = _thread.allocate_lock(), _thread.allocate_lock()
         held.acquire()
-        _thread.start_new_thread(held.acquire, ())
+        started.acquire()
+        def wait():
+            started.release()
+            held.acquire()
+        _thread.start_new_thread(wait, ())
+        started.acquire()
         beside_a_raw_thread = spare_cpus()
         print(json.dumps([alone, beside_a_thread, beside_a_raw_thread]))
         """

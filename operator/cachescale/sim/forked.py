@@ -8,9 +8,9 @@ would have run on in the parent. Only its result crosses back, through a pipe.
 
 Rules:
 
-* **Only where forking is safe**: a process with one thread, counted by the system (a
-  forked child inherits every lock another thread held, held forever), on a platform
-  with ``fork``. Anywhere
+* **Only where forking is safe**: a process with one thread that runs Python code (a
+  forked child inherits every lock another such thread held, held forever), on a
+  platform with ``fork``. Anywhere
   else ``spare_cpus`` is 0 and callers do the work in-process: same result, one CPU.
 * **Nothing of the work stays in the parent**: ``Forked`` keeps only the child's pid
   and the pipe's read end, so what the work refers to is the child's alone once the
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import threading
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -47,12 +47,11 @@ def spare_cpus() -> int:
 
 
 def _threads() -> int:
-    """The process's threads: every OS thread where the system lists them (threads started
-    outside ``threading``, such as a test runner's, count too), else ``threading``'s."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
+    """The threads that run Python code: ``threading``'s and raw ``_thread`` ones (such as
+    a test runner's I/O thread), which may hold the interpreter's locks at any moment. A
+    library's native threads (OpenBLAS's, started by importing numpy) run no Python code
+    and mend themselves across a fork."""
+    return len(sys._current_frames())
 
 
 class Forked(Generic[_T]):
