@@ -10,8 +10,8 @@ Rules:
 
 * **Only where forking is safe**: a process with one thread that runs Python code (a
   forked child inherits every lock another such thread held, held forever), on a
-  platform with ``fork``. Anywhere
-  else ``spare_cpus`` is 0 and callers do the work in-process: same result, one CPU.
+  platform with ``fork``. Anywhere else ``spare_cpus`` is 0 and callers do the work
+  in-process: same result, one CPU.
 * **Nothing of the work stays in the parent**: ``Forked`` keeps only the child's pid
   and the pipe's read end, so what the work refers to is the child's alone once the
   caller lets go of it.
