@@ -147,7 +147,7 @@ def test_a_rendered_status_is_stored_as_it_was_written(
             now=state.signals.observed_at,
             applied=True,
             warmup_seconds=300.0,
-        )
+        ).wire
         patch = json.dumps([{"op": "add", "path": "/status", "value": status}])
         written = cluster.kubectl(
             "patch", "-n", namespace, "cachescalingpolicy", name, "--subresource=status",

@@ -126,7 +126,7 @@ def test_huge_messages_in_a_decision_are_cut() -> None:
         prometheus=HUGE,
         autoscaler_notes=(HUGE,),
         suspected_change=change,
-    )
+    ).wire
     assert_bounded(status)
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["message"].endswith(ELLIPSIS)
@@ -139,7 +139,7 @@ def test_huge_messages_in_a_decision_are_cut() -> None:
         HUGE,
         generation=2,
         now=NOW,
-    )
+    ).wire
     assert_bounded(problem)
 
 

@@ -32,7 +32,7 @@ def test_lower_bounds_and_wide_buckets_are_qualified_in_status() -> None:
         now=T0,
         applied=False,
         warmup_seconds=0,
-    )
+    ).wire
     observed = status["signals"]
     assert observed["ttftP95Seconds"] == 400.0
     assert status["summary"]["ttftP95"] == ">400s"  # what the kubectl get column shows

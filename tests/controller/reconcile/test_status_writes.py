@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import tracemalloc
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -388,6 +389,75 @@ def test_a_write_says_why_it_is_due() -> None:
     )
     assert writes.due("uid", written, {}, soon) == "stored status changed"
     assert writes.due("uid", written, written, late) == "refresh"
+
+
+def test_a_number_the_api_server_returns_as_an_integer_is_no_change() -> None:
+    """The API server's JSON returns ``2.0`` as ``2``: a restarted operator that adopts
+    the stored status, and then renders the same meaning with floats, writes nothing."""
+    writes = StatusWrites()
+    at = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    stored: dict[str, Any] = {
+        "signals": {"tokenHitRate": 1, "observedAt": at.isoformat()},
+        "memory": {"streaks": {"sloBreach": 0}, "targetFactor": 2, "marks": [1, 3]},
+    }
+    rendered = {
+        "signals": {"tokenHitRate": 1.0, "observedAt": at.isoformat()},
+        "memory": {"streaks": {"sloBreach": 0}, "targetFactor": 2.0, "marks": [1.0, 3.0]},
+    }
+    soon = at + (refresh_due("uid", at, STATUS_REFRESH_SECONDS) - at) / 2
+    assert writes.due("uid", rendered, stored, soon) is None
+    moved = {**rendered, "memory": {**rendered["memory"], "marks": [3.0, 1.0]}}
+    assert writes.due("uid", moved, stored, soon) == "changed: memory.marks"
+
+
+def test_the_unpacked_memory_a_render_hands_over_compares_as_the_packed_one() -> None:
+    writes = StatusWrites()
+    at = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    memory = {"streaks": {"sloBreach": 0}, "targetFactor": 1.0}
+    written = {"state": "Healthy", "learnedState": pack_learned_state(memory)}
+    writes.wrote("uid", written, at, memory)
+    soon = at + (refresh_due("uid", at, STATUS_REFRESH_SECONDS) - at) / 2
+    assert writes.due("uid", written, written, soon) is None
+    moved = {"streaks": {"sloBreach": 2}, "targetFactor": 1.0}
+    again = {"state": "Healthy", "learnedState": pack_learned_state(moved)}
+    assert writes.due("uid", again, written, soon) == "changed: learnedState.streaks.sloBreach"
+    assert writes.due("uid", again, written, soon, moved) == (
+        "changed: learnedState.streaks.sloBreach"
+    )
+    assert writes.due("uid", again, written, soon, memory) is None, "what it is handed counts"
+
+
+def test_a_policys_last_write_is_kept_in_a_few_hundred_bytes() -> None:
+    """The operator keeps a record per policy: the statuses themselves are the watch's,
+    and what the comparison needs of the last write is a fingerprint and compressed JSON,
+    not its normalised form (kilobytes of dicts per policy, at 10,000 policies)."""
+    at = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    statuses = []
+    for policy in range(200):
+        memory = {
+            "streaks": {"sloBreach": 0, "collapse": policy % 2},
+            "recentReplicas": [{"at": at.isoformat(), "replicas": 11 + n % 3} for n in range(30)],
+            "baseline": {"tokenHitRate": 0.85, "evaluations": 120, "updatedAt": at.isoformat()},
+        }
+        conditions = [
+            {"type": f"C{n}", "status": "True", "reason": "Fine", "message": f"all is well {n}"}
+            for n in range(6)
+        ]
+        status = {"conditions": conditions, "learnedState": pack_learned_state(memory)}
+        statuses.append((f"uid-{policy}", status, memory))
+    writes = StatusWrites()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for uid, status, memory in statuses:
+            writes.wrote(uid, status, at, memory)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept / len(statuses) < 1_000, f"{kept / len(statuses):.0f} bytes per policy"
+    soon = at + timedelta(seconds=1)
+    uid, status, _ = statuses[7]
+    assert writes.due(uid, status, status, soon) in (None, "refresh")
 
 
 def test_the_watchs_copy_of_a_written_status_replaces_the_operators() -> None:

@@ -28,7 +28,7 @@ def summary_of(engine: EngineSignals) -> dict[str, Any]:
         now=T0,
         applied=False,
         warmup_seconds=0,
-    )
+    ).wire
     summary: dict[str, Any] = status["summary"]
     return summary
 
@@ -90,14 +90,14 @@ def test_a_problem_keeps_the_last_summary() -> None:
         now=T0,
         applied=False,
         warmup_seconds=0,
-    )
+    ).wire
     problem = render_problem(
         CacheScalingPolicyStatus.model_validate(status),
         Problem.TARGET_NOT_FOUND,
         "gone",
         generation=1,
         now=T0,
-    )
+    ).wire
     assert problem["summary"] == status["summary"]
 
 

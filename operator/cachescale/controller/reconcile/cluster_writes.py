@@ -14,15 +14,16 @@ problem.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cachescale.api.reasons import cleared
 from cachescale.api.spec import CacheScalingPolicySpec, Mode
 from cachescale.api.status import Condition
 from cachescale.controller.kube.client import ConflictError, KubeError
 from cachescale.controller.reconcile.condition_events import Episode, condition_events
+from cachescale.controller.reconcile.status import Rendered
 from cachescale.controller.target.actions import (
     PatchForbiddenError,
     apply_envelope,
@@ -69,13 +70,14 @@ def act(
 
 
 def write_status(
-    operator: Operator, policy: PolicyObject, status: Mapping[str, Any], now: datetime
+    operator: Operator, policy: PolicyObject, rendered: Rendered, now: datetime
 ) -> None:
     """PATCH the status when it changed or is due for a refresh (``status_writes``). A
     failed write forgets the last one: what the API server holds is then unknown, so the
     next evaluation writes whatever it finds (after an API outage, at once)."""
     writes = operator.status_writes
-    why = writes.due(policy.uid, status, policy.status, now)
+    status, learned = rendered.wire, rendered.learned
+    why = writes.due(policy.uid, status, policy.status, now, learned)
     if why is None:
         writes.skipped(policy.uid, status)
         return
@@ -87,7 +89,7 @@ def write_status(
         log.warning("status of %s/%s not written: %s", policy.namespace, policy.name, error)
         writes.failed(policy.uid)
         return
-    writes.wrote(policy.uid, status, now)
+    writes.wrote(policy.uid, status, now, learned)
 
 
 def announce(
@@ -106,13 +108,12 @@ def announce_conditions(
     operator: Operator,
     policy: PolicyObject,
     before: Sequence[Condition],
-    status: Mapping[str, Any],
+    after: Sequence[Condition],
     episode: Episode,
     now: datetime,
 ) -> None:
     """The Events of the conditions that turned bad or recovered between ``before`` (the
-    previous status's) and ``status`` (the one just rendered, wire form)."""
-    after = [Condition.model_validate(c) for c in status.get("conditions", ())]
+    previous status's) and ``after`` (the status's just rendered)."""
     for posted in condition_events(before, after, episode, now):
         event(operator, policy, posted.kind, posted.reason, posted.message, now)
 

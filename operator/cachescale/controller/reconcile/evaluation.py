@@ -238,7 +238,12 @@ def finish(operator: Operator, step: Prepared, signals: EngineSignals) -> Outcom
     write_status(operator, policy, status, now)
     announce(operator, policy, decision, applied, now)
     announce_conditions(
-        operator, policy, previous.conditions, status, episode(spec, memory, decision), now
+        operator,
+        policy,
+        previous.conditions,
+        status.conditions,
+        episode(spec, memory, decision),
+        now,
     )
     for warning in target.keda.warnings() if target.keda is not None else ():
         event(operator, policy, "Warning", ConditionReason.KEDA_IGNORES_NULL_VALUES, warning, now)

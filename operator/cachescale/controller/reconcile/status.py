@@ -14,7 +14,7 @@ built (``api/status.py``), so every status written has a largest size.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,20 @@ STATUS_FIELDS = {
     "kv_cache_usage_ratio": "kvCacheUsageRatio",
 }
 """Engine signals shown in status (snapshot field → status field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A status one evaluation rendered: as it is written (wire form), and what it was
+    made of that its writes and Events read, so they need not parse it back."""
+
+    wire: dict[str, Any]
+    """The status as the API server stores it."""
+    conditions: list[Condition]
+    """Its conditions."""
+    learned: dict[str, Any] | None
+    """The decision memory its ``learnedState`` packs (JSON form); None when that is
+    the previous status's, still packed."""
 
 
 CONDITION_ORDER = {kind: position for position, kind in enumerate(ConditionType)}
@@ -92,7 +106,7 @@ def render(
     autoscaler_notes: tuple[str, ...] = (),
     autoscaler_fallback: str | None = None,
     suspected_change: SuspectedChange | None = None,
-) -> dict[str, Any]:
+) -> Rendered:
     """The status after an evaluation that reached a decision (``prometheus``: where the
     signals were read, ``prometheus_access.prometheus_source``). ``autoscaler_notes`` (how
     a KEDA ScaledObject is managed, and its traps) are appended to the ``Ready`` message,
@@ -116,6 +130,7 @@ def render(
                 autoscaler_fallback,
             )
         )
+    learned = decision.memory.model_dump(mode="json", by_alias=True)
     status = CacheScalingPolicyStatus(
         observed_generation=generation,
         state=decision.state.value,
@@ -133,9 +148,9 @@ def render(
             for a in decision.alerts
         ],
         suspected_change=suspected_change,
-        learned_state=pack_learned_state(decision.memory.model_dump(mode="json", by_alias=True)),
+        learned_state=pack_learned_state(learned),
     )
-    return status.to_wire()
+    return Rendered(status.to_wire(), status.conditions, learned)
 
 
 def render_problem(
@@ -146,7 +161,7 @@ def render_problem(
     generation: int,
     now: datetime,
     also: tuple[ConditionType, ...] = (),
-) -> dict[str, Any]:
+) -> Rendered:
     """The status when no decision could be made (invalid spec, target missing...):
     Ready=False with the reason, and so are the conditions in ``also`` (e.g.
     MetricsAvailable when Prometheus may not be read); everything else (memory included)
@@ -162,7 +177,7 @@ def render_problem(
             "conditions": merge_conditions(previous.conditions, verdicts, now),
         }
     )
-    return status.to_wire()
+    return Rendered(status.to_wire(), status.conditions, None)
 
 
 def _record(decision: Decision, now: datetime, applied: bool) -> DecisionRecord:

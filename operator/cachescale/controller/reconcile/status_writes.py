@@ -48,9 +48,12 @@ progress.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
@@ -83,10 +86,13 @@ the decision memory (the learned baseline, the re-stamped marks): each compares 
 or unknown only, so a number that moves is no change and one that appears or vanishes is."""
 
 
-def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
+def normalised(
+    status: Mapping[str, Any], learned: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``status`` (wire form) without what changes every evaluation (the numbers read,
     the messages quoting them, their stamps): two statuses equal here differ in nothing
-    worth a write."""
+    worth a write. ``learned``: the memory its ``learnedState`` packs, when the caller
+    has it unpacked (the status just rendered), so it is not unpacked again."""
     out = dict(status)
     out.pop("summary", None)
     if isinstance(out.get("signals"), Mapping):
@@ -105,7 +111,9 @@ def normalised(status: Mapping[str, Any]) -> dict[str, Any]:
         out["lastDecision"] = _unquoted(decision)
     if isinstance(out.get("memory"), Mapping):
         out["memory"] = _memory(out["memory"])
-    if isinstance(out.get("learnedState"), str):
+    if learned is not None and "learnedState" in out:
+        out["learnedState"] = _memory(learned)
+    elif isinstance(out.get("learnedState"), str):
         out["learnedState"] = _packed_memory(out["learnedState"])
     return out
 
@@ -196,10 +204,26 @@ def _known(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
+def _canonical(normal: Mapping[str, Any]) -> bytes:
+    """A normalised status as JSON with sorted keys: equal texts, equal statuses."""
+    return json.dumps(normal, sort_keys=True).encode()
+
+
+def _digest(text: bytes) -> bytes:
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
 class _Written:
-    normalised: dict[str, Any]
-    """The last status written, normalised."""
+    """What is kept of a policy's last write: its normalised form as a digest and as
+    compressed JSON, a few hundred bytes where the normalised status is kilobytes of
+    dicts, kept for every policy."""
+
+    digest: bytes
+    """The digest of the last status written, normalised (``_canonical``)."""
+    detail: bytes
+    """The same, as zlib-compressed JSON: the comparison when the digests differ, and the
+    fields a change names."""
     at: datetime
     """When it was written."""
     latest: Mapping[str, Any]
@@ -208,11 +232,36 @@ class _Written:
     """The last status written, as written: a stored status equal to it is known to be
     unchanged without normalising it (the watch delivers it back at every evaluation)."""
 
+    @classmethod
+    def of(
+        cls,
+        normal: Mapping[str, Any],
+        at: datetime,
+        latest: Mapping[str, Any],
+        written: Mapping[str, Any],
+    ) -> _Written:
+        """The record of a write whose status normalises to ``normal``."""
+        text = _canonical(normal)
+        return cls(_digest(text), zlib.compress(text, 1), at, latest, written)
+
+    def normalised(self) -> dict[str, Any]:
+        """The last status written, normalised."""
+        normal: dict[str, Any] = json.loads(zlib.decompress(self.detail))
+        return normal
+
+    def changed(self, normal: Mapping[str, Any]) -> list[str]:
+        """The fields in which ``normal`` (a normalised status) differs from the last
+        written. Equal texts are equal; different ones are compared as values, so a number
+        the API server returned as ``2`` is the ``2.0`` this process wrote."""
+        if _digest(_canonical(normal)) == self.digest:
+            return []
+        return _differing(normal, self.normalised())
+
     def holds(self, stored: Mapping[str, Any] | None) -> bool:
         """Whether ``stored`` is still the status written, once both are normalised."""
         if stored is None:
             return False
-        return stored is self.written or normalised(stored) == self.normalised
+        return stored is self.written or not self.changed(normalised(stored))
 
 
 @dataclass
@@ -232,12 +281,14 @@ class StatusWrites:
         status: Mapping[str, Any],
         stored: Mapping[str, Any] | None,
         now: datetime,
+        learned: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Why ``status`` must be written, or None: the last write failed (or nothing is
         known), the refresh time is up, the stored status (``stored``, as the watch
         delivered it) is no longer the one written, or ``status`` differs from it once
         normalised (the fields that differ). With nothing written by this process yet,
-        the stored status counts as written at its ``observedAt``."""
+        the stored status counts as written at its ``observedAt``. ``learned``: the
+        memory ``status`` packs, when the caller has it (``normalised``)."""
         with self._lock:
             last = self._last.get(uid)
             if last is None and uid not in self._unsure:
@@ -250,7 +301,7 @@ class StatusWrites:
             return "refresh"
         if not last.holds(stored):
             return "stored status changed"
-        changed = _differing(normalised(status), last.normalised)
+        changed = last.changed(normalised(status, learned))
         return f"changed: {', '.join(changed)}" if changed else None
 
     def _adopt(self, uid: str, stored: Mapping[str, Any] | None) -> _Written | None:
@@ -259,7 +310,7 @@ class StatusWrites:
         observed = _observed_at(stored)
         if stored is None or observed is None:
             return None
-        adopted = self._last[uid] = _Written(normalised(stored), observed, stored, stored)
+        adopted = self._last[uid] = _Written.of(normalised(stored), observed, stored, stored)
         return adopted
 
     def _share(self, uid: str, last: _Written, stored: Mapping[str, Any] | None) -> _Written:
@@ -270,13 +321,21 @@ class StatusWrites:
         if stored is None or stored is last.written or stored != last.written:
             return last
         latest = stored if last.latest is last.written else last.latest
-        shared = self._last[uid] = _Written(normalised(stored), last.at, latest, stored)
+        shared = self._last[uid] = replace(last, latest=latest, written=stored)
         return shared
 
-    def wrote(self, uid: str, status: Mapping[str, Any], now: datetime) -> None:
-        """``status`` was written at ``now`` (call only after the API accepted it)."""
+    def wrote(
+        self,
+        uid: str,
+        status: Mapping[str, Any],
+        now: datetime,
+        learned: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``status`` was written at ``now`` (call only after the API accepted it);
+        ``learned`` as for ``due``."""
+        written = _Written.of(normalised(status, learned), now, status, status)
         with self._lock:
-            self._last[uid] = _Written(normalised(status), now, status, status)
+            self._last[uid] = written
             self._unsure.discard(uid)
 
     def skipped(self, uid: str, status: Mapping[str, Any]) -> None:
@@ -285,7 +344,7 @@ class StatusWrites:
         with self._lock:
             last = self._last.get(uid)
             if last is not None:
-                self._last[uid] = _Written(last.normalised, last.at, status, last.written)
+                self._last[uid] = replace(last, latest=status)
 
     def latest(self, uid: str, stored: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The last status rendered for the policy, when the stored one (``stored``) is
