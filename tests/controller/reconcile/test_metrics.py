@@ -1,14 +1,29 @@
 """The operator's own metrics: the names the chart's rules and dashboard read, unknown
-signals as absent series (never 0), and a deleted policy's series gone."""
+signals as absent series (never 0), and a deleted policy's series gone; the served
+exposition byte for byte the library's, in each format it negotiates, over HTTP too."""
 
 from __future__ import annotations
 
+import gzip
 import threading
 import tracemalloc
+import urllib.request
+from collections.abc import Iterator
 
-from prometheus_client import generate_latest
+import pytest
+from prometheus_client import generate_latest, start_http_server
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.reconcile.policy_series import (
+    FAMILIES,
+    LABELS,
+    POLICY_GAUGES,
+    PolicyRecord,
+    rendered_format,
+)
+from cachescale.controller.runtime.metrics_server import start_metrics_server
 from cachescale.decide import decide
 from cachescale.decide.learned import LearnedState
 from tests.decide.decide_builders import learned, signals, snapshot, spec
@@ -17,7 +32,8 @@ HIT_RATE = "cachescale_token_hit_rate{"
 
 
 def exposition(metrics: OperatorMetrics) -> str:
-    return generate_latest(metrics.registry).decode()
+    """What ``/metrics`` serves a plain GET (the Prometheus text format)."""
+    return metrics.exposition(generate_latest).decode()
 
 
 def test_a_decision_becomes_the_documented_series() -> None:
@@ -147,3 +163,161 @@ def test_a_scrape_during_evaluations_sees_whole_records() -> None:
     finally:
         done.set()
         worker.join()
+
+
+def varied_fleet() -> OperatorMetrics:
+    """Policies in every state a record has: gauges absent and present, alerts active,
+    inactive and not yet decided, decisions and failures counted, one forgotten, label
+    values to escape; and the operator-wide series, observed."""
+    metrics = OperatorMetrics()
+    state = snapshot(signals(hit=0.04, ttft_p95_seconds=None))
+    decision = decide(spec(), state, learned(), state.signals.observed_at)
+    metrics.observe("llm", "a", spec(), state, decision)
+    metrics.observe("llm", "a", spec(), state, decision)
+    metrics.evaluated("llm", "a", 0.25, 1_700_000_000.5)
+    metrics.failed("llm", "a", "PrometheusUnreachable")
+    metrics.failed("llm", "a", "PatchConflict")
+    metrics.evaluated("other", "never-decided", 0.1, 1_700_000_001.0)
+    metrics.failed("other", "never-decided", "NoTarget")
+    metrics.observe("llm", "gone", spec(), state, decision)
+    metrics.forget("llm", "gone")
+
+    def odd(record: PolicyRecord) -> None:  # values the library writes its own way
+        record.gauges = [None, 1e-07, 1234567.0, 12345678.0, float("inf"), float("nan"), -0.0]
+        record.gauges += [2.5, -3.0, 1e22, *[None] * (len(POLICY_GAUGES) - 10)]
+        record.active_alerts = frozenset({"PrefixCollapse", "OverBudget"})
+        record.decisions = {'odd "reason"\\n': 7.0, "Hold": 1e300}
+
+    metrics._policies.update(('ns"\\', "line\nbreak"), odd)
+    metrics.started_late(0.3)
+    metrics.missed_intervals(2)
+    metrics.kube_request("get")
+    metrics.jobs_waiting({"namespace": 3})
+    return metrics
+
+
+FAST = [
+    None,  # no Accept header (curl): text 0.0.4
+    "text/plain; version=0.0.4",
+    "application/openmetrics-text",
+    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,"
+    "*/*;q=0.2",  # Prometheus 3's
+    "application/openmetrics-text; version=2.0.0; escaping=underscores",
+    "text/plain; version=1.0.0; escaping=allow-utf-8",
+    "text/plain; version=1.0.0; escaping=underscores",
+]
+LIBRARY_RENDERED = [  # escapings that rename these series: the library renders them
+    "text/plain; version=1.0.0; escaping=dots",
+    "application/openmetrics-text; version=1.0.0; escaping=values",
+]
+
+
+@pytest.mark.parametrize("accept", FAST + LIBRARY_RENDERED)
+def test_the_exposition_is_the_librarys_byte_for_byte(accept: str | None) -> None:
+    """The oracle: the library's encoder over the registry, whose per-policy collector
+    builds ``prometheus_client`` families from the same records."""
+    metrics = varied_fleet()
+    encoder, _ = choose_encoder(accept)  # type: ignore[arg-type]  # None as the server's
+    assert (rendered_format(encoder) is not None) == (accept in FAST)  # which path is tested
+    ours = metrics.exposition(encoder)
+    assert ours == encoder(metrics.registry)
+    text = ours.decode()
+    assert 'policy="gone"' not in text
+    assert text.count("# EOF") == (1 if "openmetrics" in (accept or "") else 0)
+    assert text.endswith("# EOF\n") == ("openmetrics" in (accept or ""))
+
+
+def test_an_empty_fleet_still_describes_every_family() -> None:
+    metrics = OperatorMetrics()
+    for accept in ("", openmetrics.CONTENT_TYPE_LATEST):
+        encoder, _ = choose_encoder(accept)
+        text = metrics.exposition(encoder).decode()
+        assert text == encoder(metrics.registry).decode()
+        described = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+        assert described[: len(FAMILIES)] == [
+            f"{f.name}_total" if f.type == "counter" and not accept else f.name for f in FAMILIES
+        ]
+        assert "cachescale_evaluation_jobs_waiting" in described[len(FAMILIES) :]
+
+
+def test_the_label_names_need_no_escaping_in_any_scheme() -> None:
+    """The records' label text is written once, for every format and escaping."""
+    names = {*LABELS, *(family.label for family in FAMILIES if family.label)}
+    for escaping in (openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8, openmetrics.DOTS):
+        assert {openmetrics.escape_label_name(name, escaping) for name in names} == names
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[OperatorMetrics, str, str]]:
+    """The operator's server and the library's, on one fleet: their base URLs."""
+    metrics = varied_fleet()
+    ours, ours_thread = start_metrics_server(0, metrics, "127.0.0.1")
+    library, library_thread = start_http_server(0, "127.0.0.1", registry=metrics.registry)
+    try:
+        yield (
+            metrics,
+            f"http://127.0.0.1:{ours.server_port}",
+            f"http://127.0.0.1:{library.server_port}",
+        )
+    finally:
+        for server, thread in ((ours, ours_thread), (library, library_thread)):
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+
+def fetch(
+    url: str, headers: dict[str, str], method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=headers, method=method)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, dict(response.headers), response.read()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Accept": "application/openmetrics-text; version=1.0.0"},
+        {"Accept-Encoding": "gzip"},
+        {"Accept": "application/openmetrics-text", "Accept-Encoding": "deflate, gzip;q=0.9"},
+    ],
+)
+def test_served_over_http_as_the_library_serves(
+    servers: tuple[OperatorMetrics, str, str], headers: dict[str, str]
+) -> None:
+    metrics, ours, library = servers
+    status, got, body = fetch(ours + "/metrics", headers)
+    expected_status, expected, expected_body = fetch(library + "/metrics", headers)
+    assert status == expected_status == 200
+    for header in ("Content-Type", "Content-Encoding"):
+        assert got.get(header) == expected.get(header), header
+    assert got["Content-Length"] == str(len(body))
+    if "gzip" in headers.get("Accept-Encoding", ""):
+        assert got["Content-Encoding"] == "gzip"  # another level, and the time: compare inflated
+        body, expected_body = gzip.decompress(body), gzip.decompress(expected_body)
+    else:
+        assert got["Content-Length"] == expected["Content-Length"]
+    assert body == expected_body
+    assert 'cachescale_token_hit_rate{namespace="llm",policy="a"} 0.04' in body.decode()
+    encoder, _ = choose_encoder(headers.get("Accept", ""))
+    assert body == encoder(metrics.registry)
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/metrics?name[]=cachescale_evaluation_missed_intervals_total", "GET"),
+        ("/metrics?name[]=cachescale_replicas", "GET"),
+        ("/favicon.ico", "GET"),
+        ("/metrics", "OPTIONS"),
+    ],
+)
+def test_the_rest_of_the_librarys_answers(
+    servers: tuple[OperatorMetrics, str, str], path: str, method: str
+) -> None:
+    _, ours, library = servers
+    assert fetch(ours + path, {}, method) == fetch(library + path, {}, method)

@@ -14,67 +14,39 @@ server can be checked (``controller/kube/indexes.py``). No ``_created`` series a
 (``cachescale run`` turns them off): nothing reads them, and they doubled every counter's
 lines.
 
-The per-policy series are not ``prometheus_client`` children: :class:`PolicySeries` keeps
-one compact record per policy and renders the families at each scrape. A child per
-series carries its own lock, value and label dict, and a policy has about twenty series;
-a record holds only the values, and the exposition is the same (the evidence:
-``docs/design/operator-scale.md``).
+The per-policy series are one record per policy, rendered to text at each scrape
+(``policy_series.py``); the operator-wide ones are ordinary ``prometheus_client`` metrics,
+registered in :attr:`OperatorMetrics.registry` after the per-policy collector and also in
+a registry of their own. :meth:`OperatorMetrics.exposition` is the body ``/metrics``
+serves (``controller/runtime/metrics_server.py``): the same bytes as the library's encoder
+over the whole registry.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from cachescale.api.reasons import Diagnosis
 from cachescale.api.spec import CacheScalingPolicySpec
 from cachescale.controller.reconcile.fairness import NAMESPACE_LIMIT, WORKER_LIMIT
+from cachescale.controller.reconcile.policy_series import (
+    POLICY_GAUGES,
+    PolicyRecord,
+    PolicySeries,
+    rendered_format,
+)
 from cachescale.decide import Decision
 from cachescale.snapshot import Snapshot
 
-ALERT_REASONS = (
-    Diagnosis.PREFIX_COLLAPSE,
-    Diagnosis.EVICTION_PRESSURE,
-    Diagnosis.CACHE_DEGRADED,
-    Diagnosis.OVER_BUDGET,
-    Diagnosis.SLO_AT_RISK,
-    Diagnosis.METRICS_UNAVAILABLE,
-)
-LABELS = ("namespace", "policy")
 KUBE_VERBS = ("get", "list", "patch", "create", "watch")
 """The verbs ``KubeApi`` sends (the informers' list and watch among them), and the
 peering watch's (the label values of ``cachescale_kube_requests_total``)."""
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)  # an operator-wide metric
 
 
-POLICY_GAUGES = (
-    ("token_hit_rate", "Token-weighted prefix-cache hit rate on warm pods."),
-    ("request_hit_share", "Share of requests that skipped almost all prefill."),
-    ("prefill_tokens_per_request", "Prompt tokens computed per request."),
-    ("ttft_p95_seconds", "Time to first token, 95th percentile, seconds."),
-    ("gpu_seconds_per_1k_requests", "GPU-seconds per 1,000 successful requests."),
-    ("requests_per_second", "Successful requests per second (served)."),
-    (
-        "arrivals_per_second",
-        "Requests arriving per second (offered): every finish reason plus queue growth.",
-    ),
-    ("preemptions_per_second", "Engine preemptions per second."),
-    ("baseline_token_hit_rate", "The learned healthy warm-pod token hit rate."),
-    ("baseline_prefill_tokens_per_request", "The learned healthy prefill tokens per request."),
-    ("baseline_gpu_seconds_per_1k_requests", "The learned healthy GPU-s per 1k requests."),
-    ("slo_ttft_p95_seconds", "The policy's TTFT p95 objective, seconds."),
-    ("budget_gpu_seconds_per_1k_requests", "The policy's GPU-s per 1k requests budget."),
-    ("replicas", "Current replicas of the Deployment."),
-    ("replicas_desired_max", "The maxReplicas cachescale decided."),
-    ("hpa_wanted_replicas", "Replicas the HPA's own metric asks for (estimate)."),
-    ("max_num_seqs", "The engine's batch ceiling (--max-num-seqs)."),
-)
-"""Each per-policy gauge (``cachescale_<name>``) and its help, in exposition order."""
 SIGNAL_GAUGES = {
     "request_full_hit_share": "request_hit_share",
     "prefill_tokens_per_request": "prefill_tokens_per_request",
@@ -88,136 +60,79 @@ SIGNAL_GAUGES = {
 rate's is the warm pods' (``EngineSignals.warm_token_hit_rate``)."""
 
 
-@dataclass(slots=True)
-class _PolicySeries:
-    """One policy's exported numbers: a value per gauge (None: absent), the alerts active
-    at its last decision (None before its first: no alert series), its last evaluation's
-    time and its decisions and failures counted by reason and kind."""
-
-    gauges: list[float | None] = field(default_factory=lambda: [None] * len(POLICY_GAUGES))
-    active_alerts: frozenset[str] | None = None
-    last_evaluation: float | None = None
-    decisions: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, float] = field(default_factory=dict)
-
-
-class PolicySeries(Collector):
-    """Every per-policy series, rendered at each scrape from one record per policy.
-
-    One lock guards the records: evaluations update them, the exposition thread reads
-    them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._policies: dict[tuple[str, str], _PolicySeries] = {}
-
-    def update(self, key: tuple[str, str], change: Callable[[_PolicySeries], None]) -> None:
-        """Apply ``change`` to the policy's record (made on first use), under the lock."""
-        with self._lock:
-            record = self._policies.get(key)
-            if record is None:
-                record = self._policies[key] = _PolicySeries()
-            change(record)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        """Drop the policy's record: none of its series is exported any more."""
-        with self._lock:
-            self._policies.pop(key, None)
-
-    def collect(self) -> Iterator[Metric]:
-        """One family per per-policy metric, built from the records under the lock."""
-        with self._lock:
-            records = list(self._policies.items())
-            families = self._families(records)
-        yield from families
-
-    @staticmethod
-    def _families(records: list[tuple[tuple[str, str], _PolicySeries]]) -> list[Metric]:
-        gauges = [
-            GaugeMetricFamily(f"cachescale_{name}", doc, labels=LABELS)
-            for name, doc in POLICY_GAUGES
-        ]
-        alert = GaugeMetricFamily(
-            "cachescale_alert_active",
-            "1 while an alert of this reason is active.",
-            labels=(*LABELS, "reason"),
-        )
-        last = GaugeMetricFamily(
-            "cachescale_last_evaluation_timestamp_seconds",
-            "Unix time of the last evaluation.",
-            labels=LABELS,
-        )
-        decisions = CounterMetricFamily(
-            "cachescale_decisions", "Decisions by reason.", labels=(*LABELS, "reason")
-        )
-        errors = CounterMetricFamily(
-            "cachescale_evaluation_errors",
-            "Evaluations that failed, by kind.",
-            labels=(*LABELS, "kind"),
-        )
-        for key, record in records:
-            for family, value in zip(gauges, record.gauges, strict=True):
-                if value is not None:
-                    family.add_metric(key, value)
-            if record.active_alerts is not None:
-                for reason in ALERT_REASONS:
-                    active = 1.0 if reason.value in record.active_alerts else 0.0
-                    alert.add_metric((*key, reason.value), active)
-            if record.last_evaluation is not None:
-                last.add_metric(key, record.last_evaluation)
-            for decided, count in record.decisions.items():
-                decisions.add_metric((*key, decided), count)
-            for kind, count in record.errors.items():
-                errors.add_metric((*key, kind), count)
-        return [*gauges, alert, last, decisions, errors]
-
-
 class OperatorMetrics:
     """Every series the operator exports, in its own registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        """Every series: what ``generate_latest`` and ``get_sample_value`` read."""
         self._policies = PolicySeries()
         self.registry.register(self._policies)
-        self._kube_requests = Counter(
-            "cachescale_kube_requests",
-            "Kubernetes API requests the operator sent, by verb (retries included; its "
-            "informers' lists and watches too, kopf's own are not counted).",
-            ("verb",),
-            registry=self.registry,
+        self._fleet = CollectorRegistry()
+        """The operator-wide series alone, also in :attr:`registry` (after the policies')."""
+        self._kube_requests = self._fleet_wide(
+            Counter(
+                "cachescale_kube_requests",
+                "Kubernetes API requests the operator sent, by verb (retries included; its "
+                "informers' lists and watches too, kopf's own are not counted).",
+                ("verb",),
+                registry=self._fleet,
+            )
         )
         for verb in KUBE_VERBS:  # every verb exported from the start, at 0
             self._kube_requests.labels(verb)
-        self._duration = Histogram(
-            "cachescale_evaluation_duration_seconds",
-            "Time one evaluation took, over all policies.",
-            registry=self.registry,
+        self._duration = self._fleet_wide(
+            Histogram(
+                "cachescale_evaluation_duration_seconds",
+                "Time one evaluation took, over all policies.",
+                registry=self._fleet,
+            )
         )
         self._add_scheduler_metrics()
 
     def _add_scheduler_metrics(self) -> None:
         """The scheduler's punctuality, over all policies (``reconcile/scheduler.py``)."""
-        self._lateness = Histogram(
-            "cachescale_evaluation_lateness_seconds",
-            "Seconds from a policy's due time to the start of its evaluation.",
-            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
-            registry=self.registry,
+        self._lateness = self._fleet_wide(
+            Histogram(
+                "cachescale_evaluation_lateness_seconds",
+                "Seconds from a policy's due time to the start of its evaluation.",
+                buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+                registry=self._fleet,
+            )
         )
-        self._missed = Counter(
-            "cachescale_evaluation_missed_intervals",
-            "Whole intervals that passed without a due policy's evaluation starting.",
-            registry=self.registry,
+        self._missed = self._fleet_wide(
+            Counter(
+                "cachescale_evaluation_missed_intervals",
+                "Whole intervals that passed without a due policy's evaluation starting.",
+                registry=self._fleet,
+            )
         )
-        self._waiting = Gauge(
-            "cachescale_evaluation_jobs_waiting",
-            "Gather groups due and held back by a scheduler limit: each of their namespaces "
-            "runs --max-concurrent-per-namespace jobs (limit=namespace), or no worker is "
-            "free for them (limit=workers).",
-            ("limit",),
-            registry=self.registry,
+        self._waiting = self._fleet_wide(
+            Gauge(
+                "cachescale_evaluation_jobs_waiting",
+                "Gather groups due and held back by a scheduler limit: each of their namespaces "
+                "runs --max-concurrent-per-namespace jobs (limit=namespace), or no worker is "
+                "free for them (limit=workers).",
+                ("limit",),
+                registry=self._fleet,
+            )
         )
         for limit in (NAMESPACE_LIMIT, WORKER_LIMIT):  # both exported from the start, at 0
             self._waiting.labels(limit)
+
+    def _fleet_wide(self, metric: _Metric) -> _Metric:
+        """``metric`` (made in the fleet-wide registry), registered in :attr:`registry` too."""
+        self.registry.register(metric)
+        return metric
+
+    def exposition(self, encoder: Callable[[Collector], bytes]) -> bytes:
+        """Every series in the format of ``encoder`` (one of ``choose_encoder``'s): the
+        bytes it writes for :attr:`registry`, the per-policy series rendered by
+        :class:`PolicySeries` when it can (``rendered_format``)."""
+        openmetrics = rendered_format(encoder)
+        if openmetrics is None:
+            return encoder(self.registry)
+        return self._policies.render(openmetrics).encode() + encoder(self._fleet)
 
     def started_late(self, seconds: float) -> None:
         """A policy's evaluation started ``seconds`` after its due time."""
@@ -266,7 +181,7 @@ class OperatorMetrics:
         ]
         active = frozenset(alert.reason for alert in decision.alerts)
 
-        def record(series: _PolicySeries) -> None:
+        def record(series: PolicyRecord) -> None:
             series.gauges = gauges
             series.active_alerts = active
             series.decisions[decision.reason] = series.decisions.get(decision.reason, 0.0) + 1
@@ -277,7 +192,7 @@ class OperatorMetrics:
         """Record one evaluation's duration (in the operator-wide histogram) and time."""
         self._duration.observe(seconds)
 
-        def record(series: _PolicySeries) -> None:
+        def record(series: PolicyRecord) -> None:
             series.last_evaluation = float(at)
 
         self._policies.update((namespace, name), record)
@@ -289,7 +204,7 @@ class OperatorMetrics:
     def failed(self, namespace: str, name: str, kind: str) -> None:
         """Count a failed evaluation."""
 
-        def record(series: _PolicySeries) -> None:
+        def record(series: PolicyRecord) -> None:
             series.errors[kind] = series.errors.get(kind, 0.0) + 1
 
         self._policies.update((namespace, name), record)

@@ -47,7 +47,7 @@ from contextlib import contextmanager
 import kopf
 from aiohttp import web
 from kubernetes.client import ApiClient
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.policy import GROUP, PLURAL, VERSION
@@ -65,6 +65,7 @@ from cachescale.controller.runtime.health import (
 from cachescale.controller.runtime.kopf_startup import bounded_session, quiet_redundant_wakeups
 from cachescale.controller.runtime.launch import PRIORITIES, refused
 from cachescale.controller.runtime.members import PHASE_WORKERS, WORKERS, Runtime
+from cachescale.controller.runtime.metrics_server import start_metrics_server
 from cachescale.controller.target.claims import OperatorIdentity
 from cachescale.exit_codes import ExitCode
 from cachescale.gather.egress import ALLOWS_ANY, AllowedUrls
@@ -144,7 +145,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     try:
         if args.metrics_port:
-            start_http_server(args.metrics_port, registry=runtime.operator.metrics.registry)
+            start_metrics_server(args.metrics_port, runtime.operator.metrics)
     except OSError as error:  # the port is taken
         return refused(_port_problem("--metrics-port", args.metrics_port, error))
     quiet_redundant_wakeups()
