@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachescale.api.durations import parse_duration_seconds
+from cachescale.api.durations import PARSED_CACHE_SIZE, parse_duration_seconds
 
 
 @pytest.mark.parametrize(
@@ -19,3 +19,16 @@ def test_parses(text: str, seconds: float) -> None:
 def test_rejects(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|zero"):
         parse_duration_seconds(text)
+
+
+def test_parsed_strings_are_kept_within_a_bound_and_refusals_raised_anew() -> None:
+    kept = parse_duration_seconds("17m")
+    assert parse_duration_seconds("17m") is kept  # kept, not parsed again
+    for n in range(1, PARSED_CACHE_SIZE + 1):
+        parse_duration_seconds(f"{n}ms")
+    again = parse_duration_seconds("17m")
+    assert again == kept
+    assert again is not kept  # pushed out by as many others
+    for _ in range(2):
+        with pytest.raises(ValueError, match="is zero"):
+            parse_duration_seconds("0s")

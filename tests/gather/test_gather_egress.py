@@ -9,7 +9,15 @@ import re
 
 import pytest
 
-from cachescale.gather.egress import AllowedUrls, UrlRefused, reached_url, redact_url, strict
+from cachescale.gather.egress import (
+    REACHED_CACHE_SIZE,
+    AllowedUrls,
+    UrlRefused,
+    reached,
+    reached_url,
+    redact_url,
+    strict,
+)
 
 ALLOWED = AllowedUrls.parse(
     [
@@ -167,3 +175,16 @@ def test_redacting_never_shows_credentials_or_control_characters() -> None:
     shown = redact_url("http://prom.example:9090/a\r\nb c#frag")
     assert shown == "http://prom.example:9090/a%0D%0Ab%20c"
     assert redact_url("http://a@b@c:1/") == "http://c:1/"  # user info ends at the last @
+
+
+def test_readings_are_kept_within_a_bound_and_refusals_raised_anew() -> None:
+    kept = reached("http://kept.monitoring:9090/")
+    assert reached("http://kept.monitoring:9090/") is kept  # kept, not read again
+    for n in range(REACHED_CACHE_SIZE):
+        reached(f"http://other-{n}.monitoring:9090")
+    again = reached("http://kept.monitoring:9090/")
+    assert again == kept
+    assert again is not kept  # pushed out by as many others
+    for _ in range(2):
+        with pytest.raises(UrlRefused, match="user info"):
+            reached("http://user@kept.monitoring:9090")

@@ -14,6 +14,7 @@ with.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
 """OpenAPI ``pattern`` for a duration; the empty string is rejected separately."""
@@ -24,8 +25,20 @@ MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 """The longest duration Go (and so the API server's CEL) can represent: int64 nanoseconds."""
 
 
+PARSED_CACHE_SIZE = 256
+"""Duration strings whose seconds are kept: policies write a few (``30s``, ``5m``), read
+again at every evaluation."""
+
+
 def parse_duration_seconds(text: str) -> float:
-    """Return the number of seconds in ``text`` or raise ``ValueError`` saying why."""
+    """Return the number of seconds in ``text`` or raise ``ValueError`` saying why (the
+    last ``PARSED_CACHE_SIZE`` parsed are kept; a string refused is parsed anew)."""
+    return _parsed(text)
+
+
+@lru_cache(maxsize=PARSED_CACHE_SIZE)
+def _parsed(text: str) -> float:
+    """``parse_duration_seconds``, parsed afresh."""
     match = _DURATION_RE.fullmatch(text)
     if not text or match is None:
         raise ValueError(

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import quote
 
 REGEX_PREFIX = "re:"
@@ -122,11 +123,23 @@ def strict(url: str) -> Reached:
     return Reached(scheme, authority["host"].lower(), port, path.rstrip("/"))
 
 
+REACHED_CACHE_SIZE = 1024
+"""URLs whose reading ``reached`` keeps: a fleet's policies name a few Prometheus URLs,
+each read again at every evaluation."""
+
+
 def reached(url: str) -> Reached:
     """Where the HTTP client connects for ``url``: ``requests`` prepares it and
     ``urllib3`` parses the result, as when a request is sent. ``UrlRefused`` when the
     strict rules refuse it or the client would read it otherwise (never expected: the
-    rules exist so that both agree)."""
+    rules exist so that both agree). A pure function of ``url``: the last
+    ``REACHED_CACHE_SIZE`` readings are kept (a refusal is not, and is raised anew)."""
+    return _reached(url)
+
+
+@lru_cache(maxsize=REACHED_CACHE_SIZE)
+def _reached(url: str) -> Reached:
+    """``reached``, read afresh."""
     from requests.exceptions import RequestException
     from requests.models import PreparedRequest
     from urllib3.exceptions import LocationParseError

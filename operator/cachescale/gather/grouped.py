@@ -54,6 +54,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from threading import Lock
 from typing import TypeVar
 
@@ -71,7 +72,7 @@ from cachescale.gather.prometheus_errors import (
 )
 from cachescale.gather.promql import SERIES_LABELS, QueryKey, build_queries, label_query
 from cachescale.gather.reading import read_demand
-from cachescale.gather.selector import ResultSeries, Selector, split_by_selector
+from cachescale.gather.selector import ResultSeries, Selector
 from cachescale.gather.series_reader import AmbiguousSeriesError
 from cachescale.gather.signals import compute_signals
 from cachescale.snapshot import EngineSignals, MetricsGeneration
@@ -161,13 +162,42 @@ def _slices(
     ``split_by_selector`` returns when the selectors share all their names, found in one
     pass over the results instead of one per policy)."""
     slices: dict[tuple[str, ...], dict[Q, list[ResultSeries]]] = {}
+    blanks = ("",) * len(names)  # a label absent counts as ""
+    values_of = _values_of(names)
     for key, series in results.items():
         for s in series:
-            values = tuple(s.labels.get(name, "") for name in names)
-            if values not in slices:
-                slices[values] = {k: [] for k in results}
-            slices[values][key].append(s)
+            try:
+                values = values_of(s.labels)
+            except KeyError:
+                values = tuple(map(s.labels.get, names, blanks))
+            found = slices.get(values)
+            if found is None:
+                found = slices[values] = {k: [] for k in results}
+            found[key].append(s)
     return slices
+
+
+def _values_of(names: Sequence[str]) -> Callable[[Mapping[str, str]], tuple[str, ...]]:
+    """A label set's values of ``names``, as a tuple (``KeyError`` when one is absent)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda labels: (labels[name],)
+    return itemgetter(*names) if names else lambda _: ()
+
+
+def _own_share(
+    share: Mapping[Q, Sequence[ResultSeries]], selector: Selector, sliced_on: Sequence[str]
+) -> Mapping[Q, Sequence[ResultSeries]]:
+    """``split_by_selector(share, selector)`` for ``share``, the slice of ``selector``'s
+    values of the label names ``sliced_on`` (``_slices``): only its other labels are left
+    to compare, and with none left the slice is its own already."""
+    rest = tuple((name, value) for name, value in selector.labels if name not in sliced_on)
+    if not rest:
+        return share
+    return {
+        key: [s for s in series if all(s.labels.get(n, "") == v for n, v in rest)]
+        for key, series in share.items()
+    }
 
 
 class GroupedGatherer:
@@ -288,7 +318,7 @@ class GroupedGatherer:
                 if _carries_labels_of_others(request.selector, every_name, counted):
                     apart.append(member)
                     continue
-                own = split_by_selector(own, request.selector)
+                own = _own_share(own, request.selector, common)
             demand, mine = None, queries
             if request.demand_query is not None:
                 mine = {k: q for k, q in queries.items() if k is not QueryKey.ARRIVALS}

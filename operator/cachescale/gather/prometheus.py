@@ -38,9 +38,9 @@ body, not the URL: a group's batch carries its members' label values many times 
 would exceed what proxies in front of Prometheus accept in a URL (``prometheus-api-client``
 always sends it in the URL, so it is not used).
 
-An answer is decoded and checked in one pass (``msgspec``, into ``_Answer``): a group's
-answer holds tens of thousands of series, and building every JSON object as a dict to
-check it afterwards was the largest share of an evaluation's CPU.
+An answer is decoded and checked in one pass (``msgspec``, into ``gather.answer``'s
+``Answer``); why, and how a combined query's series are handed back by tag, that module
+says.
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import NamedTuple, Self, TypeVar
+from typing import Self, TypeVar
 
 import msgspec
 import requests
 from urllib3.util.retry import Retry
 
 from cachescale.api.spec import Engine
+from cachescale.gather.answer import Answer, Sample, by_tag, series_of
+from cachescale.gather.answer import Series as Series
 from cachescale.gather.bounded import (
     ACCEPT_ENCODING,
     Abandonable,
@@ -87,44 +89,7 @@ from cachescale.gather.selector import QUERY_TAG_LABEL, QueryScope, Selector
 _K = TypeVar("_K", bound=Hashable)
 
 
-class Series(NamedTuple):
-    """One element of an instant vector: its labels and its value (possibly NaN/±Inf).
-    A named tuple: a group's answer holds thousands, each made once (``query_many`` takes
-    its query tag out of the labels in place)."""
-
-    labels: Mapping[str, str]
-    value: float
-
-
-class _Value(msgspec.Struct, array_like=True, gc=False):
-    """A sample's ``[time, "text"]``: the text may be ``NaN``, ``+Inf`` or ``-Inf``,
-    which JSON numbers cannot be."""
-
-    at: float
-    text: str
-
-
-class _Sample(msgspec.Struct, gc=False):
-    """An instant-vector element as Prometheus sends it. Neither struct is tracked by the
-    garbage collector (``gc=False``): they hold strings and numbers only, so they cannot
-    form a cycle, and the tens of thousands a group's answer makes at once would
-    otherwise be promoted through its generations while it is decoded (``gc_pace.py``)."""
-
-    metric: dict[str, str]
-    value: _Value
-
-
-class _Data(msgspec.Struct):
-    result: list[_Sample]
-
-
-class _Answer(msgspec.Struct):
-    """What is read of an answer (other fields are ignored)."""
-
-    data: _Data
-
-
-_DECODER = msgspec.json.Decoder(_Answer)
+_DECODER = msgspec.json.Decoder(Answer)
 
 LARGE_BODY_BYTES = 1 << 20
 """Bodies of at least this many bytes are parsed one at a time (``_LARGE_PARSE``)."""
@@ -306,7 +271,7 @@ class PrometheusClient:
         except (BodyTooLarge, BodyTimedOut, BodyUnreadable):
             return None
 
-    def _result(self, body: bytes) -> list[_Sample]:
+    def _result(self, body: bytes) -> list[Sample]:
         """``data.result`` of an answer's body, checked to be an instant vector. A large
         body is decoded one at a time in the process (``LARGE_BODY_BYTES``): decoding
         holds the GIL anyway, and it costs many times its bytes, so several at once could
@@ -323,11 +288,10 @@ class PrometheusClient:
         except msgspec.DecodeError as error:
             raise PrometheusBadResponse(self._url, "the body is not JSON") from error
 
-    def _vector(self, result: list[_Sample]) -> list[Series]:
+    def _vector(self, result: list[Sample]) -> list[Series]:
         """Each sample's labels and value (NaN and ±Inf allowed)."""
         try:
-            # ``metric`` is this answer's own decode: no copy needed
-            return [Series(sample.metric, float(sample.value.text)) for sample in result]
+            return series_of(result)
         except ValueError as error:
             raise PrometheusBadResponse(
                 self._url, "data.result holds a sample whose value is not a number"
@@ -339,17 +303,12 @@ class PrometheusClient:
         if not queries:
             return {}
         keys = list(queries)
-        results: dict[_K, list[Series]] = {key: [] for key in keys}
-        for series in self.query(combine([queries[key] for key in keys]), at):
-            labels = series.labels
-            assert isinstance(labels, dict)  # this answer's own parse (_vector): no copy
-            tag = labels.pop(QUERY_TAG_LABEL, "")
-            if not tag.isdecimal() or int(tag) >= len(keys):
-                raise PrometheusBadResponse(
-                    self._url, f"a series of a combined query has no valid {QUERY_TAG_LABEL}"
-                )
-            results[keys[int(tag)]].append(series)
-        return results
+        tagged = by_tag(self.query(combine([queries[key] for key in keys]), at), keys)
+        if tagged is None:
+            raise PrometheusBadResponse(
+                self._url, f"a series of a combined query has no valid {QUERY_TAG_LABEL}"
+            )
+        return tagged
 
     def _awaited(self, promql: str, at: datetime, deadline: Deadline) -> bytes:
         """Run ``promql`` (with its retries) on a worker thread and wait for its answer

@@ -14,7 +14,6 @@ Pure: a ``SeriesReader`` in, measurements out.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from cachescale.gather.promql import QueryKey
 from cachescale.gather.series_reader import SeriesReader, no_traffic, ratio, unknown
@@ -36,12 +35,12 @@ def full_hit_share(
     bucket bound not above it; also returns that bound."""
     if profile in _NO_FULL_HIT_HISTOGRAM:
         return unknown(_NO_FULL_HIT_HISTOGRAM[profile], Unit.RATIO), None
-    buckets = reader.buckets(QueryKey.COMPUTED_BUCKETS)
-    bounds = [bound for bound in buckets if bound <= threshold]
+    finite = [b for b in reader.bucket_rates(QueryKey.COMPUTED_BUCKETS) if b != math.inf]
+    bounds = [bound for bound in finite if bound <= threshold]
     if not bounds:
         reason = (
             reader.absent(QueryKey.COMPUTED_BUCKETS)
-            if not buckets
+            if not finite
             else f"no bucket bound of {reader.reads(QueryKey.COMPUTED_BUCKETS)} is at or "
             f"below {threshold:g} tokens"
         )
@@ -52,7 +51,7 @@ def full_hit_share(
         f"{rps.value:.3g} requests/s finished"
     )
     share = ratio(
-        buckets[bound],
+        reader.bucket(QueryKey.COMPUTED_BUCKETS, bound),
         reader.fleet(QueryKey.COMPUTED_COUNT, Unit.REQUESTS_PER_SECOND),
         Unit.RATIO,
         zero,
@@ -65,12 +64,11 @@ def full_hit_share(
 def quantile(reader: SeriesReader, q: float, key: QueryKey, rps: Measured) -> Measured:
     """The ``q``-quantile of ``key``'s buckets, as ``histogram_quantile(q, <key>)``
     would give it, qualified by the bucket it lies in; the reason when there is none."""
-    buckets = reader.buckets(key, with_inf=True)
-    if not buckets:
+    if not reader.bucket_rates(key):
         return unknown(reader.absent(key), Unit.SECONDS)
-    rates = _known_rates(buckets)
+    rates = reader.known_rates(key)
     if isinstance(rates, Measured):
-        return rates
+        return unknown(str(rates.reason), Unit.SECONDS)
     located = locate_quantile(q, rates.items())
     if isinstance(located, NoQuantile):
         return unknown(_no_quantile(reader, key, located, rps), Unit.SECONDS)
@@ -93,16 +91,6 @@ def _no_quantile(reader: SeriesReader, key: QueryKey, why: NoQuantile, rps: Meas
     return no_traffic(rps, f"no observations of {reads}") or (
         f"{reads} has no observations in the window although {rps.value:.3g} requests/s finished"
     )
-
-
-def _known_rates(buckets: Mapping[float, Measured]) -> dict[float, float] | Measured:
-    """Bound → rate of every bucket, or the first unknown rate (a quantile needs all)."""
-    rates: dict[float, float] = {}
-    for bound, rate in buckets.items():
-        if rate.value is None:
-            return unknown(str(rate.reason), Unit.SECONDS)
-        rates[bound] = rate.value
-    return rates
 
 
 def _qualified(located: BucketQuantile) -> Measured:

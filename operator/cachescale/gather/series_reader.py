@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from operator import itemgetter
 
 from cachescale.gather.promql import Query, QueryKey, duration
 from cachescale.gather.selector import POD_LABEL, ResultSeries, Selector
 from cachescale.snapshot import Measured, Unit
 
+_RATE = Unit.REQUESTS_PER_SECOND
+"""The unit of a bucket's rate."""
 _ABSENT_HINTS = {
     QueryKey.HITS_EXTERNAL: " (no KV connector or storage tier configured?)",
     QueryKey.POD_AGE: " (is kube-state-metrics scraped?)",
@@ -89,7 +93,9 @@ class SeriesReader:
         """The window as PromQL writes it, for reasons."""
         self._queries = queries
         self._results = results
-        self._parsed_buckets: dict[QueryKey, dict[float, Measured]] = {}
+        self._parsed_buckets: dict[QueryKey, dict[float, float | Measured]] = {}
+        self._known_rates: dict[QueryKey, dict[float, float] | Measured] = {}
+        self._fleet: dict[tuple[QueryKey, Unit], Measured] = {}
 
     def queried(self, key: QueryKey) -> bool:
         """Whether the batch held ``key``'s query (some exist for one engine only)."""
@@ -117,7 +123,14 @@ class SeriesReader:
         return unknown(f"Prometheus returned {value} for {self.reads(key)}", unit)
 
     def fleet(self, key: QueryKey, unit: Unit) -> Measured:
-        """The single series a fleet-level query must return."""
+        """The single series a fleet-level query must return (read once per key and
+        unit: several signals divide by the same one)."""
+        found = self._fleet.get((key, unit))
+        if found is None:
+            found = self._fleet[key, unit] = self._single(key, unit)
+        return found
+
+    def _single(self, key: QueryKey, unit: Unit) -> Measured:
         series = self._results.get(key, ())
         if len(series) > 1:
             raise AmbiguousSeriesError(self.selector, self.reads(key), [s.labels for s in series])
@@ -138,47 +151,95 @@ class SeriesReader:
             by_pod[pod] = self.finite(key, s.value, unit)
         return by_pod
 
-    def buckets(self, key: QueryKey, *, with_inf: bool = False) -> dict[float, Measured]:
-        """Bucket bound → rate, from a ``sum by (..., le)`` result of one group; finite
-        bounds only unless ``with_inf``."""
-        if key not in self._parsed_buckets:  # the TTFT buckets serve three quantiles
-            self._parsed_buckets[key] = self._read_buckets(key)
-        buckets = self._parsed_buckets[key]
-        return buckets if with_inf else {b: m for b, m in buckets.items() if b != math.inf}
+    def bucket(self, key: QueryKey, bound: float) -> Measured:
+        """The rate of ``key``'s bucket at ``bound`` (one of ``bucket_rates``')."""
+        rate = self.bucket_rates(key)[bound]
+        return rate if isinstance(rate, Measured) else Measured.known(rate, _RATE)
 
-    def _read_buckets(self, key: QueryKey) -> dict[float, Measured]:
+    def bucket_rates(self, key: QueryKey) -> dict[float, float | Measured]:
+        """Bucket bound → rate, from a ``sum by (..., le)`` result of one group (``+Inf``
+        included), or the unknown rate of a bucket that is NaN or ±Inf; read once per key
+        (the TTFT buckets serve three quantiles)."""
+        if key not in self._parsed_buckets:
+            self._parsed_buckets[key] = self._read_buckets(key)
+        return self._parsed_buckets[key]
+
+    def known_rates(self, key: QueryKey) -> dict[float, float] | Measured:
+        """Bound → rate of every bucket of ``key``, or the first unknown rate (in the order
+        the bounds were read), as a quantile needs them all."""
+        if key not in self._known_rates:
+            rates: dict[float, float] = {}
+            for bound, rate in self.bucket_rates(key).items():
+                if isinstance(rate, Measured):
+                    self._known_rates[key] = rate
+                    break
+                rates[bound] = rate
+            else:
+                self._known_rates[key] = rates
+        return self._known_rates[key]
+
+    def _read_buckets(self, key: QueryKey) -> dict[float, float | Measured]:
         """Every bound of ``key``'s buckets but NaN, -Inf and an ``le`` that is no number
         (``histogram_quantile`` skips it too), after checking they are one group's (the
         label sets compared without ``le``, as ``label_text`` shows them). A bound written
         two ways (``1`` and ``1.0``, by two client versions) is one bucket: its rates are
-        added, as ``histogram_quantile`` merges equal bounds."""
+        added, as ``histogram_quantile`` merges equal bounds. A known rate is kept as its
+        float (a ``Measured`` per series would be most of a read's cost)."""
         series = self._results.get(key, ())
-        groups = [{k: v for k, v in s.labels.items() if k != "le"} for s in series]
-        if any(g != groups[0] for g in groups) and len(set(map(label_text, groups))) > 1:
-            raise AmbiguousSeriesError(
-                self.selector,
-                self.reads(key),
-                [s.labels for s in series if s.labels.get("le") == "+Inf"],
-            )
-        buckets: dict[float, Measured] = {}
+        if series and not _one_group(series):
+            groups = [{k: v for k, v in s.labels.items() if k != "le"} for s in series]
+            if any(g != groups[0] for g in groups) and len(set(map(label_text, groups))) > 1:
+                raise AmbiguousSeriesError(
+                    self.selector,
+                    self.reads(key),
+                    [s.labels for s in series if s.labels.get("le") == "+Inf"],
+                )
+        buckets: dict[float, float | Measured] = {}
         for s in series:
             bound = _bound(s.labels.get("le", ""))
-            if math.isfinite(bound) or bound == math.inf:
-                rate = self.finite(key, s.value, Unit.REQUESTS_PER_SECOND)
+            if bound is not None:
+                finite = math.isfinite(s.value)
+                rate = float(s.value) if finite else self.finite(key, s.value, _RATE)
                 buckets[bound] = _sum(buckets[bound], rate) if bound in buckets else rate
         return buckets
 
 
-def _bound(le: str) -> float:
-    """A bucket's ``le`` label as a number; NaN when it is none."""
+def _one_group(series: Sequence[ResultSeries]) -> bool:
+    """Whether every series has the first one's labels but ``le``: a quick yes for the
+    usual case (False: not known so quickly; compare the label sets themselves)."""
+    first = series[0].labels
+    names = [name for name in first if name != "le"]
+    if not names:
+        return False
+    values_of = itemgetter(*names)
+    size, has_le, values = len(first), "le" in first, values_of(first)
+    for s in series:
+        labels = s.labels
+        if len(labels) != size or ("le" in labels) != has_le:
+            return False
+        try:
+            if values_of(labels) != values:
+                return False
+        except KeyError:
+            return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _bound(le: str) -> float | None:
+    """A bucket's ``le`` label as a number; None when it is none, NaN or -Inf (a bucket
+    ``histogram_quantile`` skips). Cached: a fleet's histograms share a few bounds."""
     try:
-        return float(le)
+        bound = float(le)
     except ValueError:
-        return math.nan
+        return None
+    return bound if math.isfinite(bound) or bound == math.inf else None
 
 
-def _sum(first: Measured, second: Measured) -> Measured:
+def _sum(first: float | Measured, second: float | Measured) -> float | Measured:
     """Two rates added; the first unknown one if either is."""
-    if first.value is None or second.value is None:
-        return first if first.value is None else second
-    return Measured.known(first.value + second.value, first.unit)
+    if isinstance(first, Measured) or isinstance(second, Measured):
+        return first if isinstance(first, Measured) else second
+    added = Measured.known(first + second, _RATE)  # raises past the largest float, as ever
+    assert added.value is not None
+    return added.value
