@@ -9,7 +9,13 @@ import math
 
 import pytest
 
-from cachescale.histogram import BucketQuantile, NoQuantile, histogram_quantile, locate_quantile
+from cachescale.histogram import (
+    BucketQuantile,
+    NoQuantile,
+    histogram_quantile,
+    locate_quantile,
+    prepare,
+)
 
 INF = math.inf
 
@@ -127,3 +133,15 @@ def test_no_quantile_says_why(buckets: list[tuple[float, float]], why: NoQuantil
 def test_observations_counted_below_an_empty_inf_bucket_still_count() -> None:
     # The +Inf count (0) is raised to le=1's 4 before observations are counted.
     assert locate_quantile(0.5, [(1.0, 4.0), (INF, 0.0)]) == BucketQuantile(0.5, 0.0, 1.0)
+
+
+def test_one_prepared_histogram_answers_every_quantile_as_locating_each() -> None:
+    """``prepare`` sorts and merges once; each quantile of it is ``locate_quantile``'s."""
+    buckets = [(2.0, 30.0), (INF, 40.0), (1.0, 4.0), (1.0, 6.0), (0.5, 11.0)]
+    prepared = prepare(buckets)
+    assert not isinstance(prepared, NoQuantile)
+    assert prepared.bounds == [0.5, 1.0, 2.0, INF]
+    assert prepared.counts == [11.0, 11.0, 30.0, 40.0]  # 4 + 6 < 11: kept at 11
+    for q in (0.0, 0.1, 0.25, 0.5, 0.95, 0.99, 1.0):
+        assert prepared.locate(q) == locate_quantile(q, buckets)
+    assert prepare([(1.0, 3.0)]) is NoQuantile.NO_INF_BUCKET

@@ -22,7 +22,8 @@ The steps are Prometheus's ``BucketQuantile`` (``promql/quantile.go``), in its o
    (0 below the first) to its own.
 
 ``histogram_quantile`` returns what PromQL returns (NaN for "no quantile");
-``locate_quantile`` also says which bucket the rank fell in, or why there is no quantile.
+``locate_quantile`` also says which bucket the rank fell in, or why there is no quantile;
+``prepare`` does steps 1–4 once for several quantiles of one histogram (``Cumulative``).
 
 Pure: numbers in, numbers out.
 """
@@ -85,6 +86,38 @@ def locate_quantile(
 ) -> BucketQuantile | NoQuantile:
     """The ``q``-quantile (0 ≤ q ≤ 1) of ``buckets`` (as for ``histogram_quantile``) and
     the bucket it lies in, or why there is none."""
+    prepared = prepare(buckets)
+    return prepared if isinstance(prepared, NoQuantile) else prepared.locate(q)
+
+
+@dataclass(frozen=True, slots=True)
+class Cumulative:
+    """Buckets past steps 1–4: sorted and merged bounds (``+Inf`` last, at least one
+    finite) and their non-decreasing counts, the last one positive; ready for any number
+    of quantiles (step 5)."""
+
+    bounds: list[float]
+    counts: list[float]
+
+    def locate(self, q: float) -> BucketQuantile:
+        """The ``q``-quantile (0 ≤ q ≤ 1) and the bucket it lies in (step 5)."""
+        bounds, counts = self.bounds, self.counts
+        rank = q * counts[-1]
+        b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # the first count >= rank
+        if b == len(bounds) - 1:
+            return BucketQuantile(bounds[-2], bounds[-2], math.inf)
+        start, end = (bounds[b - 1], bounds[b]) if b > 0 else (0.0, bounds[0])
+        if b == 0 and end <= 0:
+            return BucketQuantile(end, start, end)
+        below = counts[b - 1] if b > 0 else 0.0
+        return BucketQuantile(
+            _interpolated(start, end, rank - below, counts[b] - below), start, end
+        )
+
+
+def prepare(buckets: Iterable[tuple[float, float]]) -> Cumulative | NoQuantile:
+    """``buckets`` (as for ``histogram_quantile``) through steps 1–4, or why they have no
+    quantile: several quantiles of one histogram sort and merge it once."""
     ordered = sorted(buckets, key=lambda bucket: bucket[0])
     if not ordered or ordered[-1][0] != math.inf:
         return NoQuantile.NO_INF_BUCKET
@@ -94,15 +127,7 @@ def locate_quantile(
         return NoQuantile.NO_FINITE_BUCKET
     if counts[-1] == 0:
         return NoQuantile.NO_OBSERVATIONS
-    rank = q * counts[-1]
-    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # the first count >= rank
-    if b == len(bounds) - 1:
-        return BucketQuantile(bounds[-2], bounds[-2], math.inf)
-    start, end = (bounds[b - 1], bounds[b]) if b > 0 else (0.0, bounds[0])
-    if b == 0 and end <= 0:
-        return BucketQuantile(end, start, end)
-    below = counts[b - 1] if b > 0 else 0.0
-    return BucketQuantile(_interpolated(start, end, rank - below, counts[b] - below), start, end)
+    return Cumulative(bounds, counts)
 
 
 def _interpolated(start: float, end: float, rank: float, count: float) -> float:

@@ -17,7 +17,7 @@ import math
 
 from cachescale.gather.promql import QueryKey
 from cachescale.gather.series_reader import SeriesReader, no_traffic, ratio, unknown
-from cachescale.histogram import BucketQuantile, NoQuantile, locate_quantile
+from cachescale.histogram import BucketQuantile, NoQuantile
 from cachescale.snapshot import Measured, MetricsGeneration, Unit
 
 _NO_FULL_HIT_HISTOGRAM = {
@@ -66,13 +66,12 @@ def quantile(reader: SeriesReader, q: float, key: QueryKey, rps: Measured) -> Me
     would give it, qualified by the bucket it lies in; the reason when there is none."""
     if not reader.bucket_rates(key):
         return unknown(reader.absent(key), Unit.SECONDS)
-    rates = reader.known_rates(key)
-    if isinstance(rates, Measured):
-        return unknown(str(rates.reason), Unit.SECONDS)
-    located = locate_quantile(q, rates.items())
-    if isinstance(located, NoQuantile):
-        return unknown(_no_quantile(reader, key, located, rps), Unit.SECONDS)
-    return _qualified(located)
+    histogram = reader.histogram(key)
+    if isinstance(histogram, Measured):
+        return unknown(str(histogram.reason), Unit.SECONDS)
+    if isinstance(histogram, NoQuantile):
+        return unknown(_no_quantile(reader, key, histogram, rps), Unit.SECONDS)
+    return _qualified(histogram.locate(q))
 
 
 def _no_quantile(reader: SeriesReader, key: QueryKey, why: NoQuantile, rps: Measured) -> str:

@@ -22,6 +22,7 @@ from operator import itemgetter
 
 from cachescale.gather.promql import Query, QueryKey, duration
 from cachescale.gather.selector import POD_LABEL, ResultSeries, Selector
+from cachescale.histogram import Cumulative, NoQuantile, prepare
 from cachescale.snapshot import Measured, Unit
 
 _RATE = Unit.REQUESTS_PER_SECOND
@@ -94,7 +95,7 @@ class SeriesReader:
         self._queries = queries
         self._results = results
         self._parsed_buckets: dict[QueryKey, dict[float, float | Measured]] = {}
-        self._known_rates: dict[QueryKey, dict[float, float] | Measured] = {}
+        self._histograms: dict[QueryKey, Cumulative | NoQuantile | Measured] = {}
         self._fleet: dict[tuple[QueryKey, Unit], Measured] = {}
 
     def queried(self, key: QueryKey) -> bool:
@@ -164,19 +165,20 @@ class SeriesReader:
             self._parsed_buckets[key] = self._read_buckets(key)
         return self._parsed_buckets[key]
 
-    def known_rates(self, key: QueryKey) -> dict[float, float] | Measured:
-        """Bound → rate of every bucket of ``key``, or the first unknown rate (in the order
-        the bounds were read), as a quantile needs them all."""
-        if key not in self._known_rates:
+    def histogram(self, key: QueryKey) -> Cumulative | NoQuantile | Measured:
+        """``key``'s buckets ready for quantiles (``histogram.prepare``) or why they have
+        none; or the first unknown rate (in the order the bounds were read), as a quantile
+        needs them all. Once per key: the TTFT buckets serve three quantiles."""
+        if key not in self._histograms:
             rates: dict[float, float] = {}
             for bound, rate in self.bucket_rates(key).items():
                 if isinstance(rate, Measured):
-                    self._known_rates[key] = rate
+                    self._histograms[key] = rate
                     break
                 rates[bound] = rate
             else:
-                self._known_rates[key] = rates
-        return self._known_rates[key]
+                self._histograms[key] = prepare(rates.items())
+        return self._histograms[key]
 
     def _read_buckets(self, key: QueryKey) -> dict[float, float | Measured]:
         """Every bound of ``key``'s buckets but NaN, -Inf and an ``le`` that is no number
