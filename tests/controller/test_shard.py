@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 from typing import Any, cast
 
@@ -110,6 +111,39 @@ def test_a_member_keeps_its_body_but_the_api_servers_field_ownership(cluster: Fa
     assert "managedFields" in raw["metadata"], "kopf's object is left as it is"
     trimmed = {key: value for key, value in raw["metadata"].items() if key != "managedFields"}
     assert kept == {**raw, "metadata": trimmed}
+
+
+def test_every_member_body_shares_its_keys_and_words_with_the_others(
+    cluster: FakeCluster,
+) -> None:
+    """Each body as the watch delivers it is its own parse, keys included; the operator
+    holds thousands, so it keeps one string per key and per short word, not one each."""
+    runtime = Runtime(Operator(cluster.api))
+    raws = [
+        json.loads(json.dumps(policy(f"p{n}", prometheus_url="http://127.0.0.1:1")))
+        for n in range(2)
+    ]
+    for raw in raws:
+        condition = {"type": "Ready", "status": "True", "message": "x" * 40}
+        raw["status"] = json.loads(json.dumps({"conditions": [condition]}))  # its own parse
+        asyncio.run(
+            on_event(
+                event=event_of(None, raw),
+                body=body_of(raw),
+                memo=kopf.Memo(runtime=runtime),
+                claims={},
+            )
+        )
+    first, second = (runtime.members[raw["metadata"]["uid"]].body for raw in raws)
+    parsed = [raw["status"]["conditions"][0] for raw in raws]
+    assert parsed[0]["status"] is not parsed[1]["status"]
+    assert next(iter(parsed[0])) is not next(iter(parsed[1]))
+    ready = [body["status"]["conditions"][0] for body in (first, second)]
+    assert ready[0]["status"] is ready[1]["status"], "a short word is one string"
+    key = [next(k for k in condition if k == "type") for condition in ready]
+    assert key[0] is key[1], "a key is one string"
+    assert ready[0]["message"] is not ready[1]["message"], "a long text is each body's own"
+    assert first == raws[0], "the same body"
 
 
 def test_a_policy_that_leaves_the_watch_is_no_longer_evaluated(
