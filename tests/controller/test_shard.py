@@ -92,20 +92,19 @@ def event_of(event_type: str | None, raw: dict[str, Any]) -> kopf.RawEvent:
     return cast(kopf.RawEvent, {"type": event_type, "object": raw})
 
 
+def listed(runtime: Runtime, raw: dict[str, Any]) -> None:
+    """The watch lists ``raw``: its membership event, run to its end."""
+    memo = kopf.Memo(runtime=runtime)
+    asyncio.run(on_event(event=event_of(None, raw), body=body_of(raw), memo=memo, claims={}))
+
+
 def test_a_member_keeps_its_body_but_the_api_servers_field_ownership(cluster: FakeCluster) -> None:
     """``managedFields`` was half of every policy the operator held; nothing reads it."""
     runtime = Runtime(Operator(cluster.api))
     raw = policy(prometheus_url="http://127.0.0.1:1")
     raw["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
     raw["status"] = {"memory": {"healthyHitRate": 0.8}}
-    asyncio.run(
-        on_event(
-            event=event_of(None, raw),
-            body=body_of(raw),
-            memo=kopf.Memo(runtime=runtime),
-            claims={},
-        )
-    )
+    listed(runtime, raw)
     kept = runtime.members[raw["metadata"]["uid"]].body
     assert "managedFields" not in kept["metadata"]
     assert "managedFields" in raw["metadata"], "kopf's object is left as it is"
@@ -126,14 +125,7 @@ def test_every_member_body_shares_its_keys_and_words_with_the_others(
     for raw in raws:
         condition = {"type": "Ready", "status": "True", "message": "x" * 40}
         raw["status"] = json.loads(json.dumps({"conditions": [condition]}))  # its own parse
-        asyncio.run(
-            on_event(
-                event=event_of(None, raw),
-                body=body_of(raw),
-                memo=kopf.Memo(runtime=runtime),
-                claims={},
-            )
-        )
+        listed(runtime, raw)
     first, second = (runtime.members[raw["metadata"]["uid"]].body for raw in raws)
     parsed = [raw["status"]["conditions"][0] for raw in raws]
     assert parsed[0]["status"] is not parsed[1]["status"]
