@@ -255,8 +255,8 @@ times) are mostly one policy's own."""
 def _shared(value: Any) -> Any:
     """``value`` (JSON-shaped) rebuilt with each key, and each string of at most
     ``SHARED_TEXT_CHARS``, one string for the whole process. The JSON decoder makes every
-    body's keys anew, and the same hundred keys and words, in every policy the operator
-    holds, were about a third of a body's memory."""
+    body's keys anew, and the same keys and words recur in every policy the operator
+    holds."""
     if isinstance(value, Mapping):
         return {sys.intern(key): _shared(item) for key, item in value.items()}
     if isinstance(value, list):
