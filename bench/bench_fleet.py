@@ -56,6 +56,7 @@ engines by ``bench/fleet_engines.py``, each policy's place in the fleet from
   cluster-wide processes instead, each ``--policy-selector shard=I`` over the policies
   of every K-th namespace (``bench/fleet_operators.py``): each shard's CPU, CPU per
   evaluation (over its own count), peak RSS and evaluations are shown, and their sum.
+  ``--status-refresh DURATION`` passes that flag to every operator (default: theirs).
 * **A slow chunk** (``--slow-chunk SECONDS``): one chunk's policies (the first 200 that
   read ``localhost`` over the 5m window: a URL and a window of their own, so one gather
   group, one chunk) read Prometheus through a delaying proxy (``bench/fleet_proxy.py``),
@@ -192,7 +193,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
         time.sleep(BASELINE_S)
         baseline = delta(api_requests(kube), before, BASELINE_S / INTERVAL_S)
         time.sleep(max(0.0, windows_full_at - time.time()))  # the first decisions are steady
-        operators = start_operators(stack, workdir, plane.kubeconfig, shape)
+        operators = start_operators(stack, workdir, plane.kubeconfig, shape, operator_flags(args))
         pids = {
             **operator_pids(operators),
             "prometheus": server.process.pid,
@@ -246,7 +247,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> Run:
             peak_rss(operators),
         )
         if args.then:
-            operators = disrupt(args.then, plane, stack, workdir, operators, shape)
+            operators = disrupt(
+                args.then, plane, stack, workdir, operators, shape, operator_flags(args)
+            )
             pids |= operator_pids(operators)
             pids["apiserver"] = plane.component("kube-apiserver").process.pid  # after a relist
             evaluations.urls = [o.metrics_url for o in operators]
@@ -268,6 +271,11 @@ def share_of(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text}: not within 0..1")
     return value
+
+
+def operator_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The flags the bench's options give every operator it starts."""
+    return () if args.status_refresh is None else ("--status-refresh", args.status_refresh)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -328,6 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="from the steady window's start, one chunk's policies (up to 200, one URL and "
         "window of their own) read Prometheus through a proxy holding each request SECONDS "
         "(over the operator's 10 s deadline: that chunk times out)",
+    )
+    parser.add_argument(
+        "--status-refresh",
+        metavar="DURATION",
+        help="the operators' --status-refresh (default: theirs, 10m)",
     )
     parser.add_argument(
         "--then",

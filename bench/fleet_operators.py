@@ -73,15 +73,20 @@ def watched(shape: Shape) -> tuple[str, ...]:
 
 
 def start_operators(
-    stack: ExitStack, workdir: Path, kubeconfig: Path, shape: Shape
+    stack: ExitStack,
+    workdir: Path,
+    kubeconfig: Path,
+    shape: Shape,
+    flags: tuple[str, ...] = (),
 ) -> list[OperatorProcess]:
-    """One operator, or ``shape.shards`` shards; each stopped when ``stack`` closes."""
+    """One operator, or ``shape.shards`` shards, each also given ``flags``; each stopped
+    when ``stack`` closes."""
     if shape.shards == 1:
         started = operator_process(
             workdir / "operator",
             kubeconfig,
             namespaces=watched(shape),
-            flags=BOTH_PROMETHEUS_NAMES,
+            flags=(*BOTH_PROMETHEUS_NAMES, *flags),
         )
         return [stack.enter_context(started)]
     return [
@@ -89,7 +94,7 @@ def start_operators(
             operator_process(
                 workdir / f"shard-{i}",
                 kubeconfig,
-                flags=("--policy-selector", f"{SHARD_LABEL}={i}", *BOTH_PROMETHEUS_NAMES),
+                flags=("--policy-selector", f"{SHARD_LABEL}={i}", *BOTH_PROMETHEUS_NAMES, *flags),
             )
         )
         for i in range(shape.shards)
@@ -118,8 +123,10 @@ def disrupt(
     workdir: Path,
     operators: list[OperatorProcess],
     shape: Shape,
+    flags: tuple[str, ...] = (),
 ) -> list[OperatorProcess]:
-    """Cause the fault; the operator processes serving afterwards."""
+    """Cause the fault; the operator processes serving afterwards (a restarted one given
+    ``flags`` too)."""
     if what == "relist":
         plane.kill("kube-apiserver")
         plane.compact_etcd()
@@ -132,6 +139,6 @@ def disrupt(
         workdir / "restarted",
         plane.kubeconfig,
         namespaces=watched(shape),
-        flags=BOTH_PROMETHEUS_NAMES,
+        flags=(*BOTH_PROMETHEUS_NAMES, *flags),
     )
     return [stack.enter_context(restarted)]

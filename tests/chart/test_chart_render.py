@@ -209,6 +209,7 @@ def test_standalone_by_default() -> None:
         "--health-port=8080",
         "--log-format=json",
         "--max-concurrent-per-namespace=4",
+        "--status-refresh=10m",
         "--prometheus-max-response-bytes=16777216",
         "--standalone",
     ]

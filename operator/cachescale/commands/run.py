@@ -16,7 +16,8 @@ exit 130. ``--allowed-prometheus-url``
 unverified TLS (``auth.insecureSkipVerify``); without it they are refused. So does
 ``--allow-demand-query`` for a policy's own PromQL (confined to its namespace), and
 ``--prompt-source-namespace`` lists where prompt sources outside a policy's namespace
-are read.
+are read. ``--status-refresh`` sets how long a status may go unwritten while nothing
+changes (``controller/reconcile/status_writes.py``).
 
 Flags are checked before anything starts (exit 2), and so are the kubeconfig and the two
 ports (exit 1, one line naming the flag): a typo must not end in a stack trace, nor in an
@@ -32,8 +33,12 @@ import re
 
 from cachescale.api.label_selector import LabelSelector
 from cachescale.api.spec_base import DNS_LABEL, MAX_LABEL
-from cachescale.commands.flags import at_least_one
+from cachescale.commands.flags import at_least_one, duration_seconds
 from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
+from cachescale.controller.reconcile.status_writes import (
+    STATUS_REFRESH_BOUNDS,
+    STATUS_REFRESH_SECONDS,
+)
 from cachescale.controller.runtime.launch import PRIORITIES, refused
 from cachescale.extras import needs_extra
 from cachescale.gather.egress import REGEX_PREFIX, AllowedUrls, UrlRefused, reached_url
@@ -103,6 +108,15 @@ def _default_prometheus_url(text: str) -> str:
             f"{text!r} is not a Prometheus URL the operator accepts: {error}; write "
             "http(s)://host[:port][/path], e.g. http://prometheus.monitoring:9090"
         ) from None
+
+
+def _status_refresh(text: str) -> float:
+    """``--status-refresh``: a duration within ``STATUS_REFRESH_BOUNDS``, in seconds."""
+    seconds = duration_seconds(text)
+    low, high = STATUS_REFRESH_BOUNDS
+    if not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(f"{text} is not from {low:g} s to {high:g} s")
+    return seconds
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -258,6 +272,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "the most bytes one Prometheus answer may have, as received and as decoded: a "
             "larger one is not read further and the policy reports PrometheusResponseTooLarge "
             "(chart value prometheus.maxResponseBytes; default: 16777216, 16 MiB)"
+        ),
+    )
+    parser.add_argument(
+        "--status-refresh",
+        type=_status_refresh,
+        default=STATUS_REFRESH_SECONDS,
+        metavar="DURATION",
+        help=(
+            "the longest a policy's status goes unwritten while its meaning does not change, "
+            f"{STATUS_REFRESH_BOUNDS[0]:g} s to {STATUS_REFRESH_BOUNDS[1]:g} s: the numbers it "
+            "shows are at most this old, and a steady fleet writes one status in (this ÷ the "
+            "interval) per interval (chart value operator.statusRefresh; default: 10m; "
+            "docs/reliability.md, Status writes)"
         ),
     )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")

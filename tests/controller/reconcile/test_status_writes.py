@@ -82,6 +82,22 @@ def test_a_steady_policy_writes_its_status_at_the_refresh_pace(
     assert status["lastDecision"]["reason"] == stamp["lastDecision"]["reason"]
 
 
+def test_a_shorter_refresh_set_by_the_cluster_owner_sets_the_pace(
+    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+) -> None:
+    """``--status-refresh 2m``: a steady policy writes every two minutes, not every ten."""
+    refresh = 120.0
+    operator = Operator(cluster.api, clock=clock, status_writes=StatusWrites(refresh))
+    stack(cluster, engines, prometheus, clock)
+    run(operator, cluster, clock, rounds=SETTLE)
+    before = status_writes(cluster)
+    rounds = 36  # 6 minutes
+    run(operator, cluster, clock, rounds=rounds)
+    written = status_writes(cluster) - before
+    assert math.floor(rounds * INTERVAL_S / refresh) <= written
+    assert written <= math.ceil(rounds * INTERVAL_S / refresh) + 1
+
+
 def test_numbers_moving_at_every_reading_are_written_at_the_refresh_pace(
     cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
 ) -> None:

@@ -62,10 +62,16 @@ from cachescale.api.status import unpack_learned_state
 from cachescale.controller.reconcile.schedule import next_slot, phase_of
 
 STATUS_REFRESH_SECONDS = 600.0
-"""The longest a status goes unwritten while nothing changes: readers see numbers read at
-most this long ago (``signals.observedAt``), and a restart loses at most this much of the
-steady progress the comparison ignores. At a 30 s interval, a fleet of steady policies
-writes one status in twenty per interval."""
+"""The longest a status goes unwritten while nothing changes, by default (``cachescale run
+--status-refresh``): readers see numbers read at most this long ago
+(``signals.observedAt``), and a restart loses at most this much of the steady progress the
+comparison ignores. At a 30 s interval, a fleet of steady policies writes one status in
+twenty per interval."""
+
+STATUS_REFRESH_BOUNDS = (60.0, 86_400.0)
+"""The refresh a cluster owner may set, in seconds: at least a minute (a shorter one would
+rewrite a status at nearly every evaluation) and at most a day (what a restart may replay
+of the steady progress)."""
 
 READINGS = frozenset(
     {

@@ -55,6 +55,7 @@ from cachescale.controller.kube.client import KubeApi, api_client_or_reason
 from cachescale.controller.kube.peering import PeeringFollower, peering_objects, watch_peering
 from cachescale.controller.reconcile.context import Operator
 from cachescale.controller.reconcile.metrics import OperatorMetrics
+from cachescale.controller.reconcile.status_writes import StatusWrites
 from cachescale.controller.runtime.gc_pace import pace_collections
 from cachescale.controller.runtime.health import (
     ApiHealth,
@@ -127,6 +128,7 @@ def serve(args: argparse.Namespace) -> int:
         correlate_configmaps=args.correlate_configmaps,
         default_prometheus_url=args.default_prometheus_url,
         max_response_bytes=args.prometheus_max_response_bytes or MAX_RESPONSE_BYTES,
+        status_writes=StatusWrites(refresh_seconds=args.status_refresh),
     )
     itself = OperatorIdentity.from_env(os.environ)  # the chart's; None out of cluster
     informers = target_informers(
