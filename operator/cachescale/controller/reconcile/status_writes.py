@@ -1,6 +1,7 @@
 """When a policy's status is worth a PATCH: only when its meaning changed (what a reader
-acts on, or what a restart resumes from), and at least every ``STATUS_REFRESH_SECONDS``,
-at a moment of its own (``refresh_due``).
+acts on, or what a restart resumes from), and at least once per refresh
+(``StatusWrites.refresh_seconds``: ``STATUS_REFRESH_SECONDS`` unless the cluster owner set
+``--status-refresh``), at a moment of its own (``refresh_due``).
 
 A fleet of policies evaluated every interval would otherwise rewrite every status every
 interval, though most evaluations end where the last one did, and a live engine's numbers
@@ -40,10 +41,9 @@ of an operator serving thousands of policies is not a burst of writes. A write t
 failed forgets the last one, so the next evaluation writes whatever it has (also once an
 API outage ends); and a stored status that no longer matches the last write (edited by
 hand, or written by another process) is rewritten. The trade, documented in
-``docs/reliability.md``: the numbers a status shows are up to ``STATUS_REFRESH_SECONDS``
-old while nothing else changes (``signals.observedAt`` says when they were read; the
-operator's metrics are live), and a restart can replay at most that much of the steady
-progress.
+``docs/reliability.md``: the numbers a status shows are up to one refresh old while
+nothing else changes (``signals.observedAt`` says when they were read; the operator's
+metrics are live), and a restart can replay at most that much of the steady progress.
 """
 
 from __future__ import annotations
