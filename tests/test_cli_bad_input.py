@@ -435,6 +435,7 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ),
     ("run-policy-selector-empty", ["run", "--policy-selector", ""], ExitCode.USAGE, "empty"),
     ("run-log-format", ["run", "--log-format", "xml"], ExitCode.USAGE, "--log-format"),
+    ("run-status-refresh", ["run", "--status-refresh", "10s"], ExitCode.USAGE, "--status-refresh"),
     (
         "run-allowed-url-regex",
         ["run", "--allowed-prometheus-url", "re:("],
