@@ -150,6 +150,12 @@ def one(manifests: Iterable[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+def operator_args(values: dict[str, Any]) -> list[str]:
+    """The operator container's arguments as the chart renders them with ``values``."""
+    deployment = one(render(values), "Deployment")
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
 # -- validation ---------------------------------------------------------------------------
 
 _DURATION = (

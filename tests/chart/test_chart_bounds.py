@@ -4,18 +4,12 @@ default, and the schema refuses a cap that is not a positive whole number."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cachescale.commands.main import build_parser
 from cachescale.gather.prometheus import MAX_RESPONSE_BYTES
-from tests.chart.chart_helpers import one, render, render_error
-
-
-def args(values: dict[str, Any]) -> list[str]:
-    deployment = one(render(values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+from tests.chart.chart_helpers import operator_args as args
+from tests.chart.chart_helpers import render_error
 
 
 def test_the_default_cap_is_rendered_as_the_flag_in_whole_bytes() -> None:

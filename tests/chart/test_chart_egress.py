@@ -9,14 +9,10 @@ from typing import Any
 import pytest
 
 from cachescale.commands.main import build_parser
-from tests.chart.chart_helpers import CHART, by_kind, helm, one, render, render_error
+from tests.chart.chart_helpers import CHART, by_kind, helm, render, render_error
+from tests.chart.chart_helpers import operator_args as args
 
 ALLOWED = ["http://prometheus-operated.monitoring:9090", r"re:https://thanos-[a-z]+\.obs:10902"]
-
-
-def args(values: dict[str, Any]) -> list[str]:
-    deployment = one(render(values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def test_allowed_urls_become_flags_the_operator_parses() -> None:

@@ -5,15 +5,9 @@ namespace."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cachescale.commands.main import build_parser
-from tests.chart.chart_helpers import one, render, render_error
-
-
-def args(values: dict[str, Any]) -> list[str]:
-    deployment = one(render(values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+from tests.chart.chart_helpers import operator_args as args
+from tests.chart.chart_helpers import render_error
 
 
 def test_by_default_no_prompt_source_namespace_is_open_and_no_demand_query_is_sent() -> None:

@@ -5,16 +5,10 @@ namespace."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cachescale.commands.main import build_parser
 from cachescale.controller.reconcile.fairness import DEFAULT_PER_NAMESPACE
-from tests.chart.chart_helpers import one, render, render_error
-
-
-def args(values: dict[str, Any]) -> list[str]:
-    deployment = one(render(values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+from tests.chart.chart_helpers import operator_args as args
+from tests.chart.chart_helpers import render_error
 
 
 def test_the_per_namespace_limit_is_a_flag_the_operator_parses() -> None:

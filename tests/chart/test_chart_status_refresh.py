@@ -4,18 +4,12 @@ and the schema refuses a value that is not a duration."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cachescale.commands.main import build_parser
 from cachescale.controller.reconcile.status_writes import STATUS_REFRESH_SECONDS
-from tests.chart.chart_helpers import one, render, render_error
-
-
-def args(values: dict[str, Any]) -> list[str]:
-    deployment = one(render(values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+from tests.chart.chart_helpers import operator_args as args
+from tests.chart.chart_helpers import render_error
 
 
 def test_the_status_refresh_is_a_flag_the_operator_parses() -> None:

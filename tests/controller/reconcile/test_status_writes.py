@@ -57,10 +57,14 @@ def metrics_available(cluster: FakeCluster) -> str:
 
 
 def settled(
-    cluster: FakeCluster, engines: EngineFake, prometheus: FakePrometheus, clock: Clock
+    cluster: FakeCluster,
+    engines: EngineFake,
+    prometheus: FakePrometheus,
+    clock: Clock,
+    refresh_seconds: float = STATUS_REFRESH_SECONDS,
 ) -> Operator:
     """A healthy policy after its window filled and its envelope settled."""
-    operator = Operator(cluster.api, clock=clock)
+    operator = Operator(cluster.api, clock=clock, status_writes=StatusWrites(refresh_seconds))
     stack(cluster, engines, prometheus, clock)
     run(operator, cluster, clock, rounds=SETTLE)
     return operator
@@ -87,9 +91,7 @@ def test_a_shorter_refresh_set_by_the_cluster_owner_sets_the_pace(
 ) -> None:
     """``--status-refresh 2m``: a steady policy writes every two minutes, not every ten."""
     refresh = 120.0
-    operator = Operator(cluster.api, clock=clock, status_writes=StatusWrites(refresh))
-    stack(cluster, engines, prometheus, clock)
-    run(operator, cluster, clock, rounds=SETTLE)
+    operator = settled(cluster, engines, prometheus, clock, refresh)
     before = status_writes(cluster)
     rounds = 36  # 6 minutes
     run(operator, cluster, clock, rounds=rounds)
