@@ -11,6 +11,7 @@ the first simulated second: each fails within seconds.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -44,6 +45,17 @@ AROUND_POLICY = ["report", "--around", "policy/vllm", "--step", "12h"]
 INIT = ["init", "--namespace", "llm", "--deployment", "vllm", "--prometheus", CLOSED]
 
 
+def _kubeconfig(cluster: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+
+
 def _bad_policy_scenario() -> str:
     scenario = yaml.safe_load(SCENARIO)
     scenario["policy"]["budget"]["maxReplicas"] = "ten"
@@ -70,15 +82,14 @@ FILES: dict[str, str | bytes] = {
     "deep.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n",
     "two-documents.yaml": SCENARIO + "---\n" + SCENARIO,
     "typo.yaml": SCENARIO + "sead: 7\n",
-    "closed-kubeconfig": yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-            "users": [{"name": "u", "user": {"token": "x"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            "current-context": "c",
-        }
+    "closed-kubeconfig": yaml.safe_dump(_kubeconfig({"server": "https://127.0.0.1:1"})),
+    "garbled-ca-kubeconfig": yaml.safe_dump(
+        _kubeconfig(
+            {
+                "server": "https://127.0.0.1:1",
+                "certificate-authority-data": base64.b64encode(b"not a certificate").decode(),
+            }
+        )
     ),
 }
 
@@ -453,6 +464,12 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
         ["run", "--kubeconfig", "{tmp}/tabs.yaml"],
         ExitCode.INVALID,
         "--kubeconfig",
+    ),
+    (
+        "run-kubeconfig-ca-not-a-certificate",
+        ["run", "--kubeconfig", "{tmp}/garbled-ca-kubeconfig"],
+        ExitCode.INVALID,
+        "CA or client certificate is not usable",
     ),
     (
         "run-kubeconfig-a-folder",

@@ -1,6 +1,6 @@
 """The API client when the API server gives no answer at all (down, restarting), its
-connection pool, and its watches: a refused one typed, an open one closed from another
-thread.
+connection pool and the one TLS context its connections share (still verifying the
+server), and its watches: a refused one typed, an open one closed from another thread.
 
 e2e/test_faults.py kills the real API server mid-run; this is the same failure at unit
 scale: the request must end in a typed ``KubeError`` the evaluation reports
@@ -23,10 +23,12 @@ from cachescale.controller.kube.client import (
     GoneError,
     KubeApi,
     KubeError,
+    api_client_or_reason,
     load_config,
+    with_connections,
 )
 from tests.controller.cluster import NAMESPACE, PODS, Clock, FakeCluster, pods
-from tests.gather.gather_fakes import closed_port_url
+from tests.gather.gather_fakes import closed_port_url, fake_prometheus, self_signed_certificate
 from tests.polling import wait_for
 
 
@@ -64,6 +66,68 @@ def test_the_client_keeps_a_connection_per_sending_thread(tmp_path: Path) -> Non
     )
     pool = load_config(str(kubeconfig), connections=32).rest_client.pool_manager
     assert pool.connection_pool_kw["maxsize"] == 32
+
+
+def _kubeconfig(path: Path, server: str, ca: Path) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server}', certificate-authority: '{ca}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _tls_settings(api_client: client.ApiClient) -> dict[str, object]:
+    kw: dict[str, object] = api_client.rest_client.pool_manager.connection_pool_kw
+    return kw
+
+
+def test_clients_of_one_cluster_verify_with_one_tls_context(tmp_path: Path) -> None:
+    """Each connection used to get a TLS context of its own, with the CA loaded again
+    (about 64 KiB each; a shard holds a watch per kind and namespace): now a client and
+    the clients copied from it for watches share one, and still verify the server."""
+    served = self_signed_certificate(tmp_path)
+    with fake_prometheus(tls=served) as server:
+        base = load_config(str(_kubeconfig(tmp_path / "kc", server.url, served[0])), 4)
+        watches = with_connections(base, 3)
+        context = _tls_settings(base)["ssl_context"]
+        assert _tls_settings(watches)["ssl_context"] is context
+        for settings in map(_tls_settings, (base, watches)):
+            assert not {"ca_certs", "ca_cert_data", "cert_file", "key_file"} & settings.keys()
+        assert KubeApi(base).get("/api/v1/namespaces/llm")["status"] == "success"
+        assert KubeApi(watches).get("/api/v1/namespaces/llm")["status"] == "success"
+
+
+@pytest.mark.parametrize("refused", ["another CA", "another host name"])
+def test_a_server_the_tls_context_cannot_verify_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str
+) -> None:
+    monkeypatch.setattr(kube, "BACKOFF_S", 0.0)
+    served = self_signed_certificate(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_ca = refused == "another CA"
+    ca = self_signed_certificate(tmp_path / "other")[0] if other_ca else served[0]
+    with fake_prometheus(tls=served) as server:
+        url = server.url if other_ca else server.url.replace("127.0.0.1", "localhost")
+        base = load_config(str(_kubeconfig(tmp_path / "kc", url, ca)), 4)
+        for api_client in (base, with_connections(base, 3)):
+            with pytest.raises(KubeError) as failure:
+                KubeApi(api_client).get("/api/v1/namespaces/llm")
+            assert failure.value.status == UNREACHABLE
+        assert server.queries == []  # no request was sent over an unverified connection
+
+
+def test_a_ca_that_is_not_a_certificate_is_named_when_the_client_is_made(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not a certificate\n", encoding="utf-8")
+    kubeconfig = _kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", ca)
+    reason = api_client_or_reason(str(kubeconfig))
+    assert reason == (
+        f"--kubeconfig {kubeconfig}: its CA or client certificate is not usable: "
+        "NO_CERTIFICATE_OR_CRL_FOUND"
+    )
 
 
 def test_a_refused_watch_is_a_typed_error(cluster: FakeCluster) -> None:
