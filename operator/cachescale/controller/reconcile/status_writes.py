@@ -58,6 +58,8 @@ from datetime import UTC, datetime
 from threading import Lock
 from typing import Any
 
+import msgspec
+
 from cachescale.api.status import unpack_learned_state
 from cachescale.controller.reconcile.schedule import next_slot, phase_of
 
@@ -210,9 +212,12 @@ def _known(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_SORTED_JSON = msgspec.json.Encoder(order="sorted")
+
+
 def _canonical(normal: Mapping[str, Any]) -> bytes:
     """A normalised status as JSON with sorted keys: equal texts, equal statuses."""
-    return json.dumps(normal, sort_keys=True).encode()
+    return _SORTED_JSON.encode(normal)
 
 
 def _digest(text: bytes) -> bytes:
