@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +16,7 @@ import pytest
 from cachescale.commands.main import main
 from cachescale.commands.simulate import SimulationRequest
 from cachescale.exit_codes import ExitCode
+from tests.polling import wait_for
 
 
 def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,3 +162,37 @@ def test_an_invalid_policy_fails_before_any_simulation(
         f"cachescale simulate: {scenario}: policy.budget.gpuSecondsPer1kRequests: "
         "Input should be greater than 0 (got -1)\n"
     )
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` forked that are still running (Linux ``/proc``)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text(encoding="ascii").split()]
+
+
+def test_a_killed_worker_process_is_a_warning_and_the_same_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A worker process killed mid-run (the OOM killer, a stray ``kill -9``): the command
+    runs the scenario again in one process and prints the answer it would have printed, with
+    a one-line warning instead of a traceback."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: a simulation forks no worker")
+    flags = ["simulate", "--scenario", "rag-rechunk", "--duration", "30m", "--json"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cachescale.commands.main", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    feeder = wait_for(lambda: _children(process.pid) or None, 60, "the stream's feeder")[0]
+    os.kill(feeder, signal.SIGKILL)  # the first fork is the feeder, drawing the whole stream
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == ExitCode.OK, err
+    assert "Traceback" not in err
+    warnings = [line for line in err.splitlines() if "running it again" in line]
+    assert len(warnings) == 1, err
+    assert warnings[0].startswith("cachescale simulate: warning: the request stream's feeder")
+    assert warnings[0].endswith("; running it again in one process")
+    assert main(flags) == ExitCode.OK
+    assert json.loads(out) == json.loads(capsys.readouterr().out)

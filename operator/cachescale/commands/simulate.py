@@ -32,6 +32,7 @@ from cachescale.extras import missing_extra
 from cachescale.sim.autoscaler import Autoscaler, HPAAutoscaler
 from cachescale.sim.compare import comparison, headline, sweep_json, sweep_table
 from cachescale.sim.drive import run_together
+from cachescale.sim.forked import ForkedError
 from cachescale.sim.hpa import HPAModel
 from cachescale.sim.incident import onset
 from cachescale.sim.keda import KedaAutoscaler
@@ -133,7 +134,13 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.INVALID
     for warning in request.warnings:
         print(f"cachescale simulate: warning: {warning}", file=sys.stderr)
-    outcome = simulate(request, progress=_progress_bar())
+    try:
+        outcome = simulate(request, progress=_progress_bar())
+    except ForkedError as error:  # a worker process died (killed, out of memory)
+        cause = str(error).splitlines()[0]
+        again = "running it again in one process"
+        print(f"cachescale simulate: warning: {cause}; {again}", file=sys.stderr)
+        outcome = simulate(request, progress=_progress_bar(), processes=1)
     if args.out is not None:
         outcome.write_artifacts(Path(args.out))
     if args.json:
@@ -342,9 +349,14 @@ def _label(name: str, result: RunResult) -> str:
 
 
 def simulate(
-    request: SimulationRequest, progress: Callable[[float], None] | None = None
+    request: SimulationRequest,
+    progress: Callable[[float], None] | None = None,
+    *,
+    processes: int | None = None,
 ) -> SimulationOutcome:
-    """Run the scenario (or its sweep) under each requested autoscaler."""
+    """Run the scenario (or its sweep) under each requested autoscaler, on at most
+    ``processes`` processes (None: one per CPU; ``sim.drive.run_together``). The answer
+    is the same on any number."""
     scenario = request.scenario
     outcome = SimulationOutcome(scenario)
     if scenario.sweep is not None:
@@ -352,5 +364,5 @@ def simulate(
         return outcome
     names = request.autoscalers
     runs = [(scenario, build_autoscaler(name, scenario)) for name in names]
-    outcome.runs = dict(zip(names, run_together(runs, progress), strict=True))
+    outcome.runs = dict(zip(names, run_together(runs, progress, processes=processes), strict=True))
     return outcome
