@@ -86,7 +86,7 @@ def _tls_settings(api_client: client.ApiClient) -> dict[str, object]:
 
 def test_clients_of_one_cluster_verify_with_one_tls_context(tmp_path: Path) -> None:
     """Each connection used to get a TLS context of its own, with the CA loaded again
-    (about 64 KiB each; a shard holds a watch per kind and namespace): now a client and
+    (a shard holds a watch per kind and namespace): now a client and
     the clients copied from it for watches share one, and still verify the server."""
     served = self_signed_certificate(tmp_path)
     with fake_prometheus(tls=served) as server:

@@ -107,15 +107,17 @@ def with_connections(api_client: client.ApiClient, connections: int) -> client.A
     copied = client.ApiClient(configuration)
     kw = _pool_kw(copied)
     shared = _pool_kw(api_client).get("ssl_context")
-    kw["ssl_context"] = shared if shared is not None else _tls_context(kw)
-    for key in _TLS_FILES:
-        kw.pop(key, None)
+    if shared is None:  # a client made outside ``load_config``
+        kw["ssl_context"] = _tls_context(kw)
+    else:  # the files are in the shared context already: not read again
+        kw["ssl_context"] = shared
+        for key in _TLS_FILES:
+            del kw[key]
     return copied
 
 
 _TLS_FILES = ("ca_certs", "ca_cert_data", "cert_file", "key_file")
-"""The pool settings a TLS context replaces: urllib3 loads them into a new context for
-every connection when it is given none."""
+"""The pool settings a TLS context replaces (``_tls_context`` reads and removes them)."""
 
 
 def _pool_kw(api_client: client.ApiClient) -> dict[str, Any]:
@@ -130,18 +132,18 @@ def _tls_context(kw: dict[str, Any]) -> ssl.SSLContext:
     it takes out of them.
 
     Given none, urllib3 makes a context per connection and loads the CA and the client
-    certificate into each (about 64 KiB and a file read per connection; the informers of a
+    certificate into each (memory and a file read per connection; the informers of a
     shard hold one watch per kind and namespace). Verification is unchanged: urllib3 still
     sets the verify mode from the pool's ``cert_reqs`` and checks the host name, as it does
     with its own context. The files are read once, when the client is made; a CA rotated
     later is read by clients made after it."""
     context = create_urllib3_context(cert_reqs=kw["cert_reqs"])
-    ca_certs, ca_cert_data = kw.pop("ca_certs", None), kw.pop("ca_cert_data", None)
+    ca_certs, ca_cert_data = kw.pop("ca_certs"), kw.pop("ca_cert_data")
     if ca_certs or ca_cert_data:
         context.load_verify_locations(cafile=ca_certs, cadata=ca_cert_data)
     elif kw["cert_reqs"] != ssl.CERT_NONE:
         context.load_default_certs()  # as urllib3 does when no CA is named
-    cert_file, key_file = kw.pop("cert_file", None), kw.pop("key_file", None)
+    cert_file, key_file = kw.pop("cert_file"), kw.pop("key_file")
     if cert_file:
         context.load_cert_chain(cert_file, key_file)
     return context
